@@ -1,0 +1,1 @@
+"""mmlu_track: MMLU evaluation, tracking and release gating."""

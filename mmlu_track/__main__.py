@@ -1,0 +1,50 @@
+"""`python -m mmlu_track`: the Hydra entry point. The DictConfig stops here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def _fail(message: str) -> None:
+    print(f"mmlu_track: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main() -> None:
+    if not (CONF_DIR / "eval.yaml").is_file():
+        _fail(f"config folder {CONF_DIR} is missing: install the project with `pip install -e .`")
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mmlu_track.config import ConfigError, eval_config_from_dict
+    from mmlu_track.data import DataError
+
+    @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base="1.3")
+    def app(cfg: DictConfig) -> float:
+        try:
+            raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+            assert isinstance(raw, dict)
+            eval_cfg = eval_config_from_dict({str(k): v for k, v in raw.items()})
+        except (ConfigError, OmegaConfBaseException) as err:
+            _fail(str(err).splitlines()[0])
+            raise  # unreachable: _fail exits
+        from mmlu_track.models import ModelError
+        from mmlu_track.pipeline import run
+
+        try:
+            out = run(eval_cfg, Path(HydraConfig.get().runtime.output_dir))
+        except (DataError, ModelError) as err:
+            _fail(str(err))
+            raise
+        return out.scores.micro.acc
+
+    app()
+
+
+if __name__ == "__main__":
+    main()

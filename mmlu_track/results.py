@@ -1,0 +1,155 @@
+"""Per-question records, aggregation with standard errors, and their files.
+
+Accuracy of a group of questions is their mean correctness (micro within the group), as the
+original paper computes subcategory and category scores. `macro` is the unweighted mean of the
+subject accuracies; `micro` is over all questions (lm-eval-harness's `mmlu` group score).
+Standard errors: a subject's is the sample standard deviation of correctness (ddof=1) over
+sqrt(n), as lm-eval-harness reports; macro's is sqrt(sum of the subject variances)/K.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mmlu_track.data import LETTERS
+from mmlu_track.subjects import CATEGORIES, SUBCATEGORY, category
+
+
+@dataclass(frozen=True)
+class QuestionResult:
+    """One scored question. `index` is its position in its subject's test split.
+
+    `logprobs` (A-D, raw) for logprob scoring, `generated` (raw text) for generate scoring;
+    `prediction` is None when a generation was not a letter A-D (counted wrong, `valid` False).
+    `margin`: the chosen letter's score minus the runner-up's (logprob scoring only).
+    """
+
+    subject: str
+    index: int
+    prompt_hash: str
+    shots_used: int
+    n_tokens: int
+    truncated: bool
+    logprobs: tuple[float, float, float, float] | None
+    generated: str | None
+    prediction: int | None
+    gold: int
+    margin: float | None
+
+    @property
+    def correct(self) -> bool:
+        return self.prediction == self.gold
+
+    @property
+    def valid(self) -> bool:
+        return self.prediction is not None
+
+    def to_json(self) -> dict[str, Any]:
+        rec = asdict(self)
+        rec["correct"] = self.correct
+        rec["predicted_letter"] = LETTERS[self.prediction] if self.prediction is not None else None
+        rec["gold_letter"] = LETTERS[self.gold]
+        return rec
+
+    @classmethod
+    def from_json(cls, rec: dict[str, Any]) -> QuestionResult:
+        fields = {k: rec[k] for k in cls.__dataclass_fields__}
+        if fields["logprobs"] is not None:
+            fields["logprobs"] = tuple(fields["logprobs"])
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    n: int
+    correct: int
+    acc: float
+    stderr: float | None  # None when n < 2
+
+    @classmethod
+    def of(cls, correct: Sequence[bool]) -> Accuracy:
+        n = len(correct)
+        k = sum(correct)
+        p = k / n if n else 0.0
+        se = math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else None
+        return cls(n=n, correct=k, acc=p, stderr=se)
+
+
+@dataclass(frozen=True)
+class Scores:
+    subjects: dict[str, Accuracy]
+    subcategories: dict[str, Accuracy]
+    categories: dict[str, Accuracy]
+    macro: Accuracy
+    micro: Accuracy
+    invalid: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def aggregate(results: Iterable[QuestionResult]) -> Scores:
+    """Scores of every subject present, their subcategories and categories, macro and micro."""
+    by_subject: dict[str, list[bool]] = {}
+    invalid = 0
+    for r in results:
+        by_subject.setdefault(r.subject, []).append(r.correct)
+        invalid += not r.valid
+    if not by_subject:
+        raise ValueError("no results to aggregate")
+    subjects = {s: Accuracy.of(c) for s, c in sorted(by_subject.items())}
+    by_sub: dict[str, list[bool]] = {}
+    by_cat: dict[str, list[bool]] = {}
+    for s, c in by_subject.items():
+        by_sub.setdefault(SUBCATEGORY[s], []).extend(c)
+        by_cat.setdefault(category(s), []).extend(c)
+    subcategories = {k: Accuracy.of(v) for k, v in sorted(by_sub.items())}
+    categories = {k: Accuracy.of(by_cat[k]) for k in CATEGORIES if k in by_cat}
+    accs = [a.acc for a in subjects.values()]
+    variances = [a.stderr**2 for a in subjects.values() if a.stderr is not None]
+    n_total = sum(a.n for a in subjects.values())
+    macro = Accuracy(
+        n=n_total,
+        correct=sum(a.correct for a in subjects.values()),
+        acc=sum(accs) / len(accs),
+        stderr=math.sqrt(sum(variances)) / len(accs) if len(variances) == len(accs) else None,
+    )
+    micro = Accuracy.of([c for cs in by_subject.values() for c in cs])
+    return Scores(subjects, subcategories, categories, macro, micro, invalid)
+
+
+def write_jsonl(path: Path, results: Iterable[QuestionResult]) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        for r in results:
+            f.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+
+
+def read_jsonl(path: Path) -> list[QuestionResult]:
+    with path.open(encoding="utf-8") as f:
+        return [QuestionResult.from_json(json.loads(line)) for line in f if line.strip()]
+
+
+def _pct(a: Accuracy) -> str:
+    se = f"± {100 * a.stderr:4.1f}" if a.stderr is not None else "      "
+    return f"{100 * a.acc:6.2f} {se}  {a.correct:>6}/{a.n:<6}"
+
+
+def table(scores: Scores) -> str:
+    """A readable console table: subjects, categories, then macro and micro."""
+    width = max(len(s) for s in [*scores.subjects, *scores.categories, "macro average"]) + 2
+    lines = [f"{'subject':<{width}}{'acc %':>6}  {'stderr':<6}  {'correct/n':>13}", "-" * (width + 30)]
+    lines += [f"{s:<{width}}{_pct(a)}" for s, a in scores.subjects.items()]
+    lines.append("-" * (width + 30))
+    lines += [f"{c:<{width}}{_pct(a)}" for c, a in scores.categories.items()]
+    lines.append("-" * (width + 30))
+    lines.append(f"{'macro average':<{width}}{_pct(scores.macro)}")
+    lines.append(f"{'micro average':<{width}}{_pct(scores.micro)}")
+    if scores.invalid:
+        lines.append(f"{scores.invalid} answers were not a letter A-D (counted wrong)")
+    return "\n".join(lines)
+
