@@ -130,7 +130,7 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key} must be a mapping, got {value!r}")
-        return _dataclass_from_mapping(hint, value, key)  # type: ignore[arg-type]
+        return _dataclass_from_mapping(hint, value, f"{key}.")  # type: ignore[arg-type]
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, got {value!r}")
@@ -160,8 +160,7 @@ def _dataclass_from_mapping(cls: type[Any], mapping: Mapping[str, Any], prefix: 
         key = f"{prefix}{field.name}"
         if field.name not in mapping:
             has_default = (
-                field.default is not dataclasses.MISSING
-                or field.default_factory is not dataclasses.MISSING
+                field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
             )
             if not has_default:
                 raise ConfigError(f"{key} is required")

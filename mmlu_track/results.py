@@ -152,4 +152,3 @@ def table(scores: Scores) -> str:
     if scores.invalid:
         lines.append(f"{scores.invalid} answers were not a letter A-D (counted wrong)")
     return "\n".join(lines)
-

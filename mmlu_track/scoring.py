@@ -121,11 +121,16 @@ def score_logprob(
     return scores
 
 
-def _score_sequences(lm: LoadedModel, conts: list[tuple[int, list[int]]]) -> tuple[float, float, float, float]:
+@torch.inference_mode()
+def _score_sequences(
+    lm: LoadedModel, conts: list[tuple[int, list[int]]]
+) -> tuple[float, float, float, float]:
     """Sum of log P(token | earlier tokens) over each letter sequence's tokens after its kept prefix."""
     seqs = [whole[-lm.info.max_length :] for _, whole in conts]
     ids, mask, pos = _left_pad(seqs, lm.pad_id, lm.info.device)
-    lp = torch.log_softmax(lm.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float(), dim=-1)
+    lp = torch.log_softmax(
+        lm.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float(), dim=-1
+    )
     width = ids.shape[1]
     out = []
     for row, ((keep, whole), seq) in enumerate(zip(conts, seqs, strict=True)):
@@ -153,7 +158,7 @@ def score_generate(
     # Room for the new tokens: the prompt keeps its end if it is too long.
     max_len = lm.info.max_length - cfg.max_new_tokens
     encoded = [_fit(lm.encode(t), max_len) for t in texts]
-    gen_cfg = GenerationConfig(
+    gen_cfg = GenerationConfig(  # type: ignore[no-untyped-call]
         max_new_tokens=cfg.max_new_tokens,
         do_sample=False,
         pad_token_id=lm.pad_id,
@@ -168,7 +173,9 @@ def score_generate(
                 generated[i] = lm.decode(out[r, ids.shape[1] :].tolist())
             progress(len(batch))
     return [
-        Score(prediction=parse_generation(g), generated=g, n_tokens=len(encoded[i][0]), truncated=encoded[i][1])
+        Score(
+            prediction=parse_generation(g), generated=g, n_tokens=len(encoded[i][0]), truncated=encoded[i][1]
+        )
         for i, g in enumerate(generated)
     ]
 

@@ -1,0 +1,54 @@
+"""Shared fixtures: configs composed from the real conf/ folder, and a tiny real transformers model."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from mmlu_track.config import EvalConfig, eval_config_from_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = ROOT / "conf"
+
+
+def compose_raw(overrides: list[str]) -> dict[str, Any]:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=overrides)
+    raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    assert isinstance(raw, dict)
+    return {str(k): v for k, v in raw.items()}
+
+
+def compose_eval(overrides: list[str]) -> EvalConfig:
+    return eval_config_from_dict(compose_raw(overrides))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One converted-model cache for the whole session, never the user's home."""
+    path = Path(os.environ.get("MMLU_TRACK_TEST_CACHE") or tmp_path_factory.mktemp("cache"))
+    old = os.environ.get("MMLU_TRACK_CACHE")
+    os.environ["MMLU_TRACK_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("MMLU_TRACK_CACHE", None)
+    else:
+        os.environ["MMLU_TRACK_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_cfg(cache_dir: Path) -> EvalConfig:
+    return compose_eval(["model=tiny", "device=cpu"])
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tiny_cfg: EvalConfig) -> Any:
+    from mmlu_track import models
+
+    return models.load(tiny_cfg)

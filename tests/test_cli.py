@@ -1,0 +1,95 @@
+"""The command line as a user runs it: a subprocess on the tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HYDRA_FULL_ERROR": ""}
+    return subprocess.run(
+        [sys.executable, "-m", "mmlu_track", *args],
+        cwd=cwd,
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_end_to_end_run_writes_results_and_is_reproducible(tmp_path: Path) -> None:
+    outs = []
+    for name in ("a", "b"):
+        proc = _cli("experiment=smoke", "device=cpu", f"hydra.run.dir={tmp_path / name}", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "micro average" in proc.stdout
+        outs.append(tmp_path / name)
+    record = json.loads((outs[0] / "results.json").read_text())
+    assert record["config"]["model"]["source"] == "tiny"
+    assert record["data"]["n_questions"] == 6
+    assert len(record["data"]["fingerprint"]) == 64
+    assert record["prompt"]["template_hash"]
+    assert record["prompt"]["shots_used"] == {"2": 6}
+    assert record["seeds"]["torch"] == 1234
+    assert record["versions"]["transformers"]
+    assert set(record["scores"]["subjects"]) == {"abstract_algebra", "anatomy"}
+    rows = [json.loads(line) for line in (outs[0] / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    assert {"subject", "index", "prompt_hash", "logprobs", "prediction", "gold", "correct"} <= set(rows[0])
+    # Same config, same results, question by question.
+    assert (outs[0] / "predictions.jsonl").read_text() == (outs[1] / "predictions.jsonl").read_text()
+    assert (outs[0] / ".hydra" / "config.yaml").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["model=tiny", "k=9"], 2, "mmlu_track: error: k=9 is impossible"),
+        (["model=tiny", "subjects=[anatomy,astrology]"], 2, "unknown subject 'astrology'"),
+        (["model=hf_hub"], 2, "Missing mandatory value: model.name_or_path"),
+        (["model=gpt5"], 1, "Could not find 'model/gpt5'"),
+        (
+            ["model=tiny", "data=local", "data.path=/nonexistent"],
+            2,
+            "local MMLU folder /nonexistent does not exist",
+        ),
+        (["model=hf_hub", "model.name_or_path=/nonexistent/model"], 2, "could not load model"),
+    ],
+)
+def test_bad_input_is_one_clear_message(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    proc = _cli(*args, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == code
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_multirun_gives_one_output_per_job(tmp_path: Path) -> None:
+    proc = _cli(
+        "-m",
+        "experiment=smoke",
+        "device=cpu",
+        "k=0,1",
+        "subjects=anatomy",
+        "limit=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    records = sorted((tmp_path / "sweep").glob("*/results.json"))
+    assert len(records) == 2
+    assert sorted(json.loads(p.read_text())["config"]["k"] for p in records) == [0, 1]
+
+
+def test_readme_commands_exist() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "python -m mmlu_track" in readme
+    assert "python -m pytest" in readme

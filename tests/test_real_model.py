@@ -1,0 +1,53 @@
+"""The packaged SmolLM2-135M on a few real questions (slow: converts and runs a 135M model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from mmlu_track import models, prompts
+from mmlu_track.config import ScoringConfig
+from mmlu_track.data import LETTERS, load_subjects
+from mmlu_track.scoring import score_logprob
+
+from .conftest import compose_eval
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smollm() -> Any:
+    return models.load(compose_eval(["device=cpu"]))
+
+
+def test_packaged_model_identity(smollm: Any) -> None:
+    info = smollm.info
+    assert info.n_parameters == pytest.approx(134.5e6, rel=0.01)
+    assert info.vocab_size == 49152
+    assert info.add_bos is False
+    assert len(info.weights_sha256 or "") == 64
+
+
+def test_real_questions_batched_equal_direct(smollm: Any) -> None:
+    cfg = compose_eval([])
+    data = load_subjects(cfg.data, ["abstract_algebra", "marketing"])
+    texts = [
+        prompts.render(f, s, d.dev[:k], q)
+        for (s, d) in data.items()
+        for q in d.test[:3]
+        for f, k in (("harness", 5), ("original", 0))
+    ]
+    batched = score_logprob(smollm, texts, ScoringConfig(method="logprob"), 4, lambda _: None)
+    for text, score in zip(texts, batched, strict=True):
+        ids = smollm.encode(text)
+        with torch.inference_mode():
+            lp = torch.log_softmax(smollm.model(torch.tensor([ids])).logits[0, -1].float(), -1)
+        direct = [float(lp[smollm.encode(f"{text} {x}")[-1]]) for x in LETTERS]
+        np.testing.assert_allclose(score.logprobs, direct, atol=1e-4)  # type: ignore[arg-type]
+    # A real model puts real mass on the letters: together far above a random token's share.
+    first = batched[0].logprobs
+    assert first is not None
+    assert float(np.logaddexp.reduce(first)) > -3.0

