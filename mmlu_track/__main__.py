@@ -33,12 +33,18 @@ def main() -> None:
         except (ConfigError, OmegaConfBaseException) as err:
             _fail(str(err).splitlines()[0])
             raise  # unreachable: _fail exits
+        from hydra.types import RunMode
+
         from mmlu_track.models import ModelError
         from mmlu_track.pipeline import run
+        from mmlu_track.store_sql import StoreError
 
+        hydra_cfg = HydraConfig.get()
+        # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
+        sweep = str(Path(hydra_cfg.sweep.dir).resolve()) if hydra_cfg.mode == RunMode.MULTIRUN else None
         try:
-            out = run(eval_cfg, Path(HydraConfig.get().runtime.output_dir))
-        except (DataError, ModelError) as err:
+            out = run(eval_cfg, Path(hydra_cfg.runtime.output_dir), sweep=sweep)
+        except (DataError, ModelError, StoreError) as err:
             _fail(str(err))
             raise
         return out.scores.micro.acc

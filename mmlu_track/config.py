@@ -78,11 +78,31 @@ class DataConfig:
     revision: str | None = None
 
 
+DEFAULT_DB_URL = "sqlite:///mmlu_track.db"
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """Where each run is recorded.
+
+    `db_url`: the project's SQL store (any SQLAlchemy URL). `mlflow_uri`: None = MLflow's own
+    default (`MLFLOW_TRACKING_URI`, else a local `mlflow.db`). `resume`: continue the newest
+    unfinished run with the same identity instead of starting over.
+    """
+
+    db_url: str = DEFAULT_DB_URL
+    mlflow: bool = True
+    mlflow_uri: str | None = None
+    experiment: str = "mmlu_track"
+    resume: bool = True
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     model: ModelConfig
     scoring: ScoringConfig
     data: DataConfig
+    tracking: TrackingConfig = TrackingConfig()
     k: int = 5
     formulation: Formulation = "original"
     subjects: tuple[str, ...] = SUBJECTS
@@ -224,6 +244,14 @@ def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
     cfg: EvalConfig = _dataclass_from_mapping(EvalConfig, raw, "")
     _check_values(cfg)
     return cfg
+
+
+def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
+    """The settings that determine a run's results (not where it is cached or recorded)."""
+    out = to_dict(cfg)
+    out.pop("tracking")
+    out.pop("cache_dir")
+    return out
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

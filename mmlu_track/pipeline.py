@@ -1,10 +1,13 @@
-"""One evaluation, stage by stage: config -> data -> prompts -> scoring -> results -> files.
+"""One evaluation, stage by stage: config -> data -> prompts -> scoring -> results -> stores.
 
-No Hydra here: `run` takes a validated `EvalConfig` and the folder to write into.
+No Hydra here: `run` takes a validated `EvalConfig` and the folder to write into. Each subject is
+committed to the SQL store as soon as it is scored; an unfinished run with the same identity is
+resumed, so a killed evaluation loses at most the subject in progress.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -13,26 +16,32 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mmlu_track import models, prompts, provenance
-from mmlu_track.config import EvalConfig, to_dict
+from mmlu_track.config import EvalConfig, identity_dict, to_dict
 from mmlu_track.data import Question, fingerprint, load_subjects, subsample
 from mmlu_track.results import QuestionResult, Scores, aggregate, table, write_jsonl
 from mmlu_track.scoring import SCORERS, Score, calibrated_predictions
 
+if TYPE_CHECKING:
+    from mmlu_track.store_sql import SqlStore
+
 RESULTS_FILE = "results.json"
 PREDICTIONS_FILE = "predictions.jsonl"
+Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class RunOutput:
+    run_id: str
     results: list[QuestionResult]
     scores: Scores
     record: dict[str, Any]
     output_dir: Path
+    mlflow_run_id: str | None
 
 
 def _fits_check(lm: models.LoadedModel, reserve: int) -> Callable[[str], bool]:
@@ -83,68 +92,142 @@ def _write_json(path: Path, obj: dict[str, Any]) -> None:
     os.replace(tmp, path)  # never a half-written results.json
 
 
-def run(
-    cfg: EvalConfig, output_dir: Path, *, progress: bool = True, echo: Callable[[str], None] = print
-) -> RunOutput:
-    """Evaluate `cfg.model` on the configured MMLU subjects and write results into `output_dir`."""
-    from tqdm import tqdm
+def _identity(cfg: EvalConfig, info: models.ModelInfo, data_fp: str) -> str:
+    """Hash of everything that determines a run's results: settings, weights, questions, template."""
+    ident = {
+        "config": identity_dict(cfg),
+        "weights": [info.location, info.revision, info.weights_sha256],
+        "data": data_fp,
+        "template": prompts.template_hash(cfg.formulation),
+    }
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
-    started = time.time()
-    seeds = provenance.set_seeds(cfg.seed)
+
+@dataclass(frozen=True)
+class _Plan:
+    questions: dict[str, tuple[Question, ...]]  # per subject, the test questions to score
+    shots: dict[str, tuple[Question, ...]]
+    fingerprint: str
+    dev_fingerprint: str
+
+    @property
+    def all_questions(self) -> list[Question]:
+        return [q for qs in self.questions.values() for q in qs]
+
+
+def _plan(cfg: EvalConfig) -> _Plan:
     data = load_subjects(cfg.data, cfg.subjects)
     chosen = {s: subsample(d.test, cfg.limit, cfg.seed) for s, d in data.items()}
     shots = {s: prompts.select_shots(d.dev, cfg.k, cfg.shot_selection, cfg.seed) for s, d in data.items()}
-    questions: list[Question] = [q for qs in chosen.values() for q in qs]
+    return _Plan(
+        questions=chosen,
+        shots=shots,
+        fingerprint=fingerprint(q for qs in chosen.values() for q in qs),
+        dev_fingerprint=fingerprint(q for s in shots.values() for q in s),
+    )
+
+
+def run(
+    cfg: EvalConfig,
+    output_dir: Path,
+    *,
+    progress: bool = True,
+    echo: Echo = print,
+    sweep: str | None = None,
+) -> RunOutput:
+    """Evaluate `cfg.model`, record the run in the SQL store and MLflow, write files to `output_dir`."""
+    from tqdm import tqdm
+
+    from mmlu_track.store_sql import RunMeta, SqlStore
+
+    started = time.time()
+    seeds = provenance.set_seeds(cfg.seed)
+    store = SqlStore(cfg.tracking.db_url)  # fail before any work when the database is unusable
+    plan = _plan(cfg)
+    questions = plan.all_questions
     t_load = time.time()
     lm = models.load(cfg)
     loaded = time.time()
+    git = provenance.git_commit()
+    identity = _identity(cfg, lm.info, plan.fingerprint)
+    meta = RunMeta(
+        identity=identity if cfg.tracking.resume else f"{identity}-{time.time_ns()}",
+        model_name=lm.info.name,
+        model_revision=lm.info.revision or lm.info.weights_sha256,
+        scoring=cfg.scoring.method,
+        formulation=cfg.formulation,
+        k=cfg.k,
+        data_fingerprint=plan.fingerprint,
+        template_hash=prompts.template_hash(cfg.formulation),
+        git_commit=git,
+        config=to_dict(cfg),
+        n_questions=len(questions),
+        output_dir=str(output_dir),
+        sweep=sweep,
+    )
+    run_id, done = store.start_or_resume(meta)
+    if done:
+        left = len(plan.questions) - len(done)
+        echo(f"resuming run {run_id}: {len(done)} subjects already done, {left} to go")
     scorer = SCORERS[cfg.scoring.method]
-    reserve = cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1
-    fits = _fits_check(lm, reserve)
+    fits = _fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
 
     results: list[QuestionResult] = []
-    example = ""
     multi_pass = 0
-    with tqdm(total=len(questions), desc="MMLU", unit="q", disable=not progress, file=sys.stderr) as bar:
-        for subject, qs in chosen.items():
-            bar.set_postfix_str(subject)
-            rendered = [prompts.fit(cfg.formulation, shots[subject], q, fits) for q in qs]
-            example = example or rendered[0].text
-            scores = scorer(lm, [p.text for p in rendered], cfg.scoring, cfg.batch_size, bar.update)
-            multi_pass += sum(s.multi_pass for s in scores)
-            results.extend(_to_results(rendered, scores, cfg.scoring.calibration))
+    try:
+        with tqdm(total=len(questions), desc="MMLU", unit="q", disable=not progress, file=sys.stderr) as bar:
+            for subject, qs in plan.questions.items():
+                if len(done.get(subject, ())) == len(qs):
+                    results.extend(done[subject])
+                    bar.update(len(qs))
+                    continue
+                bar.set_postfix_str(subject)
+                rendered = [prompts.fit(cfg.formulation, plan.shots[subject], q, fits) for q in qs]
+                scores = scorer(lm, [p.text for p in rendered], cfg.scoring, cfg.batch_size, bar.update)
+                multi_pass += sum(s.multi_pass for s in scores)
+                subject_results = _to_results(rendered, scores, cfg.scoring.calibration)
+                store.save_subject(run_id, subject, subject_results)
+                results.extend(subject_results)
+    except BaseException:
+        store.mark(run_id, "failed")  # still resumable: its committed subjects are kept
+        raise
     finished = time.time()
 
     agg = aggregate(results)
+    first = questions[0]
     record: dict[str, Any] = {
         "schema_version": 1,
+        "run_id": run_id,
         "config": to_dict(cfg),
         "model": asdict(lm.info),
         "data": {
             "source": cfg.data.source,
             "path": cfg.data.path,
-            "fingerprint": fingerprint(questions),
-            "dev_fingerprint": fingerprint(q for s in shots.values() for q in s),
+            "fingerprint": plan.fingerprint,
+            "dev_fingerprint": plan.dev_fingerprint,
             "n_questions": len(questions),
         },
         "prompt": {
             "formulation": cfg.formulation,
-            "template_hash": prompts.template_hash(cfg.formulation),
+            "template_hash": meta.template_hash,
             "k": cfg.k,
             "shots_used": dict(sorted(Counter(r.shots_used for r in results).items())),
             "truncated": sum(r.truncated for r in results),
-            "example": example,
+            "example": prompts.fit(cfg.formulation, plan.shots[first.subject], first, fits).text,
         },
         "scoring": {**to_dict(cfg.scoring), "multi_pass": multi_pass, "invalid": agg.invalid},
         "seeds": seeds,
         "versions": provenance.versions(),
-        "git_commit": provenance.git_commit(),
+        "git_commit": git,
         "host": provenance.host(),
         "timing": {
             "data_s": round(t_load - started, 3),
             "model_load_s": round(loaded - t_load, 3),
             "scoring_s": round(finished - loaded, 3),
-            "questions_per_s": round(len(questions) / max(finished - loaded, 1e-9), 3),
+            "questions_per_s": round(
+                (len(questions) - sum(map(len, done.values()))) / max(finished - loaded, 1e-9), 3
+            ),
+            "resumed_subjects": len(done),
             "total_s": round(time.time() - started, 3),
         },
         "scores": agg.to_json(),
@@ -152,9 +235,50 @@ def run(
     output_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(output_dir / PREDICTIONS_FILE, results)
     _write_json(output_dir / RESULTS_FILE, record)
+    store.finish(run_id, record)
     echo(table(agg))
     echo(
         f"{len(questions)} questions in {finished - loaded:.1f} s "
-        f"({record['timing']['questions_per_s']:.2f} q/s); results in {output_dir}"
+        f"({record['timing']['questions_per_s']:.2f} q/s); results in {output_dir}; run {run_id}"
     )
-    return RunOutput(results=results, scores=agg, record=record, output_dir=output_dir)
+    mlflow_id = None
+    if cfg.tracking.mlflow:
+        mlflow_id = log_to_mlflow(
+            store,
+            run_id,
+            record=record,
+            results=results,
+            uri=cfg.tracking.mlflow_uri,
+            experiment=cfg.tracking.experiment,
+            sweep=sweep,
+            echo=echo,
+        )
+    return RunOutput(run_id, results, agg, record, output_dir, mlflow_id)
+
+
+def log_to_mlflow(
+    store: SqlStore,
+    run_id: str,
+    *,
+    record: dict[str, Any],
+    results: Sequence[QuestionResult],
+    uri: str | None,
+    experiment: str,
+    sweep: str | None,
+    echo: Echo,
+) -> str | None:
+    """Log to MLflow and store the MLflow run id; on failure warn and leave the run unsynced."""
+    from mmlu_track.store_mlflow import MlflowUnavailable, log_run
+
+    try:
+        mlflow_id = log_run(record, results, uri=uri, experiment=experiment, run_id=run_id, sweep=sweep)
+    except MlflowUnavailable as err:
+        print(
+            f"mmlu_track: warning: {err}. The run is saved in the SQL store ({store.url}); "
+            f"log it to MLflow later with: python -m mmlu_track.runs --db '{store.url}' sync",
+            file=sys.stderr,
+        )
+        return None
+    store.set_mlflow_run(run_id, mlflow_id)
+    echo(f"MLflow run {mlflow_id} (experiment {experiment!r})")
+    return mlflow_id

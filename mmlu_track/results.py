@@ -92,6 +92,20 @@ class Scores:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Scores:
+        def table(d: dict[str, Any]) -> dict[str, Accuracy]:
+            return {k: Accuracy(**v) for k, v in d.items()}
+
+        return cls(
+            subjects=table(raw["subjects"]),
+            subcategories=table(raw["subcategories"]),
+            categories=table(raw["categories"]),
+            macro=Accuracy(**raw["macro"]),
+            micro=Accuracy(**raw["micro"]),
+            invalid=raw["invalid"],
+        )
+
 
 def aggregate(results: Iterable[QuestionResult]) -> Scores:
     """Scores of every subject present, their subcategories and categories, macro and micro."""

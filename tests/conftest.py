@@ -52,3 +52,14 @@ def tiny_lm(tiny_cfg: EvalConfig) -> Any:
     from mmlu_track import models
 
     return models.load(tiny_cfg)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,74 @@
+"""SQLAlchemy 2 typed ORM of the results store. Change it only together with a migration."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    """One evaluation. `identity` hashes everything that determines its results (for resuming)."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    identity: Mapped[str] = mapped_column(String(64), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # running | finished | failed
+    model_name: Mapped[str] = mapped_column(String(255), index=True)
+    model_revision: Mapped[str | None] = mapped_column(String(255))
+    scoring: Mapped[str] = mapped_column(String(32))
+    formulation: Mapped[str] = mapped_column(String(32))
+    k: Mapped[int] = mapped_column(Integer)
+    data_fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    template_hash: Mapped[str] = mapped_column(String(32))
+    git_commit: Mapped[str | None] = mapped_column(String(64))
+    config_json: Mapped[str] = mapped_column(Text)
+    record_json: Mapped[str | None] = mapped_column(Text)  # results.json once finished
+    n_questions: Mapped[int] = mapped_column(Integer)
+    acc_micro: Mapped[float | None] = mapped_column(Float)
+    acc_macro: Mapped[float | None] = mapped_column(Float)
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+    output_dir: Mapped[str | None] = mapped_column(Text)
+    sweep: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class SubjectScore(Base):
+    __tablename__ = "subject_scores"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(64), primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)
+    correct: Mapped[int] = mapped_column(Integer)
+    acc: Mapped[float] = mapped_column(Float)
+    stderr: Mapped[float | None] = mapped_column(Float)
+
+
+class QuestionRow(Base):
+    """One scored question; (subject, question_index) joins two runs question by question."""
+
+    __tablename__ = "question_results"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(64), primary_key=True)
+    question_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    prompt_hash: Mapped[str] = mapped_column(String(32))
+    shots_used: Mapped[int] = mapped_column(Integer)
+    n_tokens: Mapped[int] = mapped_column(Integer)
+    truncated: Mapped[bool] = mapped_column(Boolean)
+    logprob_a: Mapped[float | None] = mapped_column(Float)
+    logprob_b: Mapped[float | None] = mapped_column(Float)
+    logprob_c: Mapped[float | None] = mapped_column(Float)
+    logprob_d: Mapped[float | None] = mapped_column(Float)
+    generated: Mapped[str | None] = mapped_column(Text)
+    prediction: Mapped[int | None] = mapped_column(Integer)
+    gold: Mapped[int] = mapped_column(Integer)
+    correct: Mapped[bool] = mapped_column(Boolean)
+    margin: Mapped[float | None] = mapped_column(Float)

@@ -1,0 +1,125 @@
+"""`python -m mmlu_track.runs`: list, show and sync the runs in the SQL store.
+
+python -m mmlu_track.runs list                # newest first, with MLflow run ids
+python -m mmlu_track.runs show RUN            # one run: settings and per-subject scores
+python -m mmlu_track.runs sync                # log finished runs that MLflow missed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from mmlu_track.config import DEFAULT_DB_URL
+
+if TYPE_CHECKING:
+    from mmlu_track.store_sql import SqlStore
+
+_ROW = "{:<12} {:<9} {:<28} {:<8} {:<9} {:>2} {:>6} {:>6} {:>6}  {:<19}  {}"
+
+
+def _list(store: SqlStore, args: argparse.Namespace) -> int:
+    runs = store.runs(limit=args.limit)
+    if not runs:
+        print(f"no runs in {store.url}")
+        return 0
+    print(
+        _ROW.format(
+            "run",
+            "status",
+            "model",
+            "scoring",
+            "form.",
+            "k",
+            "n",
+            "micro",
+            "macro",
+            "created (UTC)",
+            "mlflow",
+        )
+    )
+    for r in runs:
+        micro = f"{r.acc_micro:.4f}" if r.acc_micro is not None else "-"
+        macro = f"{r.acc_macro:.4f}" if r.acc_macro is not None else "-"
+        created = f"{r.created_at:%Y-%m-%d %H:%M:%S}"
+        cells = (r.id[:12], r.status, r.model_name[:28], r.scoring, r.formulation, r.k, r.n_questions)
+        print(_ROW.format(*cells, micro, macro, created, r.mlflow_run_id or "-"))
+    return 0
+
+
+def _show(store: SqlStore, args: argparse.Namespace) -> int:
+    run = store.get(args.run)
+    if run is None:
+        print(f"mmlu_track.runs: error: no run {args.run!r} in {store.url}", file=sys.stderr)
+        return 2
+    print(f"run {run.id}  status {run.status}  mlflow {run.mlflow_run_id or '-'}")
+    print(
+        f"model {run.model_name} ({run.model_revision or '-'}), {run.scoring}, {run.formulation}, k={run.k}"
+    )
+    print(f"data {run.data_fingerprint}  template {run.template_hash}  commit {run.git_commit or '-'}")
+    print(f"created {run.created_at}  finished {run.finished_at or '-'}  output {run.output_dir or '-'}")
+    if run.record_json:
+        from mmlu_track.results import Scores, table
+
+        print(table(Scores.from_json(json.loads(run.record_json)["scores"])))
+    else:
+        done = {r.subject for r in store.question_results(run.id)}
+        print(f"unfinished: {len(done)} subjects committed")
+    return 0
+
+
+def _sync(store: SqlStore, args: argparse.Namespace) -> int:
+    from mmlu_track.pipeline import log_to_mlflow
+
+    pending = store.runs(limit=10_000, unsynced=True)
+    failed = 0
+    for run in pending:
+        assert run.record_json is not None
+        ok = log_to_mlflow(
+            store,
+            run.id,
+            record=json.loads(run.record_json),
+            results=store.question_results(run.id),
+            uri=args.mlflow_uri,
+            experiment=args.experiment,
+            sweep=run.sweep,
+            echo=print,
+        )
+        failed += ok is None
+    print(f"{len(pending) - failed} of {len(pending)} unsynced runs logged to MLflow")
+    return 1 if failed else 0
+
+
+COMMANDS = {"list": _list, "show": _show, "sync": _sync}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mmlu_track.runs", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--db", default=os.environ.get("MMLU_TRACK_DB_URL", DEFAULT_DB_URL), help="SQLAlchemy URL"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_list = sub.add_parser("list", help="list runs, newest first")
+    p_list.add_argument("--limit", type=int, default=50)
+    p_show = sub.add_parser("show", help="show one run")
+    p_show.add_argument("run", help="run id (or a unique prefix), or its MLflow run id")
+    p_sync = sub.add_parser("sync", help="log finished runs that are not in MLflow yet")
+    p_sync.add_argument("--mlflow-uri", default=None, help="tracking URI (default: MLflow's own default)")
+    p_sync.add_argument("--experiment", default="mmlu_track")
+    args = parser.parse_args(argv)
+
+    from mmlu_track.store_sql import SqlStore, StoreError
+
+    try:
+        store = SqlStore(args.db)
+    except StoreError as err:
+        print(f"mmlu_track.runs: error: {err}", file=sys.stderr)
+        return 2
+    return COMMANDS[args.command](store, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Logging a finished run to MLflow (params, tags, metrics, artifacts) from its stored record.
+
+Everything logged is rebuilt from the run's `results.json` record and its per-question results,
+so a run saved while MLflow was unreachable can be logged later (`python -m mmlu_track.runs sync`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import urllib.request
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mmlu_track.results import QuestionResult, Scores, write_jsonl
+
+SWEEP_TAG = "mmlu_track.sweep"
+RUN_ID_TAG = "mmlu_track.run_id"
+
+
+class MlflowUnavailable(RuntimeError):
+    pass
+
+
+def metric_key(*parts: str) -> str:
+    """MLflow keys allow letters, digits, `_-./` and spaces: `other (business, ...)` -> `other`."""
+    cleaned = [
+        re.sub(r"[^A-Za-z0-9_\-. ]", "", re.sub(r"\s*\(.*\)", "", p)).strip().replace(" ", "_") for p in parts
+    ]
+    return "/".join(cleaned)
+
+
+def metrics(record: dict[str, Any]) -> dict[str, float]:
+    scores = Scores.from_json(record["scores"])
+    out: dict[str, float] = {
+        "acc_micro": scores.micro.acc,
+        "acc_macro": scores.macro.acc,
+        "invalid": float(scores.invalid),
+        "n_questions": float(scores.micro.n),
+        "questions_per_s": float(record["timing"]["questions_per_s"]),
+    }
+    if scores.micro.stderr is not None:
+        out["stderr_micro"] = scores.micro.stderr
+    if scores.macro.stderr is not None:
+        out["stderr_macro"] = scores.macro.stderr
+    for group, table in (
+        ("", scores.subjects),
+        ("category", scores.categories),
+        ("subcategory", scores.subcategories),
+    ):
+        for name, a in table.items():
+            parts = (group, name) if group else (name,)
+            out[metric_key("acc", *parts)] = a.acc
+            if a.stderr is not None:
+                out[metric_key("stderr", *parts)] = a.stderr
+    return out
+
+
+def params(record: dict[str, Any]) -> dict[str, str]:
+    cfg = record["config"]
+    model = record["model"]
+    subjects = cfg["subjects"]
+    out = {
+        "model.name": model["name"],
+        "model.source": model["source"],
+        "model.location": model["location"],
+        "model.revision": model["revision"],
+        "model.weights_sha256": model["weights_sha256"],
+        "model.add_bos": model["add_bos"],
+        "model.max_length": model["max_length"],
+        "dtype": cfg["dtype"],
+        "scoring": cfg["scoring"]["method"],
+        "scoring.calibration": cfg["scoring"]["calibration"],
+        "scoring.max_new_tokens": cfg["scoring"]["max_new_tokens"],
+        "formulation": cfg["formulation"],
+        "k": cfg["k"],
+        "shot_selection": cfg["shot_selection"],
+        "seed": cfg["seed"],
+        "limit": cfg["limit"],
+        "subjects": "all" if len(subjects) == 57 else ",".join(subjects),
+        "batch_size": cfg["batch_size"],
+        "data.source": record["data"]["source"],
+        "data.fingerprint": record["data"]["fingerprint"],
+        "prompt.template_hash": record["prompt"]["template_hash"],
+    }
+    out.update({f"version.{k}": v for k, v in record["versions"].items()})
+    return {k: str(v)[:6000] for k, v in out.items()}
+
+
+def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
+    """Fail fast on an HTTP tracking server that does not answer (MLflow itself retries for minutes)."""
+    if uri and uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as resp:
+                resp.read()
+        except OSError as err:
+            raise MlflowUnavailable(f"MLflow server {uri} is unreachable: {err}") from err
+
+
+def log_run(
+    record: dict[str, Any],
+    results: Sequence[QuestionResult],
+    *,
+    uri: str | None,
+    experiment: str,
+    run_id: str,
+    sweep: str | None,
+) -> str:
+    """Log one finished run; return the MLflow run id. Raises `MlflowUnavailable` on failure."""
+    check_reachable(uri)
+    try:
+        return _log(record, results, uri=uri, experiment=experiment, run_id=run_id, sweep=sweep)
+    except MlflowUnavailable:
+        raise
+    except Exception as err:  # MLflow raises many types for a broken store; all mean "not logged"
+        raise MlflowUnavailable(f"logging to MLflow ({uri or 'default'}) failed: {err}") from err
+
+
+def _log(
+    record: dict[str, Any],
+    results: Sequence[QuestionResult],
+    *,
+    uri: str | None,
+    experiment: str,
+    run_id: str,
+    sweep: str | None,
+) -> str:
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    from mmlu_track.plots import subject_accuracy_png
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+    cfg = record["config"]
+    name = f"{record['model']['name']}-{cfg['formulation']}-k{cfg['k']}-{cfg['scoring']['method']}"
+    tags = {
+        RUN_ID_TAG: run_id,
+        "git_commit": record.get("git_commit") or "unknown",
+        "host": record["host"]["hostname"],
+        "device": record["model"]["device"],
+        "model": record["model"]["name"],
+    }
+    if sweep:
+        tags[SWEEP_TAG] = sweep
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
+        run = client.create_run(exp_id, run_name=name, tags=tags)
+        rid = run.info.run_id
+        ts = int(run.info.start_time)
+        client.log_batch(
+            rid,
+            metrics=[Metric(k, v, ts, 0) for k, v in metrics(record).items()],
+            params=[Param(k, v) for k, v in params(record).items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            (out / "results.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
+            write_jsonl(out / "predictions.jsonl", results)
+            (out / "config.json").write_text(json.dumps(record["config"], indent=2))
+            (out / "example_prompt.txt").write_text(record["prompt"]["example"])
+            subject_accuracy_png(Scores.from_json(record["scores"]), out / "subject_accuracy.png", name)
+            client.log_artifacts(rid, str(out))
+        client.set_terminated(rid)
+    return str(rid)

@@ -1,0 +1,229 @@
+"""The SQL results store: any SQLAlchemy URL; SQLite by default, opened for concurrent writers.
+
+The schema comes only from the Alembic migrations in `migrations/`; `SqlStore` upgrades the
+database to head when it opens it and refuses one newer than this code. Results are committed
+per subject, so a killed run loses at most the subject in progress and resumes from there.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, delete, event, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from mmlu_track.orm import QuestionRow, Run, SubjectScore
+from mmlu_track.results import Accuracy, QuestionResult
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+UNFINISHED = ("running", "failed")
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used (unreachable, or its schema is not one this code knows)."""
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 60})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, decide when transactions begin (see "begin" below).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout=60000")  # wait for other writers instead of failing
+        cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # Take the write lock up front: concurrent writers (and concurrent Alembic upgrades)
+        # queue on busy_timeout instead of failing on a read-to-write lock upgrade.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def upgrade(engine: Engine) -> str:
+    """Upgrade the database to the newest migration; return that revision."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
+    if current is not None and current not in known:
+        raise StoreError(
+            f"database schema {current} is newer than this mmlu_track (head {head}): upgrade mmlu_track"
+        )
+    if current != head:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    assert head is not None
+    return head
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """What identifies a run before it has results."""
+
+    identity: str
+    model_name: str
+    model_revision: str | None
+    scoring: str
+    formulation: str
+    k: int
+    data_fingerprint: str
+    template_hash: str
+    git_commit: str | None
+    config: dict[str, Any]
+    n_questions: int
+    output_dir: str | None
+    sweep: str | None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _to_row(run_id: str, r: QuestionResult) -> QuestionRow:
+    lp = r.logprobs or (None, None, None, None)
+    return QuestionRow(
+        run_id=run_id, subject=r.subject, question_index=r.index, prompt_hash=r.prompt_hash,
+        shots_used=r.shots_used, n_tokens=r.n_tokens, truncated=r.truncated,
+        logprob_a=lp[0], logprob_b=lp[1], logprob_c=lp[2], logprob_d=lp[3],
+        generated=r.generated, prediction=r.prediction, gold=r.gold, correct=r.correct, margin=r.margin,
+    )  # fmt: skip
+
+
+def _from_row(row: QuestionRow) -> QuestionResult:
+    lps = (row.logprob_a, row.logprob_b, row.logprob_c, row.logprob_d)
+    return QuestionResult(
+        subject=row.subject, index=row.question_index, prompt_hash=row.prompt_hash,
+        shots_used=row.shots_used, n_tokens=row.n_tokens, truncated=row.truncated,
+        logprobs=None if lps[0] is None else (lps[0], lps[1], lps[2], lps[3]),  # type: ignore[arg-type]
+        generated=row.generated, prediction=row.prediction, gold=row.gold, margin=row.margin,
+    )  # fmt: skip
+
+
+class SqlStore:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        try:
+            self.engine = make_engine(url)
+            self.revision = upgrade(self.engine)
+        except StoreError:
+            raise
+        except Exception as err:  # the driver's errors vary by backend; all mean "unusable"
+            raise StoreError(f"cannot open the results database {url}: {err}") from err
+
+    def start_or_resume(self, meta: RunMeta) -> tuple[str, dict[str, list[QuestionResult]]]:
+        """The newest unfinished run with the same identity and its committed subjects, or a new run."""
+        with Session(self.engine) as s, s.begin():
+            run = s.scalars(
+                select(Run)
+                .where(Run.identity == meta.identity, Run.status.in_(UNFINISHED))
+                .order_by(Run.created_at.desc())
+                .limit(1)
+            ).first()
+            if run is None:
+                run = Run(
+                    id=uuid.uuid4().hex, identity=meta.identity, status="running",
+                    model_name=meta.model_name, model_revision=meta.model_revision, scoring=meta.scoring,
+                    formulation=meta.formulation, k=meta.k, data_fingerprint=meta.data_fingerprint,
+                    template_hash=meta.template_hash, git_commit=meta.git_commit,
+                    config_json=json.dumps(meta.config), n_questions=meta.n_questions,
+                    output_dir=meta.output_dir, sweep=meta.sweep, created_at=_now(),
+                )  # fmt: skip
+                s.add(run)
+                return run.id, {}
+            run.status = "running"
+            run.output_dir = meta.output_dir
+            done: dict[str, list[QuestionResult]] = {}
+            rows = s.scalars(
+                select(QuestionRow).where(QuestionRow.run_id == run.id).order_by(QuestionRow.question_index)
+            )
+            for row in rows:
+                done.setdefault(row.subject, []).append(_from_row(row))
+            return run.id, done
+
+    def save_subject(self, run_id: str, subject: str, results: Sequence[QuestionResult]) -> None:
+        """Commit one subject's questions and score in one transaction (replacing any earlier try)."""
+        acc = Accuracy.of([r.correct for r in results])
+        with Session(self.engine) as s, s.begin():
+            s.execute(delete(QuestionRow).where(QuestionRow.run_id == run_id, QuestionRow.subject == subject))
+            s.execute(
+                delete(SubjectScore).where(SubjectScore.run_id == run_id, SubjectScore.subject == subject)
+            )
+            s.add_all(_to_row(run_id, r) for r in results)
+            s.add(
+                SubjectScore(
+                    run_id=run_id,
+                    subject=subject,
+                    n=acc.n,
+                    correct=acc.correct,
+                    acc=acc.acc,
+                    stderr=acc.stderr,
+                )
+            )
+
+    def finish(self, run_id: str, record: dict[str, Any]) -> None:
+        with Session(self.engine) as s, s.begin():
+            run = s.get_one(Run, run_id)
+            run.status = "finished"
+            run.finished_at = _now()
+            run.record_json = json.dumps(record)
+            run.acc_micro = record["scores"]["micro"]["acc"]
+            run.acc_macro = record["scores"]["macro"]["acc"]
+
+    def mark(self, run_id: str, status: str) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.get_one(Run, run_id).status = status
+
+    def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.get_one(Run, run_id).mlflow_run_id = mlflow_run_id
+
+    def runs(self, limit: int = 50, unsynced: bool = False) -> list[Run]:
+        query = select(Run).order_by(Run.created_at.desc()).limit(limit)
+        if unsynced:
+            query = query.where(Run.status == "finished", Run.mlflow_run_id.is_(None))
+        with Session(self.engine, expire_on_commit=False) as s:
+            return list(s.scalars(query))
+
+    def get(self, run_id: str) -> Run | None:
+        """A run by id, or by a unique prefix of it, or by its MLflow run id."""
+        with Session(self.engine, expire_on_commit=False) as s:
+            run = s.get(Run, run_id) or s.scalars(select(Run).where(Run.mlflow_run_id == run_id)).first()
+            if run is None:
+                found = list(s.scalars(select(Run).where(Run.id.startswith(run_id)).limit(2)))
+                run = found[0] if len(found) == 1 else None
+            return run
+
+    def question_results(self, run_id: str) -> list[QuestionResult]:
+        with Session(self.engine) as s:
+            rows = s.scalars(
+                select(QuestionRow)
+                .where(QuestionRow.run_id == run_id)
+                .order_by(QuestionRow.subject, QuestionRow.question_index)
+            )
+            return [_from_row(r) for r in rows]
