@@ -63,3 +63,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+def tiny_run_cfg(db_url: str, *overrides: str) -> EvalConfig:
+    """The smoke preset, recorded in `db_url` only (no MLflow) unless overrides say otherwise."""
+    return compose_eval(
+        ["experiment=smoke", "device=cpu", "tracking=sql_only", f"tracking.db_url={db_url}", *overrides]
+    )

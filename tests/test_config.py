@@ -16,7 +16,9 @@ from .conftest import CONF_DIR, compose_eval, compose_raw
 REQUIRED = {
     "model=hf_hub": ["model.name_or_path=/models/some-model"],
     "data=local": ["data.path=/data/mmlu"],
+    "tracking=server": ["tracking.mlflow_uri=http://127.0.0.1:5000"],
 }
+GROUPS = ("model", "scoring", "data", "tracking", "experiment")
 
 
 def _options(group: str) -> list[str]:
@@ -25,7 +27,7 @@ def _options(group: str) -> list[str]:
 
 @pytest.mark.parametrize(
     "override",
-    [f"{g}={o}" for g in ("model", "scoring", "data", "experiment") for o in _options(g)],
+    [f"{g}={o}" for g in GROUPS for o in _options(g)],
 )
 def test_every_config_composes_and_validates(override: str) -> None:
     cfg = compose_eval([override, *REQUIRED.get(override, [])])
@@ -119,7 +121,5 @@ def test_subject_suggestion() -> None:
 
 def test_every_conf_file_is_covered() -> None:
     files = {p.relative_to(CONF_DIR).as_posix() for p in Path(CONF_DIR).rglob("*.yaml")}
-    covered = {"eval.yaml"} | {
-        f"{g}/{o}.yaml" for g in ("model", "scoring", "data", "experiment") for o in _options(g)
-    }
+    covered = {"eval.yaml"} | {f"{g}/{o}.yaml" for g in GROUPS for o in _options(g)}
     assert files == covered

@@ -1,0 +1,79 @@
+"""A run killed midway (SIGKILL or SIGINT) resumes where it stopped and ends as an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from mmlu_track.orm import Run, SubjectScore
+from mmlu_track.pipeline import run
+from mmlu_track.store_sql import SqlStore
+
+from .conftest import tiny_run_cfg
+
+SUBJECTS = "[high_school_psychology,professional_law,miscellaneous,moral_scenarios]"
+ARGS = ["k=2", f"subjects={SUBJECTS}", "limit=100", "batch_size=4"]
+
+
+def _start(db: str, out: Path) -> subprocess.Popen[str]:
+    cmd = [
+        sys.executable, "-m", "mmlu_track", "experiment=smoke", "device=cpu", "tracking=sql_only",
+        f"tracking.db_url={db}", *ARGS, f"hydra.run.dir={out}",
+    ]  # fmt: skip
+    env = {**os.environ, "HYDRA_FULL_ERROR": ""}
+    return subprocess.Popen(
+        cmd, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _committed_subjects(store: SqlStore) -> int:
+    with Session(store.engine) as s:
+        return int(s.scalar(select(func.count()).select_from(SubjectScore)) or 0)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_run_resumes_and_equals_an_uninterrupted_run(tmp_path: Path, sig: signal.Signals) -> None:
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    store = SqlStore(db)
+    proc = _start(db, tmp_path / "first")
+    deadline = time.time() + 240
+    while _committed_subjects(store) < 1:
+        assert proc.poll() is None, f"finished before it could be killed: {proc.communicate()}"
+        assert time.time() < deadline, "no subject was committed in time"
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    with Session(store.engine) as s:
+        (killed,) = s.scalars(select(Run))
+        assert killed.status in ("running", "failed")  # SIGKILL leaves "running", SIGINT marks "failed"
+    done_before = _committed_subjects(store)
+    assert 1 <= done_before < 4
+
+    second = _start(db, tmp_path / "second")
+    stdout, stderr = second.communicate(timeout=300)
+    assert second.returncode == 0, stderr
+    assert f"resuming run {killed.id}: {done_before} subjects already done" in stdout
+
+    reference = run(
+        tiny_run_cfg(f"sqlite:///{tmp_path / 'ref.db'}", *ARGS),
+        tmp_path / "ref",
+        progress=False,
+        echo=lambda _: None,
+    )
+    resumed = store.get(killed.id)
+    assert resumed is not None
+    assert resumed.status == "finished"
+    assert store.question_results(killed.id) == sorted(reference.results, key=lambda r: (r.subject, r.index))
+    assert resumed.acc_micro == reference.scores.micro.acc
+    assert (tmp_path / "second" / "predictions.jsonl").read_text() == (
+        tmp_path / "ref" / "predictions.jsonl"
+    ).read_text()
