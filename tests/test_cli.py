@@ -48,6 +48,19 @@ def test_end_to_end_run_writes_results_and_is_reproducible(tmp_path: Path) -> No
     # Same config, same results, question by question.
     assert (outs[0] / "predictions.jsonl").read_text() == (outs[1] / "predictions.jsonl").read_text()
     assert (outs[0] / ".hydra" / "config.yaml").is_file()
+    # Recorded with the default tracking: the project's SQLite file and MLflow's default store.
+    from mlflow.tracking import MlflowClient
+
+    from mmlu_track.store_sql import SqlStore
+
+    store = SqlStore(f"sqlite:///{tmp_path / 'mmlu_track.db'}")
+    stored = store.runs()
+    assert len(stored) == 2
+    assert all(r.status == "finished" and r.mlflow_run_id for r in stored)
+    assert len(store.question_results(record["run_id"])) == 6
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    logged = client.get_run(next(r.mlflow_run_id for r in stored if r.id == record["run_id"]))
+    assert logged.data.metrics["acc_micro"] == record["scores"]["micro"]["acc"]
 
 
 @pytest.mark.parametrize(
@@ -87,6 +100,10 @@ def test_multirun_gives_one_output_per_job(tmp_path: Path) -> None:
     records = sorted((tmp_path / "sweep").glob("*/results.json"))
     assert len(records) == 2
     assert sorted(json.loads(p.read_text())["config"]["k"] for p in records) == [0, 1]
+    from mmlu_track.store_sql import SqlStore
+
+    sweeps = {r.sweep for r in SqlStore(f"sqlite:///{tmp_path / 'mmlu_track.db'}").runs()}
+    assert sweeps == {str((tmp_path / "sweep").resolve())}
 
 
 def test_readme_commands_exist() -> None:

@@ -1,0 +1,159 @@
+"""MLflow logging against a real `mlflow server` on 127.0.0.1 (SQLite backend), read back by its client."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mmlu_track.pipeline import run
+from mmlu_track.runs import main as runs_main
+from mmlu_track.store_mlflow import RUN_ID_TAG, SWEEP_TAG, metric_key
+from mmlu_track.store_sql import SqlStore
+
+from .conftest import tiny_run_cfg
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    cmd = [
+        sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+        "--workers", "1",
+    ]  # fmt: skip
+    log = (root / "server.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2):
+                break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+    yield uri
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+def test_run_is_logged_with_params_metrics_tags_and_artifacts(
+    mlflow_server: str, sqlite_url: str, tmp_path: Path
+) -> None:
+    cfg = tiny_run_cfg(
+        sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_server}", "tracking.experiment=t1"
+    )
+    out = run(cfg, tmp_path / "out", progress=False, echo=lambda _: None, sweep="/sweeps/s1")
+    assert out.mlflow_run_id is not None
+    stored = SqlStore(sqlite_url).get(out.run_id)
+    assert stored is not None
+    assert stored.mlflow_run_id == out.mlflow_run_id
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    got = client.get_run(out.mlflow_run_id)
+    m, p, t = got.data.metrics, got.data.params, got.data.tags
+    assert m["acc_micro"] == pytest.approx(out.scores.micro.acc)
+    assert m["acc_macro"] == pytest.approx(out.scores.macro.acc)
+    assert m["acc/anatomy"] == pytest.approx(out.scores.subjects["anatomy"].acc)
+    assert "stderr/anatomy" in m
+    assert "stderr_micro" in m
+    assert m[metric_key("acc", "category", "other (business, health, misc.)")] == pytest.approx(
+        out.scores.categories["other (business, health, misc.)"].acc
+    )
+    assert "acc/category/other" in m
+    assert "acc/category/STEM" in m
+    assert "acc/subcategory/computer_science" not in m  # only subcategories that were evaluated
+    assert p["model.name"] == "tiny-random-llama"
+    assert p["scoring"] == "logprob"
+    assert p["formulation"] == "original"
+    assert p["k"] == "2"
+    assert p["data.fingerprint"] == out.record["data"]["fingerprint"]
+    assert p["prompt.template_hash"] == out.record["prompt"]["template_hash"]
+    assert p["version.transformers"] == out.record["versions"]["transformers"]
+    assert t[RUN_ID_TAG] == out.run_id
+    assert t[SWEEP_TAG] == "/sweeps/s1"
+    assert "git_commit" in t
+    assert t["device"] == "cpu"
+    artifacts = {a.path for a in client.list_artifacts(out.mlflow_run_id)}
+    assert artifacts >= {
+        "results.json",
+        "predictions.jsonl",
+        "config.json",
+        "example_prompt.txt",
+        "subject_accuracy.png",
+    }
+    png = Path(client.download_artifacts(out.mlflow_run_id, "subject_accuracy.png", str(tmp_path)))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mlflow_down_keeps_the_run_and_sync_logs_it_later(
+    mlflow_server: str, sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}"
+    cfg = tiny_run_cfg(
+        sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={dead}", "tracking.experiment=t2"
+    )
+    out = run(cfg, tmp_path / "out", progress=False, echo=lambda _: None)
+    assert out.mlflow_run_id is None
+    assert "is unreachable" in capsys.readouterr().err
+    store = SqlStore(sqlite_url)
+    stored = store.get(out.run_id)
+    assert stored is not None
+    assert stored.status == "finished"
+    assert stored.mlflow_run_id is None
+    assert len(store.question_results(out.run_id)) == 6
+
+    assert runs_main(["--db", sqlite_url, "sync", "--mlflow-uri", mlflow_server, "--experiment", "t2"]) == 0
+    synced = store.get(out.run_id)
+    assert synced is not None
+    assert synced.mlflow_run_id is not None
+    got = MlflowClient(tracking_uri=mlflow_server).get_run(synced.mlflow_run_id)
+    assert got.data.metrics["acc_micro"] == pytest.approx(out.scores.micro.acc)
+    assert runs_main(["--db", sqlite_url, "sync", "--mlflow-uri", mlflow_server]) == 0
+    assert "0 of 0 unsynced runs" in capsys.readouterr().out
+
+
+def test_runs_cli_lists_and_shows(sqlite_url: str, tmp_path: Path) -> None:
+    out = run(tiny_run_cfg(sqlite_url), tmp_path / "out", progress=False, echo=lambda _: None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mmlu_track.runs", "--db", sqlite_url, "list"],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert out.run_id[:12] in proc.stdout
+    assert "tiny-random-llama" in proc.stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "mmlu_track.runs", "--db", sqlite_url, "show", out.run_id[:12]],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "micro average" in shown.stdout
+    assert out.record["data"]["fingerprint"] in shown.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "mmlu_track.runs", "--db", sqlite_url, "show", "nope"],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert missing.returncode == 2
+    assert "no run 'nope'" in missing.stderr
