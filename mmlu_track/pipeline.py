@@ -136,13 +136,24 @@ def run(
     sweep: str | None = None,
 ) -> RunOutput:
     """Evaluate `cfg.model`, record the run in the SQL store and MLflow, write files to `output_dir`."""
+    from mmlu_track.store_sql import SqlStore
+
+    store = SqlStore(cfg.tracking.db_url)  # fail before any work when the database is unusable
+    try:
+        return _run(cfg, output_dir, store, progress=progress, echo=echo, sweep=sweep)
+    finally:
+        store.close()
+
+
+def _run(
+    cfg: EvalConfig, output_dir: Path, store: SqlStore, *, progress: bool, echo: Echo, sweep: str | None
+) -> RunOutput:
     from tqdm import tqdm
 
-    from mmlu_track.store_sql import RunMeta, SqlStore
+    from mmlu_track.store_sql import RunMeta
 
     started = time.time()
     seeds = provenance.set_seeds(cfg.seed)
-    store = SqlStore(cfg.tracking.db_url)  # fail before any work when the database is unusable
     plan = _plan(cfg)
     questions = plan.all_questions
     t_load = time.time()

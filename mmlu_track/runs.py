@@ -118,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as err:
         print(f"mmlu_track.runs: error: {err}", file=sys.stderr)
         return 2
-    return COMMANDS[args.command](store, args)
+    try:
+        return COMMANDS[args.command](store, args)
+    finally:
+        store.close()
 
 
 if __name__ == "__main__":

@@ -136,6 +136,10 @@ class SqlStore:
         except Exception as err:  # the driver's errors vary by backend; all mean "unusable"
             raise StoreError(f"cannot open the results database {url}: {err}") from err
 
+    def close(self) -> None:
+        """Close pooled connections (servers such as PostgreSQL otherwise keep them open)."""
+        self.engine.dispose()
+
     def start_or_resume(self, meta: RunMeta) -> tuple[str, dict[str, list[QuestionResult]]]:
         """The newest unfinished run with the same identity and its committed subjects, or a new run."""
         with Session(self.engine) as s, s.begin():
