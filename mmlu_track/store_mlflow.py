@@ -112,59 +112,45 @@ def log_run(
     """Log one finished run; return the MLflow run id. Raises `MlflowUnavailable` on failure."""
     check_reachable(uri)
     try:
-        return _log(record, results, uri=uri, experiment=experiment, run_id=run_id, sweep=sweep)
-    except MlflowUnavailable:
-        raise
+        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.tracking import MlflowClient
+
+        from mmlu_track.plots import subject_accuracy_png
+
+        client = MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+        cfg = record["config"]
+        name = f"{record['model']['name']}-{cfg['formulation']}-k{cfg['k']}-{cfg['scoring']['method']}"
+        tags = {
+            RUN_ID_TAG: run_id,
+            "git_commit": record.get("git_commit") or "unknown",
+            "host": record["host"]["hostname"],
+            "device": record["model"]["device"],
+            "model": record["model"]["name"],
+        }
+        if sweep:
+            tags[SWEEP_TAG] = sweep
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
+            run = client.create_run(exp_id, run_name=name, tags=tags)
+            rid = run.info.run_id
+            ts = int(run.info.start_time)
+            client.log_batch(
+                rid,
+                metrics=[Metric(k, v, ts, 0) for k, v in metrics(record).items()],
+                params=[Param(k, v) for k, v in params(record).items()],
+                tags=[RunTag(k, v) for k, v in tags.items()],
+            )
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp)
+                (out / "results.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
+                write_jsonl(out / "predictions.jsonl", results)
+                (out / "config.json").write_text(json.dumps(record["config"], indent=2))
+                (out / "example_prompt.txt").write_text(record["prompt"]["example"])
+                subject_accuracy_png(Scores.from_json(record["scores"]), out / "subject_accuracy.png", name)
+                client.log_artifacts(rid, str(out))
+            client.set_terminated(rid)
+        return str(rid)
     except Exception as err:  # MLflow raises many types for a broken store; all mean "not logged"
         raise MlflowUnavailable(f"logging to MLflow ({uri or 'default'}) failed: {err}") from err
-
-
-def _log(
-    record: dict[str, Any],
-    results: Sequence[QuestionResult],
-    *,
-    uri: str | None,
-    experiment: str,
-    run_id: str,
-    sweep: str | None,
-) -> str:
-    from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
-
-    from mmlu_track.plots import subject_accuracy_png
-
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
-    cfg = record["config"]
-    name = f"{record['model']['name']}-{cfg['formulation']}-k{cfg['k']}-{cfg['scoring']['method']}"
-    tags = {
-        RUN_ID_TAG: run_id,
-        "git_commit": record.get("git_commit") or "unknown",
-        "host": record["host"]["hostname"],
-        "device": record["model"]["device"],
-        "model": record["model"]["name"],
-    }
-    if sweep:
-        tags[SWEEP_TAG] = sweep
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
-        run = client.create_run(exp_id, run_name=name, tags=tags)
-        rid = run.info.run_id
-        ts = int(run.info.start_time)
-        client.log_batch(
-            rid,
-            metrics=[Metric(k, v, ts, 0) for k, v in metrics(record).items()],
-            params=[Param(k, v) for k, v in params(record).items()],
-            tags=[RunTag(k, v) for k, v in tags.items()],
-        )
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp)
-            (out / "results.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
-            write_jsonl(out / "predictions.jsonl", results)
-            (out / "config.json").write_text(json.dumps(record["config"], indent=2))
-            (out / "example_prompt.txt").write_text(record["prompt"]["example"])
-            subject_accuracy_png(Scores.from_json(record["scores"]), out / "subject_accuracy.png", name)
-            client.log_artifacts(rid, str(out))
-        client.set_terminated(rid)
-    return str(rid)
