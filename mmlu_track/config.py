@@ -116,6 +116,40 @@ class EvalConfig:
     cache_dir: str = "~/.cache/mmlu_track"
 
 
+CompareMode = Literal["gate", "fewshot_gap"]
+Correction = Literal["holm", "fdr_bh"]
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """A release policy. Fail when non-inferiority (margin δ) is not shown or the overall drop is
+    significant; flag subjects significant after `correction` whose drop is >= `min_effect`
+    (and fail on them too when `fail_on_flagged_subjects`). `warn_only` always exits 0."""
+
+    name: str
+    alpha: float = 0.05
+    margin: float = 0.01
+    min_effect: float = 0.05
+    correction: Correction = "holm"
+    fail_on_flagged_subjects: bool = False
+    warn_only: bool = False
+    bootstrap_resamples: int = 2000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """`python -m mmlu_track.compare`: a run is a SQL run id (or prefix), an MLflow run id, a model
+    name (its latest finished run with the other side's settings) or `models:/<name>@<alias>`."""
+
+    baseline: str
+    candidate: str
+    gate: GateConfig
+    tracking: TrackingConfig = TrackingConfig()
+    mode: CompareMode = "gate"
+    compare_experiment: str = "mmlu_track_compare"
+
+
 def _suggest(value: str, allowed: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(value, allowed, n=3)
     return f" (did you mean {', '.join(close)}?)" if close else ""
@@ -155,6 +189,10 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, got {value!r}")
         return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        return float(value)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{key} must be an integer, got {value!r}")
@@ -237,6 +275,21 @@ def _check_values(cfg: EvalConfig) -> None:
         raise ConfigError("model.gguf_file is required for model.source=gguf")
     if cfg.data.source in ("hub", "local") and not cfg.data.path:
         raise ConfigError(f"data.path is required for data.source={cfg.data.source}")
+
+
+def compare_config_from_dict(raw: Mapping[str, Any]) -> CompareConfig:
+    """Build and validate a `CompareConfig` from a resolved, plain mapping."""
+    cfg: CompareConfig = _dataclass_from_mapping(CompareConfig, raw, "")
+    g = cfg.gate
+    if not 0 < g.alpha < 1:
+        raise ConfigError(f"gate.alpha={g.alpha} must be between 0 and 1")
+    if not 0 <= g.margin < 1:
+        raise ConfigError(f"gate.margin={g.margin} must be in [0, 1): an accuracy difference, 0.01 = 1 point")
+    if not 0 <= g.min_effect < 1:
+        raise ConfigError(f"gate.min_effect={g.min_effect} must be in [0, 1): 0.05 = 5 points")
+    if g.bootstrap_resamples < 0:
+        raise ConfigError(f"gate.bootstrap_resamples={g.bootstrap_resamples} must be >= 0 (0 = no bootstrap)")
+    return cfg
 
 
 def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:

@@ -72,3 +72,25 @@ class QuestionRow(Base):
     gold: Mapped[int] = mapped_column(Integer)
     correct: Mapped[bool] = mapped_column(Boolean)
     margin: Mapped[float | None] = mapped_column(Float)
+
+
+class ComparisonRow(Base):
+    """One comparison of two runs (`python -m mmlu_track.compare`) and its verdict."""
+
+    __tablename__ = "comparisons"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    baseline_run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    candidate_run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    policy: Mapped[str] = mapped_column(String(64))
+    verdict: Mapped[str] = mapped_column(String(16))  # pass | regression | analysis
+    delta_micro: Mapped[float] = mapped_column(Float)
+    delta_macro: Mapped[float] = mapped_column(Float)
+    p_regression: Mapped[float | None] = mapped_column(Float)
+    p_noninferiority: Mapped[float | None] = mapped_column(Float)
+    margin: Mapped[float] = mapped_column(Float)
+    n_flagged: Mapped[int] = mapped_column(Integer)
+    report_json: Mapped[str] = mapped_column(Text)
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime)

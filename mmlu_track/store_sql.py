@@ -8,6 +8,7 @@ per subject, so a killed run loses at most the subject in progress and resumes f
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from sqlalchemy import Engine, create_engine, delete, event, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from mmlu_track.orm import QuestionRow, Run, SubjectScore
+from mmlu_track.orm import ComparisonRow, QuestionRow, Run, SubjectScore
 from mmlu_track.results import Accuracy, QuestionResult
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -64,6 +65,8 @@ def upgrade(engine: Engine) -> str:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
+    # Alembic narrates every step at INFO, which Hydra's logging setup would print.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     head = ScriptDirectory.from_config(cfg).get_current_head()
@@ -231,3 +234,24 @@ class SqlStore:
                 .order_by(QuestionRow.subject, QuestionRow.question_index)
             )
             return [_from_row(r) for r in rows]
+
+    def latest_finished(self, model_name: str, like: Run | None = None) -> Run | None:
+        """The newest finished run of a model; with `like`, one with the same evaluation settings."""
+        query = select(Run).where(Run.model_name == model_name, Run.status == "finished")
+        if like is not None:
+            query = query.where(
+                Run.data_fingerprint == like.data_fingerprint,
+                Run.formulation == like.formulation,
+                Run.k == like.k,
+                Run.scoring == like.scoring,
+            )
+        with Session(self.engine, expire_on_commit=False) as s:
+            return s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
+
+    def save_comparison(self, row: ComparisonRow) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.add(row)
+
+    def set_comparison_mlflow(self, comparison_id: str, mlflow_run_id: str) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.get_one(ComparisonRow, comparison_id).mlflow_run_id = mlflow_run_id

@@ -75,3 +75,39 @@ def tiny_run_cfg(db_url: str, *overrides: str) -> EvalConfig:
     return compose_eval(
         ["experiment=smoke", "device=cpu", "tracking=sql_only", f"tracking.db_url={db_url}", *overrides]
     )
+
+
+def synthetic_run(
+    store: Any,
+    model: str,
+    correct: dict[str, list[bool]],
+    *,
+    k: int = 5,
+    fingerprint: str = "f" * 64,
+    formulation: str = "original",
+) -> str:
+    """A finished run written straight into a store, with the given correctness per question."""
+    from mmlu_track.config import to_dict
+    from mmlu_track.results import QuestionResult, aggregate
+    from mmlu_track.store_sql import RunMeta
+
+    cfg = compose_eval(["model=tiny", f"k={k}", f"formulation={formulation}"])
+    meta = RunMeta(
+        identity=f"{model}-{k}-{fingerprint}-{os.urandom(8).hex()}", model_name=model, model_revision="r1",
+        scoring="logprob", formulation=formulation, k=k, data_fingerprint=fingerprint, template_hash="t",
+        git_commit=None, config=to_dict(cfg), n_questions=sum(map(len, correct.values())),
+        output_dir=None, sweep=None,
+    )  # fmt: skip
+    run_id, _ = store.start_or_resume(meta)
+    results = []
+    for subject, flags in correct.items():
+        rows = [
+            QuestionResult(
+                subject, i, "h", k, 10, False, (-1.0, -2.0, -2.0, -2.0), None, 0 if ok else 1, 0, 1.0
+            )
+            for i, ok in enumerate(flags)
+        ]
+        store.save_subject(run_id, subject, rows)
+        results += rows
+    store.finish(run_id, {"scores": aggregate(results).to_json()})
+    return str(run_id)

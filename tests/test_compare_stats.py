@@ -1,0 +1,156 @@
+"""The paired statistics against their definitions, and their validity by simulation."""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+from mmlu_track.compare import ComparisonError, Settings, compare, delta, noninferiority, pair
+from mmlu_track.config import GateConfig
+from mmlu_track.gate import decide
+from mmlu_track.results import QuestionResult
+
+Z95 = float(stats.norm.ppf(0.975))
+GATE = GateConfig(name="default")
+FAST = Settings(bootstrap_resamples=0)
+
+
+def _qr(subject: str, i: int, ok: bool) -> QuestionResult:
+    return QuestionResult(subject, i, "h", 0, 1, False, None, "A", 0 if ok else 1, 0, None)
+
+
+def test_micro_delta_se_and_mcnemar_by_hand() -> None:
+    # 100 questions: 10 lost (b), 4 gained (c), the rest unchanged.
+    x = np.array([1] * 10 + [0] * 4 + [1] * 50 + [0] * 36, dtype=float)
+    y = np.array([0] * 10 + [1] * 4 + [1] * 50 + [0] * 36, dtype=float)
+    d = delta("micro", x, y, Z95)
+    assert (d.lost, d.gained, d.n) == (10, 4, 100)
+    assert d.delta == pytest.approx(-0.06)
+    assert d.se == pytest.approx(math.sqrt(10 + 4 - (4 - 10) ** 2 / 100) / 100)
+    assert d.ci_low == pytest.approx(-0.06 - Z95 * d.se)
+    assert d.p_regression == pytest.approx(stats.binomtest(10, 14, 0.5, alternative="greater").pvalue)
+    assert d.p_improvement == pytest.approx(stats.binomtest(4, 14, 0.5, alternative="greater").pvalue)
+
+
+def test_noninferiority_is_the_one_sided_t_test() -> None:
+    rng = np.random.default_rng(0)
+    d = rng.choice([-1.0, 0.0, 1.0], p=[0.04, 0.93, 0.03], size=2000)
+    ni = noninferiority(d, 0.01, 0.05)
+    assert ni.p_value == pytest.approx(stats.ttest_1samp(d, -0.01, alternative="greater").pvalue)
+    assert ni.shown == (ni.lower_bound > -0.01)
+    exact = noninferiority(np.zeros(50), 0.01, 0.05)
+    assert exact.shown
+    assert exact.lower_bound == 0.0
+
+
+def test_macro_correction_bootstrap_and_categories() -> None:
+    rng = np.random.default_rng(1)
+    subjects = ["anatomy", "virology", "college_physics", "philosophy"]
+    base, cand = [], []
+    for s, n in zip(subjects, [40, 60, 80, 100], strict=True):
+        for i in range(n):
+            ok = bool(rng.random() < 0.6)
+            flip = bool(rng.random() < (0.3 if s == "virology" and ok else 0.05))
+            base.append(_qr(s, i, ok))
+            cand.append(_qr(s, i, ok != flip))
+    comp = compare(pair(base, cand), Settings(bootstrap_resamples=500, seed=3))
+    per = {d.name: d for d in comp.subjects}
+    assert comp.macro.delta == pytest.approx(np.mean([d.delta for d in comp.subjects]))
+    assert comp.macro.se == pytest.approx(math.sqrt(sum(d.se**2 for d in comp.subjects)) / 4)
+    raw = [per[s].p_regression for s in sorted(per)]
+    holm = multipletests(raw, alpha=0.05, method="holm")[1]
+    assert [per[s].p_regression_adj for s in sorted(per)] == pytest.approx(list(holm))
+    assert comp.bootstrap is not None
+    lo, hi = comp.bootstrap["micro"]
+    assert lo < comp.micro.delta < hi
+    assert abs((hi - lo) - (comp.micro.ci_high - comp.micro.ci_low)) < 0.5 * (
+        comp.micro.ci_high - comp.micro.ci_low
+    )
+    assert {c.name for c in comp.categories} == {"STEM", "humanities", "other (business, health, misc.)"}
+    assert per["virology"].delta < 0
+
+
+def test_identical_runs_are_no_change() -> None:
+    runs = [_qr(s, i, i % 3 == 0) for s in ("anatomy", "virology") for i in range(30)]
+    comp = compare(pair(runs, runs), Settings(bootstrap_resamples=200))
+    assert comp.micro.delta == 0.0
+    assert comp.micro.p_regression == 1.0
+    assert not any(d.flagged or d.improved for d in comp.subjects)
+    assert decide(comp, GATE).status == "pass"
+
+
+def test_different_questions_are_refused() -> None:
+    a = [_qr("anatomy", i, True) for i in range(5)]
+    with pytest.raises(ComparisonError, match="different questions"):
+        pair(a, a[:4])
+
+
+# --- validity by simulation: the full test set's subject sizes are approximated by 57 x 246 ----------
+
+N_SUBJECTS, PER_SUBJECT = 57, 246  # 14,022 questions, about MMLU's 14,042
+FLIP = 0.06  # share of questions that flip between two runs of the same model (noise)
+
+
+@pytest.fixture(autouse=True)
+def _frozen_heap() -> Iterator[None]:
+    # statsmodels' multipletests runs gc.collect() on every call; with torch loaded in the test
+    # process that costs 0.5 s. Freezing the existing heap makes it cheap (behaviour unchanged).
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
+def _simulate(
+    rng: np.random.Generator, drop: float = 0.0, drop_subject: float = 0.0
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    pairs = {}
+    for k in range(N_SUBJECTS):
+        x = (rng.random(PER_SUBJECT) < 0.55).astype(float)
+        flips = rng.random(PER_SUBJECT) < FLIP
+        # Noise without a real change: a flipped question is lost or gained with equal chance.
+        x[flips] = rng.integers(0, 2, flips.sum())
+        y = x.copy()
+        y[flips] = 1.0 - x[flips]
+        if drop or (drop_subject and k == 0):
+            share = drop_subject if k == 0 else drop
+            lose = (x == 1) & (rng.random(PER_SUBJECT) < share / 0.55)
+            y[lose] = 0.0
+        pairs[f"s{k:02d}"] = (x, y)
+    return pairs
+
+
+def _gate(pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[str, int]:
+    # category() needs real subject names: map the simulated strata onto them.
+    from mmlu_track.subjects import SUBJECTS
+
+    named = {SUBJECTS[i]: v for i, v in enumerate(pairs.values())}
+    comp = compare(named, FAST)
+    return decide(comp, GATE).status, sum(d.flagged for d in comp.subjects)
+
+
+def test_aa_false_regression_rate_is_at_most_alpha() -> None:
+    rng = np.random.default_rng(2024)
+    sims = 1000
+    failures = sum(_gate(_simulate(rng))[0] == "regression" for _ in range(sims))
+    # Nominal 5%; allow Monte Carlo error (sd of the rate at 5% over 1000 runs is about 0.7%).
+    assert failures / sims <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / sims)
+
+
+def test_power_a_three_point_regression_is_detected() -> None:
+    rng = np.random.default_rng(7)
+    sims = 200
+    detected = sum(_gate(_simulate(rng, drop=0.03))[0] == "regression" for _ in range(sims))
+    assert detected / sims >= 0.8
+
+
+def test_power_one_subject_losing_twenty_points_is_flagged() -> None:
+    rng = np.random.default_rng(11)
+    sims = 200
+    flagged = sum(_gate(_simulate(rng, drop_subject=0.20))[1] >= 1 for _ in range(sims))
+    assert flagged / sims >= 0.8
