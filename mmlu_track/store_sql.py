@@ -60,13 +60,13 @@ def make_engine(url: str) -> Engine:
 
 def upgrade(engine: Engine) -> str:
     """Upgrade the database to the newest migration; return that revision."""
+    # Alembic narrates every step (its imports too) at INFO, which Hydra's logging setup would print.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     from alembic import command
     from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    # Alembic narrates every step at INFO, which Hydra's logging setup would print.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     head = ScriptDirectory.from_config(cfg).get_current_head()
@@ -249,7 +249,7 @@ class SqlStore:
             return s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
 
     def save_comparison(self, row: ComparisonRow) -> None:
-        with Session(self.engine) as s, s.begin():
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
             s.add(row)
 
     def set_comparison_mlflow(self, comparison_id: str, mlflow_run_id: str) -> None:

@@ -24,3 +24,29 @@ def test_ci_runs_the_readme_setup_and_test_commands() -> None:
 def test_torch_is_pinned_to_the_cpu_wheel_range() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert '"torch>=2.13,<2.14"' in pyproject
+
+
+def test_workflows_pass_actionlint() -> None:
+    import shutil
+    import subprocess
+
+    import pytest
+
+    exe = shutil.which("actionlint")
+    if exe is None:
+        pytest.skip("actionlint is not installed (pip install -e '.[dev]' brings it)")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    assert {p.rsplit("/", 1)[1] for p in workflows} >= {"test.yml", "release-gate.yml", "mmlu-gate.yml"}
+    proc = subprocess.run(
+        [exe, *workflows], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_release_gate_reuses_the_callable_workflow() -> None:
+    reusable = (ROOT / ".github" / "workflows" / "mmlu-gate.yml").read_text()
+    assert "workflow_call:" in reusable
+    assert "python -m mmlu_track.compare" in reusable
+    release = (ROOT / ".github" / "workflows" / "release-gate.yml").read_text()
+    assert "uses: ./.github/workflows/mmlu-gate.yml" in release
+    assert "workflow_dispatch:" in release

@@ -1,0 +1,203 @@
+"""`python -m mmlu_track.compare` end to end on runs in a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mmlu_track.orm import ComparisonRow
+from mmlu_track.store_sql import SqlStore
+
+from .conftest import synthetic_run
+
+SUBJECTS = ("anatomy", "virology", "college_physics", "philosophy", "marketing")
+
+
+def _correct(seed: int, n: int = 200, p: float = 0.6) -> dict[str, list[bool]]:
+    rng = np.random.default_rng(seed)
+    return {s: [bool(v) for v in rng.random(n) < p] for s in SUBJECTS}
+
+
+def _degrade(
+    correct: dict[str, list[bool]], subject: str | None, share: float, seed: int
+) -> dict[str, list[bool]]:
+    """Turn `share` of the right answers wrong, in one subject or in all."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s, flags in correct.items():
+        hit = subject is None or s == subject
+        out[s] = [ok and not (hit and rng.random() < share) for ok in flags]
+    return out
+
+
+def _compare(
+    tmp_path: Path, db: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "mmlu_track.compare", f"tracking.db_url={db}", "tracking.mlflow=false",
+           f"hydra.run.dir={tmp_path / 'report'}", *args]  # fmt: skip
+    full_env = {**os.environ, "HYDRA_FULL_ERROR": "", **(env or {})}
+    return subprocess.run(
+        cmd, cwd=tmp_path, env=full_env, capture_output=True, text=True, check=False, timeout=300
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+def test_identical_runs_pass_and_write_every_report(tmp_path: Path, db: str) -> None:
+    store = SqlStore(db)
+    base = synthetic_run(store, "m-base", _correct(1))
+    cand = synthetic_run(store, "m-cand", _correct(1))
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    proc = _compare(
+        tmp_path, db, f"baseline={base}", f"candidate={cand}", env={"GITHUB_STEP_SUMMARY": str(summary)}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "PASS" in proc.stdout
+    report = tmp_path / "report"
+    md = (report / "report.md").read_text()
+    assert md.startswith("## MMLU release gate: ✅ PASS")
+    assert "<details>" in md
+    assert summary.read_text() == "earlier step\n" + md + "\n"
+    doc = json.loads((report / "report.json").read_text())
+    assert doc["verdict"]["exit_code"] == 0
+    assert doc["micro"]["delta"] == 0.0
+    assert (report / "deltas.png").read_bytes()[:4] == b"\x89PNG"
+    with Session(store.engine) as s:
+        (row,) = s.scalars(select(ComparisonRow))
+        assert (row.baseline_run_id, row.candidate_run_id, row.verdict) == (base, cand, "pass")
+
+
+def test_regression_fails_and_warn_only_passes(tmp_path: Path, db: str) -> None:
+    store = SqlStore(db)
+    good = _correct(2)
+    base = synthetic_run(store, "m-base", good)
+    cand = synthetic_run(store, "m-cand", _degrade(good, None, 0.10, seed=3))
+    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
+    assert proc.returncode == 1, proc.stderr
+    assert "REGRESSION" in proc.stdout
+    assert "non-inferiority not shown" in proc.stdout
+    warn = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate=warn_only")
+    assert warn.returncode == 0
+    assert "REGRESSION" in warn.stdout
+
+
+def test_one_subject_collapsing_is_flagged_and_fails_the_strict_policy(tmp_path: Path, db: str) -> None:
+    store = SqlStore(db)
+    good = _correct(4, n=300)
+    base = synthetic_run(store, "m-base", good)
+    cand = synthetic_run(store, "m-cand", _degrade(good, "virology", 0.5, seed=5))
+    strict = _compare(
+        tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate=strict", "gate.margin=0.05"
+    )
+    assert strict.returncode == 1, strict.stderr
+    assert "regressed significantly: virology" in strict.stdout
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert [s["name"] for s in doc["subjects"] if s["flagged"]] == ["virology"]
+    assert "⚠️ virology" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_model_names_resolve_to_their_latest_comparable_run(tmp_path: Path, db: str) -> None:
+    store = SqlStore(db)
+    synthetic_run(store, "m-base", _correct(6), k=0)  # other settings: never picked against k=5
+    base = synthetic_run(store, "m-base", _correct(6))
+    cand = synthetic_run(store, "m-cand", _correct(6))
+    proc = _compare(tmp_path, db, "baseline=m-base", f"candidate={cand[:12]}")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert (doc["baseline"]["id"], doc["candidate"]["id"]) == (base, cand)
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ({"k": 0}, "k differs"),
+        ({"fingerprint": "e" * 64}, "questions (data fingerprint) differs"),
+        ({"formulation": "harness"}, "formulation differs"),
+    ],
+)
+def test_incomparable_runs_exit_2(tmp_path: Path, db: str, setup: dict[str, object], message: str) -> None:
+    store = SqlStore(db)
+    base = synthetic_run(store, "m-base", _correct(8))
+    cand = synthetic_run(store, "m-cand", _correct(8), **setup)  # type: ignore[arg-type]
+    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_and_missing_runs_exit_2(tmp_path: Path, db: str) -> None:
+    SqlStore(db)
+    proc = _compare(tmp_path, db, "baseline=nothing-here", "candidate=nothing-either")
+    assert proc.returncode == 2
+    assert "unknown run 'nothing-here'" in proc.stderr
+    missing = _compare(tmp_path, db, "candidate=x")
+    assert missing.returncode == 2
+    assert "Missing mandatory value: baseline" in missing.stderr
+
+
+def test_fewshot_gap_reports_per_subject_and_category(tmp_path: Path, db: str) -> None:
+    store = SqlStore(db)
+    zero = _correct(9, p=0.4)
+    five = {s: [a or (s == "philosophy" and i % 2 == 0) for i, a in enumerate(v)] for s, v in zero.items()}
+    k0 = synthetic_run(store, "m", zero, k=0)
+    k5 = synthetic_run(store, "m", five, k=5)
+    proc = _compare(tmp_path, db, f"baseline={k0}", f"candidate={k5}", "mode=fewshot_gap")
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.startswith("## MMLU few-shot gap: 📊 ANALYSIS")
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    gaps = {s["name"]: s for s in doc["subjects"]}
+    assert gaps["philosophy"]["delta"] > 0.1
+    assert gaps["philosophy"]["improved"]
+    assert {c["name"] for c in doc["categories"]} >= {"humanities", "STEM"}
+    same_k = _compare(tmp_path, db, f"baseline={k0}", f"candidate={k0}", "mode=fewshot_gap")
+    assert same_k.returncode == 2
+
+
+def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(tmp_path: Path, db: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    store = SqlStore(db)
+    mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    exp = client.create_experiment("evals")
+    base = synthetic_run(store, "m-base", _correct(10))
+    cand = synthetic_run(store, "m-cand", _correct(10))
+    mlflow_base = client.create_run(exp).info.run_id
+    store.set_mlflow_run(base, mlflow_base)
+    client.create_registered_model("mmlu-model")
+    version = client.create_model_version("mmlu-model", f"runs:/{mlflow_base}/model", run_id=mlflow_base)
+    client.set_registered_model_alias("mmlu-model", "champion", version.version)
+    proc = _compare(
+        tmp_path, db, "baseline=models:/mmlu-model@champion", f"candidate={cand}",
+        "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert doc["baseline"]["id"] == base
+    with Session(store.engine) as s:
+        (row,) = s.scalars(select(ComparisonRow))
+    assert row.mlflow_run_id is not None
+    logged = client.get_run(row.mlflow_run_id)
+    assert logged.data.metrics["compare/delta_micro"] == 0.0
+    assert {a.path for a in client.list_artifacts(row.mlflow_run_id)} == {
+        "report.md",
+        "report.json",
+        "deltas.png",
+    }
+    bad_alias = _compare(tmp_path, db, "baseline=models:/mmlu-model@nope", f"candidate={cand}",
+                         f"tracking.mlflow_uri={mlflow_uri}")  # fmt: skip
+    assert bad_alias.returncode == 2
+    assert "no MLflow model version for models:/mmlu-model@nope" in bad_alias.stderr
