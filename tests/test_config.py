@@ -1,13 +1,23 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mmlu_track import data, models, prompts, scoring
-from mmlu_track.config import ConfigError, EvalConfig, eval_config_from_dict, parse_subjects
+from mmlu_track.config import (
+    CompareConfig,
+    ConfigError,
+    EvalConfig,
+    compare_config_from_dict,
+    eval_config_from_dict,
+    parse_subjects,
+)
 from mmlu_track.subjects import SUBJECTS
 
 from .conftest import CONF_DIR, compose_eval, compose_raw
@@ -119,7 +129,40 @@ def test_subject_suggestion() -> None:
     assert parse_subjects(["anatomy", "anatomy"]) == ("anatomy",)
 
 
+def _compose_compare(overrides: list[str]) -> CompareConfig:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="compare", overrides=overrides)
+    raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    assert isinstance(raw, dict)
+    return compare_config_from_dict({str(k): v for k, v in raw.items()})
+
+
+@pytest.mark.parametrize("policy", _options("gate"))
+def test_every_gate_policy_composes(policy: str) -> None:
+    cfg = _compose_compare(["baseline=a", "candidate=b", f"gate={policy}"])
+    assert cfg.gate.name == policy
+    assert (cfg.baseline, cfg.candidate, cfg.mode) == ("a", "b", "gate")
+    assert cfg.gate.warn_only == (policy == "warn_only")
+    assert cfg.gate.fail_on_flagged_subjects == (policy == "strict")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["gate.alpha=1.5"], "gate.alpha=1.5 must be between 0 and 1"),
+        (["gate.margin=-0.01"], "gate.margin=-0.01"),
+        (["gate.correction=bonferroni"], "choose one of: holm, fdr_bh"),
+        (["mode=ab"], "choose one of: gate, fewshot_gap"),
+    ],
+)
+def test_bad_compare_values(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        _compose_compare(["baseline=a", "candidate=b", *overrides])
+
+
 def test_every_conf_file_is_covered() -> None:
     files = {p.relative_to(CONF_DIR).as_posix() for p in Path(CONF_DIR).rglob("*.yaml")}
-    covered = {"eval.yaml"} | {f"{g}/{o}.yaml" for g in GROUPS for o in _options(g)}
+    covered = {"eval.yaml", "compare.yaml"} | {
+        f"{g}/{o}.yaml" for g in (*GROUPS, "gate") for o in _options(g)
+    }
     assert files == covered
