@@ -59,6 +59,8 @@ class ModelConfig:
 class ScoringConfig:
     """`logprob`: argmax of log P(letter | prompt); `generate`: greedy decoding, first letter.
 
+    `prefix_cache` (logprob): run each subject's shared header + shots once and forward only each
+    question's own tokens against the cached keys/values; false = the plain reference path.
     `calibration="mean"` subtracts each letter's mean log-prob over a subject's questions before
     the argmax (letter-bias normalisation); it is part of the scoring method's identity.
     """
@@ -66,6 +68,7 @@ class ScoringConfig:
     method: ScoringMethod
     max_new_tokens: int = 5
     calibration: Calibration = "none"
+    prefix_cache: bool = True
 
 
 @dataclass(frozen=True)

@@ -184,7 +184,7 @@ def _run(
     fits = _fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
 
     results: list[QuestionResult] = []
-    multi_pass = 0
+    multi_pass = prefix_fallbacks = forwarded = 0
     try:
         with tqdm(total=len(questions), desc="MMLU", unit="q", disable=not progress, file=sys.stderr) as bar:
             for subject, qs in plan.questions.items():
@@ -194,8 +194,17 @@ def _run(
                     continue
                 bar.set_postfix_str(subject)
                 rendered = [prompts.fit(cfg.formulation, plan.shots[subject], q, fits) for q in qs]
-                scores = scorer(lm, [p.text for p in rendered], cfg.scoring, cfg.batch_size, bar.update)
+                scores = scorer(
+                    lm,
+                    [p.text for p in rendered],
+                    cfg.scoring,
+                    cfg.batch_size,
+                    bar.update,
+                    prefixes=[p.prefix for p in rendered],
+                )
                 multi_pass += sum(s.multi_pass for s in scores)
+                prefix_fallbacks += sum(s.prefix_fallback for s in scores)
+                forwarded += sum(s.forwarded for s in scores)
                 subject_results = _to_results(rendered, scores, cfg.scoring.calibration)
                 store.save_subject(run_id, subject, subject_results)
                 results.extend(subject_results)
@@ -226,7 +235,12 @@ def _run(
             "truncated": sum(r.truncated for r in results),
             "example": prompts.fit(cfg.formulation, plan.shots[first.subject], first, fits).text,
         },
-        "scoring": {**to_dict(cfg.scoring), "multi_pass": multi_pass, "invalid": agg.invalid},
+        "scoring": {
+            **to_dict(cfg.scoring),
+            "multi_pass": multi_pass,
+            "prefix_fallbacks": prefix_fallbacks,
+            "invalid": agg.invalid,
+        },
         "seeds": seeds,
         "versions": provenance.versions(),
         "git_commit": git,
@@ -239,6 +253,7 @@ def _run(
                 (len(questions) - sum(map(len, done.values()))) / max(finished - loaded, 1e-9), 3
             ),
             "resumed_subjects": len(done),
+            "tokens_forwarded": forwarded,
             "total_s": round(time.time() - started, 3),
         },
         "scores": agg.to_json(),

@@ -65,13 +65,15 @@ FORMULATIONS: dict[str, Formulation] = {
 }
 
 
+def shared_prefix(formulation: str, subject: str, shots: Sequence[Question]) -> str:
+    """What every prompt of a subject with these shots starts with: the header and the shots."""
+    fmt = FORMULATIONS[formulation]
+    return fmt.header(subject) + "".join(f"{fmt.body(s)} {LETTERS[s.answer]}\n\n" for s in shots)
+
+
 def render(formulation: str, subject: str, shots: Sequence[Question], question: Question) -> str:
     """The full prompt: header, each shot with its answer (`" X\\n\\n"`), then the question."""
-    fmt = FORMULATIONS[formulation]
-    parts = [fmt.header(subject)]
-    parts.extend(f"{fmt.body(s)} {LETTERS[s.answer]}\n\n" for s in shots)
-    parts.append(fmt.body(question))
-    return "".join(parts)
+    return shared_prefix(formulation, subject, shots) + FORMULATIONS[formulation].body(question)
 
 
 def select_shots(dev: Sequence[Question], k: int, how: str, seed: int) -> tuple[Question, ...]:
@@ -91,6 +93,7 @@ class Prompt:
     question: Question
     text: str
     shots_used: int
+    prefix: str  # `shared_prefix` of the shots used: the same for a subject's questions
 
     @property
     def sha(self) -> str:
@@ -109,9 +112,10 @@ def fit(
     last tokens and records the truncation.
     """
     for used in range(len(shots), -1, -1):
-        text = render(formulation, question.subject, shots[:used], question)
+        prefix = shared_prefix(formulation, question.subject, shots[:used])
+        text = prefix + FORMULATIONS[formulation].body(question)
         if used == 0 or fits(text):
-            return Prompt(question, text, used)
+            return Prompt(question, text, used, prefix)
     raise AssertionError("unreachable")
 
 

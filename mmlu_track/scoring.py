@@ -14,8 +14,10 @@ scored and its continuation tokens' log-probs summed; `Score.multi_pass` says so
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -37,17 +39,13 @@ class Score:
     n_tokens: int = 0
     truncated: bool = False
     multi_pass: bool = False
+    forwarded: int = 0  # tokens run through the model for it; a shared prefix counts on one question
+    prefix_fallback: bool = False  # the prefix cache was on but this prompt's tokens did not extend it
 
 
 def _fit(ids: list[int], max_len: int) -> tuple[list[int], bool]:
     # Context fitting already dropped shots; a 0-shot prompt still too long keeps its end.
     return (ids[-max_len:], True) if len(ids) > max_len else (ids, False)
-
-
-def _batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped longest first, so each batch pads little."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def _left_pad(seqs: Sequence[list[int]], pad_id: int, device: str) -> tuple[torch.Tensor, ...]:
@@ -77,34 +75,104 @@ def _shared_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def run_batches(order: Sequence[int], batch_size: int, run: Callable[[list[int]], None]) -> int:
+    """Call `run` on consecutive chunks of `order`, halving the chunk size whenever it runs out of
+    memory (never below 1); return the size that worked last. A chunk is retried whole."""
+    size, start = batch_size, 0
+    while start < len(order):
+        chunk = list(order[start : start + size])
+        try:
+            run(chunk)
+        except (RuntimeError, torch.OutOfMemoryError) as err:
+            if not _is_oom(err) or size == 1:
+                raise
+            size = max(1, size // 2)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            print(f"mmlu_track: out of memory, batch size now {size}", file=sys.stderr)
+            continue
+        start += len(chunk)
+    return size
+
+
+def _longest_first(lengths: Sequence[int]) -> list[int]:
+    return sorted(range(len(lengths)), key=lambda i: -lengths[i])
+
+
+def _as_tuple(vals: list[float]) -> tuple[float, float, float, float]:
+    return (vals[0], vals[1], vals[2], vals[3])
+
+
 def score_logprob(
-    lm: LoadedModel, texts: Sequence[str], cfg: ScoringConfig, batch_size: int, progress: Progress
+    lm: LoadedModel,
+    texts: Sequence[str],
+    cfg: ScoringConfig,
+    batch_size: int,
+    progress: Progress,
+    *,
+    prefixes: Sequence[str] | None = None,
 ) -> list[Score]:
+    """Log-probs of " A".." D" after each text. With `cfg.prefix_cache` and `prefixes` (each
+    text's shared prefix, see `prompts.shared_prefix`), each distinct prefix is run once and only
+    the rest of each prompt is forwarded against its cached keys and values."""
     max_len = lm.info.max_length
-    device = lm.info.device
     encoded: list[tuple[list[int], bool]] = []
     letter_ids: list[list[int]] = []
     multi: dict[int, list[tuple[int, list[int]]]] = {}
+    groups: dict[str, list[int]] = {}
+    plain: list[int] = []
     for i, text in enumerate(texts):
         ctx, wholes, one_pass = _letter_sequences(lm, text)
         encoded.append(_fit(ctx, max_len))
         letter_ids.append([w[-1] for w in wholes])
         if not one_pass:
             multi[i] = [(_shared_prefix(ctx, w), w) for w in wholes]
+        elif cfg.prefix_cache and prefixes is not None and not encoded[i][1]:
+            groups.setdefault(prefixes[i], []).append(i)
+        else:
+            plain.append(i)
     logprobs: list[tuple[float, float, float, float] | None] = [None] * len(texts)
-    single = [i for i in range(len(texts)) if i not in multi]
+    forwarded = [0] * len(texts)
+    fallback: set[int] = set()
+
+    def take(rows: Sequence[int], lp: torch.Tensor) -> None:
+        for r, i in enumerate(rows):
+            logprobs[i] = _as_tuple(lp[r, letter_ids[i]].tolist())
+        progress(len(rows))
+
     with torch.inference_mode():
-        for batch in _batches([len(encoded[i][0]) for i in single], batch_size):
-            rows = [single[j] for j in batch]
-            ids, mask, pos = _left_pad([encoded[i][0] for i in rows], lm.pad_id, device)
+        for prefix_text, idx in groups.items():
+            # Cut at the last non-space: BPE tokenizers split the "\n\n" before a question
+            # differently from a trailing "\n\n", so the boundary sits before it.
+            prefix_ids = lm.encode(prefix_text.rstrip())
+            n = len(prefix_ids)
+            ok = [i for i in idx if len(encoded[i][0]) > n and encoded[i][0][:n] == prefix_ids]
+            missed = [i for i in idx if i not in set(ok)]
+            done = bool(ok) and _score_with_prefix(
+                lm, prefix_ids, ok, encoded=encoded, batch_size=batch_size, take=take, forwarded=forwarded
+            )
+            fallback.update(missed if done else idx)
+            plain.extend(missed if done else idx)
+
+        def run_plain(rows: list[int]) -> None:
+            ids, mask, pos = _left_pad([encoded[i][0] for i in rows], lm.pad_id, lm.info.device)
             logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1).logits
-            lp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)
-            for r, i in enumerate(rows):
-                vals = lp[r, letter_ids[i]].tolist()
-                logprobs[i] = (vals[0], vals[1], vals[2], vals[3])
-            progress(len(rows))
+            take(rows, torch.log_softmax(logits[:, -1, :].float(), dim=-1))
+            for i in rows:
+                forwarded[i] = len(encoded[i][0])
+
+        order = _longest_first([len(encoded[i][0]) for i in plain])
+        run_batches([plain[j] for j in order], batch_size, run_plain)
         for i, conts in multi.items():
             logprobs[i] = _score_sequences(lm, conts)
+            forwarded[i] = sum(len(w) for _, w in conts)
             progress(1)
     scores = []
     for i, lps in enumerate(logprobs):
@@ -116,9 +184,67 @@ def score_logprob(
                 n_tokens=len(encoded[i][0]),
                 truncated=encoded[i][1],
                 multi_pass=i in multi,
+                forwarded=forwarded[i],
+                prefix_fallback=i in fallback and cfg.prefix_cache,
             )
         )
     return scores
+
+
+def _score_with_prefix(
+    lm: LoadedModel,
+    prefix_ids: list[int],
+    rows: list[int],
+    *,
+    encoded: Sequence[tuple[list[int], bool]],
+    batch_size: int,
+    take: Callable[[Sequence[int], torch.Tensor], None],
+    forwarded: list[int],
+) -> bool:
+    """Run the prefix once, then each row's remaining tokens against its cache. False (nothing
+    scored) when the model's cache is not a plain per-layer key/value cache that can be shared."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    device = lm.info.device
+    n = len(prefix_ids)
+    out = lm.model(input_ids=torch.tensor([prefix_ids], device=device), use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    if not isinstance(cache, DynamicCache):
+        return False
+    kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for layer in cache.layers:
+        if not isinstance(layer, DynamicLayer) or type(layer) is not DynamicLayer:  # no sliding window
+            return False
+        if layer.keys is None or layer.values is None:
+            return False
+        kv.append((layer.keys, layer.values))
+    forwarded[rows[0]] += n
+    suffixes = {i: encoded[i][0][n:] for i in rows}
+
+    def run(batch: list[int]) -> None:
+        b = len(batch)
+        # expand() is a view: the prefix's keys and values are shared until the cache appends.
+        shared = DynamicCache(
+            ddp_cache_data=[(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in kv]
+        )
+        ids, mask, pos = _left_pad([suffixes[i] for i in batch], lm.pad_id, device)
+        full_mask = torch.cat([torch.ones((b, n), dtype=mask.dtype, device=device), mask], dim=1)
+        logits = lm.model(
+            input_ids=ids,
+            attention_mask=full_mask,
+            position_ids=pos + n,
+            past_key_values=shared,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits
+        take(batch, torch.log_softmax(logits[:, -1, :].float(), dim=-1))
+        for i in batch:
+            forwarded[i] += len(suffixes[i])
+
+    order = _longest_first([len(suffixes[i]) for i in rows])
+    run_batches([rows[j] for j in order], batch_size, run)
+    return True
 
 
 @torch.inference_mode()
@@ -151,7 +277,13 @@ def parse_generation(text: str) -> int | None:
 
 
 def score_generate(
-    lm: LoadedModel, texts: Sequence[str], cfg: ScoringConfig, batch_size: int, progress: Progress
+    lm: LoadedModel,
+    texts: Sequence[str],
+    cfg: ScoringConfig,
+    batch_size: int,
+    progress: Progress,
+    *,
+    prefixes: Sequence[str] | None = None,  # unused: generation runs whole prompts
 ) -> list[Score]:
     from transformers import GenerationConfig
 
@@ -165,22 +297,44 @@ def score_generate(
         eos_token_id=lm.tokenizer.eos_token_id,
     )
     generated: list[str] = [""] * len(texts)
+
+    def run(batch: list[int]) -> None:
+        ids, mask, _ = _left_pad([encoded[i][0] for i in batch], lm.pad_id, lm.info.device)
+        out = lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+        for r, i in enumerate(batch):
+            generated[i] = lm.decode(out[r, ids.shape[1] :].tolist())
+        progress(len(batch))
+
     with torch.inference_mode():
-        for batch in _batches([len(ids) for ids, _ in encoded], batch_size):
-            ids, mask, _ = _left_pad([encoded[i][0] for i in batch], lm.pad_id, lm.info.device)
-            out = lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
-            for r, i in enumerate(batch):
-                generated[i] = lm.decode(out[r, ids.shape[1] :].tolist())
-            progress(len(batch))
+        run_batches(_longest_first([len(ids) for ids, _ in encoded]), batch_size, run)
     return [
         Score(
-            prediction=parse_generation(g), generated=g, n_tokens=len(encoded[i][0]), truncated=encoded[i][1]
+            prediction=parse_generation(g),
+            generated=g,
+            n_tokens=len(encoded[i][0]),
+            truncated=encoded[i][1],
+            forwarded=len(encoded[i][0]),
         )
         for i, g in enumerate(generated)
     ]
 
 
-SCORERS: dict[str, Callable[[LoadedModel, Sequence[str], ScoringConfig, int, Progress], list[Score]]] = {
+class Scorer(Protocol):
+    """Scores one subject's prompts in order; `prefixes[i]` is the start text i shares with others."""
+
+    def __call__(
+        self,
+        lm: LoadedModel,
+        texts: Sequence[str],
+        cfg: ScoringConfig,
+        batch_size: int,
+        progress: Progress,
+        *,
+        prefixes: Sequence[str] | None = None,
+    ) -> list[Score]: ...
+
+
+SCORERS: dict[str, Scorer] = {
     "logprob": score_logprob,
     "generate": score_generate,
 }

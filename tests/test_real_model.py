@@ -51,3 +51,33 @@ def test_real_questions_batched_equal_direct(smollm: Any) -> None:
     first = batched[0].logprobs
     assert first is not None
     assert float(np.logaddexp.reduce(first)) > -3.0
+
+
+@pytest.mark.parametrize("formulation", ["original", "harness", "question"])
+def test_prefix_cache_equals_plain_on_real_questions(smollm: Any, formulation: str) -> None:
+    cfg = compose_eval([])
+    data = load_subjects(cfg.data, ["high_school_us_history", "college_physics"])
+    for subject, d in data.items():
+        for k in (0, 5):
+            ps = [prompts.fit(formulation, d.dev[:k], q, lambda _: True) for q in d.test[:4]]
+            texts, prefixes = [p.text for p in ps], [p.prefix for p in ps]
+            plain = score_logprob(
+                smollm,
+                texts,
+                ScoringConfig("logprob", prefix_cache=False),
+                2,
+                lambda _: None,
+                prefixes=prefixes,
+            )
+            cached = score_logprob(
+                smollm,
+                texts,
+                ScoringConfig("logprob", prefix_cache=True),
+                3,
+                lambda _: None,
+                prefixes=prefixes,
+            )
+            assert [s.prediction for s in cached] == [s.prediction for s in plain], (subject, k)
+            for a, b in zip(cached, plain, strict=True):
+                np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)  # type: ignore[arg-type]
+                assert not a.prefix_fallback

