@@ -156,6 +156,13 @@ def _converted_model(key_dir: Path, gguf: Path) -> Path:
     return out
 
 
+def converted_dirs(cfg: ModelConfig, cache_dir: str) -> tuple[Path, Path]:
+    """(tokenizer dir, model dir) of a GGUF model's cached safetensors copy, converting if needed.
+    Other tools (lm-eval-harness in `benchmarks/`) can load these as a plain HF model."""
+    key_dir, gguf, _ = _gguf_cache(cfg, Path(cache_dir).expanduser())
+    return _converted_tokenizer(key_dir, gguf), _converted_model(key_dir, gguf)
+
+
 def _load_gguf(
     cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype
 ) -> tuple[Any, Any, str, str | None, str | None]:
