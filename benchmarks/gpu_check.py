@@ -45,7 +45,7 @@ def main() -> int:
             scoring = cfg.scoring.__class__(method="logprob", prefix_cache=path == "prefix")
             torch.cuda.synchronize()
             start = time.perf_counter()
-            for s, d in data.items():
+            for d in data.values():
                 ps = [prompts.fit("harness", d.dev[:5], q, lambda _: True) for q in subsample(d.test, 64, 0)]
                 results[path] += score_logprob(lm, [p.text for p in ps], scoring, batch, lambda _: None,
                                                prefixes=[p.prefix for p in ps])  # fmt: skip
