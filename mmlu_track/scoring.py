@@ -10,6 +10,13 @@ When all four are one token each and the prompt's ids are a prefix (the usual ca
 pass of the prompt gives all four log-probs from the last position's logits. Otherwise (a
 tokenizer that splits `" A"` or merges across the boundary), each letter's full sequence is
 scored and its continuation tokens' log-probs summed; `Score.multi_pass` says so.
+
+Prefix cache (`ScoringConfig.prefix_cache`, logprob only): prompts that share a prefix (a
+subject's header and shots) run it once; each question then forwards only its own tokens against
+the cached keys and values, batched, with the attention mask covering prefix + padded suffix and
+position ids continuing after the prefix. A question whose tokens do not start with the prefix's
+tokens takes the plain path (`Score.prefix_fallback`). Batches that run out of memory are retried
+at half the size (`run_batches`).
 """
 
 from __future__ import annotations
@@ -154,7 +161,8 @@ def score_logprob(
             prefix_ids = lm.encode(prefix_text.rstrip())
             n = len(prefix_ids)
             ok = [i for i in idx if len(encoded[i][0]) > n and encoded[i][0][:n] == prefix_ids]
-            missed = [i for i in idx if i not in set(ok)]
+            extends = set(ok)
+            missed = [i for i in idx if i not in extends]
             done = bool(ok) and _score_with_prefix(
                 lm, prefix_ids, ok, encoded=encoded, batch_size=batch_size, take=take, forwarded=forwarded
             )
