@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def plain(cfg: Any) -> dict[str, Any]:
+    """A composed DictConfig as plain, resolved Python values (raises on a missing `???`)."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    assert isinstance(raw, dict)
+    return {str(k): v for k, v in raw.items()}
 
 
 def _fail(message: str) -> None:
@@ -18,7 +28,7 @@ def main() -> None:
         _fail(f"config folder {CONF_DIR} is missing: install the project with `pip install -e .`")
     import hydra
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
 
     from mmlu_track.config import ConfigError, eval_config_from_dict
@@ -27,9 +37,7 @@ def main() -> None:
     @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base="1.3")
     def app(cfg: DictConfig) -> float:
         try:
-            raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-            assert isinstance(raw, dict)
-            eval_cfg = eval_config_from_dict({str(k): v for k, v in raw.items()})
+            eval_cfg = eval_config_from_dict(plain(cfg))
         except (ConfigError, OmegaConfBaseException) as err:
             _fail(str(err).splitlines()[0])
             raise  # unreachable: _fail exits

@@ -166,19 +166,17 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
 def main() -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.__main__ import CONF_DIR, _fail
+    from mmlu_track.__main__ import CONF_DIR, _fail, plain
     from mmlu_track.config import ConfigError, compare_config_from_dict
     from mmlu_track.store_sql import StoreError
 
     @hydra.main(config_path=str(CONF_DIR), config_name="compare", version_base="1.3")
     def app(cfg: DictConfig) -> None:
         try:
-            raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-            assert isinstance(raw, dict)
-            compare_cfg = compare_config_from_dict({str(k): v for k, v in raw.items()})
+            compare_cfg = compare_config_from_dict(plain(cfg))
             code = execute(compare_cfg, Path(HydraConfig.get().runtime.output_dir))
         except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError) as err:
             _fail(str(err).splitlines()[0])

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
+from mmlu_track.__main__ import plain
 from mmlu_track.config import EvalConfig, eval_config_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,9 +20,7 @@ CONF_DIR = ROOT / "conf"
 def compose_raw(overrides: list[str]) -> dict[str, Any]:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="eval", overrides=overrides)
-    raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    assert isinstance(raw, dict)
-    return {str(k): v for k, v in raw.items()}
+    return plain(cfg)
 
 
 def compose_eval(overrides: list[str]) -> EvalConfig:

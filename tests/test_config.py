@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mmlu_track import data, models, prompts, scoring
+from mmlu_track.__main__ import plain
 from mmlu_track.config import (
     CompareConfig,
     ConfigError,
@@ -132,9 +132,7 @@ def test_subject_suggestion() -> None:
 def _compose_compare(overrides: list[str]) -> CompareConfig:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="compare", overrides=overrides)
-    raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    assert isinstance(raw, dict)
-    return compare_config_from_dict({str(k): v for k, v in raw.items()})
+    return compare_config_from_dict(plain(cfg))
 
 
 @pytest.mark.parametrize("policy", _options("gate"))
