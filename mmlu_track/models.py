@@ -193,8 +193,8 @@ def _load_hub(
         )
     except (OSError, ValueError) as err:
         raise ModelError(
-            f"could not load model {cfg.name_or_path!r}: {str(err).rstrip('.')}. Give a local directory, or a hub id "
-            "when the hub is reachable; offline, the packaged default is model=smollm2_135m"
+            f"could not load model {cfg.name_or_path!r}: {str(err).rstrip('.')}. Give a local directory, "
+            "or a hub id when the hub is reachable; offline, the packaged default is model=smollm2_135m"
         ) from err
     # The hub resolves a branch to a commit; record that, not the branch name.
     revision = getattr(model.config, "_commit_hash", None) or cfg.revision
