@@ -201,3 +201,19 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(tmp_path: Path
                          f"tracking.mlflow_uri={mlflow_uri}")  # fmt: skip
     assert bad_alias.returncode == 2
     assert "no MLflow model version for models:/mmlu-model@nope" in bad_alias.stderr
+
+
+def test_an_unfinished_run_is_refused(tmp_path: Path, db: str) -> None:
+    from mmlu_track.store_sql import RunMeta
+
+    store = SqlStore(db)
+    base = synthetic_run(store, "m-base", _correct(12))
+    meta = RunMeta(
+        identity="half", model_name="m-cand", model_revision="r1", scoring="logprob", formulation="original",
+        k=5, data_fingerprint="f" * 64, template_hash="t", git_commit=None, config={}, n_questions=1000,
+        output_dir=None, sweep=None,
+    )  # fmt: skip
+    cand, _ = store.start_or_resume(meta)
+    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
+    assert proc.returncode == 2
+    assert f"the candidate run {cand} is running, not finished" in proc.stderr
