@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -18,7 +18,7 @@ def plain(cfg: Any) -> dict[str, Any]:
     return {str(k): v for k, v in raw.items()}
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     print(f"mmlu_track: error: {message}", file=sys.stderr)
     sys.exit(2)
 
@@ -40,7 +40,6 @@ def main() -> None:
             eval_cfg = eval_config_from_dict(plain(cfg))
         except (ConfigError, OmegaConfBaseException) as err:
             _fail(str(err).splitlines()[0])
-            raise  # unreachable: _fail exits
         from hydra.types import RunMode
 
         from mmlu_track.models import ModelError
@@ -54,7 +53,6 @@ def main() -> None:
             out = run(eval_cfg, Path(hydra_cfg.runtime.output_dir), sweep=sweep)
         except (DataError, ModelError, StoreError) as err:
             _fail(str(err))
-            raise
         return out.scores.micro.acc
 
     app()

@@ -180,7 +180,6 @@ def main() -> None:
             code = execute(compare_cfg, Path(HydraConfig.get().runtime.output_dir))
         except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError) as err:
             _fail(str(err).splitlines()[0])
-            return
         sys.exit(code)
 
     app()

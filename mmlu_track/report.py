@@ -185,7 +185,7 @@ def log_to_mlflow(
     experiment: str,
 ) -> str | None:
     """Log the comparison as an MLflow run; on failure warn and return None (the SQL row stays)."""
-    from mmlu_track.store_mlflow import MlflowUnavailable, check_reachable
+    from mmlu_track.store_mlflow import check_reachable
 
     try:
         check_reachable(uri)
@@ -232,6 +232,6 @@ def log_to_mlflow(
                 client.log_artifact(rid, str(output_dir / name))
             client.set_terminated(rid)
         return str(rid)
-    except (MlflowUnavailable, Exception) as err:  # logging must never cost the verdict
+    except Exception as err:  # MlflowUnavailable or MLflow's own errors: logging never costs the verdict
         print(f"mmlu_track: warning: comparison not logged to MLflow: {err}", file=sys.stderr)
         return None
