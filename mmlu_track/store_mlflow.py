@@ -82,6 +82,7 @@ def params(record: dict[str, Any]) -> dict[str, str]:
         "limit": cfg["limit"],
         "subjects": "all" if len(subjects) == 57 else ",".join(subjects),
         "batch_size": cfg["batch_size"],
+        "batch_tokens": cfg.get("batch_tokens"),
         "data.source": record["data"]["source"],
         "data.fingerprint": record["data"]["fingerprint"],
         "prompt.template_hash": record["prompt"]["template_hash"],

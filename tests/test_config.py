@@ -97,6 +97,7 @@ def test_plain_overrides() -> None:
         (["formulation=helm"], "choose one of: original, harness, question"),
         (["dtype=float64"], "dtype='float64' is not allowed"),
         (["batch_size=0"], "batch_size=0"),
+        (["batch_tokens=0"], "batch_tokens=0 must be >= 1"),
         (["device=tpu"], "device='tpu'"),
         (["scoring=generate", "scoring.max_new_tokens=0"], "max_new_tokens"),
         (["scoring=generate", "+scoring.calibration=mean"], "calibration applies to scoring=logprob"),

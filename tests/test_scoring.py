@@ -71,10 +71,12 @@ def test_letters_carry_the_leading_space(tiny_lm: Any) -> None:
     assert wholes[0][:-1] == ctx
 
 
-@pytest.mark.parametrize("batch_size", [1, 3, 16])
-def test_scores_do_not_depend_on_batch_size(tiny_lm: Any, texts: list[str], batch_size: int) -> None:
+@pytest.mark.parametrize(("batch_size", "max_tokens"), [(1, None), (3, None), (16, None), (64, 100)])
+def test_scores_do_not_depend_on_batch_size(
+    tiny_lm: Any, texts: list[str], batch_size: int, max_tokens: int | None
+) -> None:
     reference = score_logprob(tiny_lm, texts, LOGPROB, 1, _noop)
-    scores = score_logprob(tiny_lm, texts, LOGPROB, batch_size, _noop)
+    scores = score_logprob(tiny_lm, texts, LOGPROB, batch_size, _noop, max_tokens=max_tokens)
     assert [s.prediction for s in scores] == [s.prediction for s in reference]
     for a, b in zip(scores, reference, strict=True):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)  # type: ignore[arg-type]
@@ -203,3 +205,27 @@ def test_batches_back_off_on_out_of_memory() -> None:
 
     with pytest.raises(RuntimeError, match="shape mismatch"):
         run_batches([1, 2], 2, broken)
+
+
+def test_token_budget_sizes_batches_by_their_longest_row() -> None:
+    lengths = {0: 100, 1: 60, 2: 50, 3: 50, 4: 20, 5: 20, 6: 20, 7: 20, 8: 5}
+    seen: list[list[int]] = []
+    run_batches(list(lengths), 64, seen.append, lengths=lengths, max_tokens=120)
+    # Longest first: the 100-token row alone, then pairs of 50-60, then six 20s would be 120.
+    assert seen == [[0], [1, 2], [3, 4], [5, 6, 7, 8]]
+    assert all(len(c) == 1 or len(c) * max(lengths[i] for i in c) <= 120 for c in seen)
+    seen.clear()
+    run_batches(list(lengths), 2, seen.append, lengths=lengths, max_tokens=10_000)
+    assert max(len(c) for c in seen) == 2  # the row limit still holds under a large budget
+
+    def oom_over_60_tokens(chunk: list[int]) -> None:
+        if len(chunk) * max(lengths[i] for i in chunk) > 60:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        seen.append(chunk)
+
+    seen.clear()
+    with pytest.raises(torch.OutOfMemoryError):  # a single 100-token row does not fit: nothing to halve
+        run_batches(list(lengths), 64, oom_over_60_tokens, lengths=lengths, max_tokens=240)
+    seen.clear()
+    run_batches(list(lengths)[1:], 64, oom_over_60_tokens, lengths=lengths, max_tokens=240)
+    assert [i for c in seen for i in c] == list(lengths)[1:]  # every row, in order, after halving
