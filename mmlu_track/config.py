@@ -23,7 +23,7 @@ ScoringMethod = Literal["logprob", "generate"]
 Calibration = Literal["none", "mean"]
 Formulation = Literal["original", "harness", "question"]
 ShotSelection = Literal["first", "random"]
-Dtype = Literal["float32", "bfloat16", "float16"]
+Dtype = Literal["float32", "bfloat16", "float16", "auto"]
 
 DEV_EXAMPLES_PER_SUBJECT = 5  # MMLU's dev split has exactly 5 per subject
 
@@ -114,7 +114,7 @@ class EvalConfig:
     shot_selection: ShotSelection = "first"
     batch_size: int = 64
     batch_tokens: int | None = 1024
-    dtype: Dtype = "float32"
+    dtype: Dtype = "auto"
     device: str = "auto"
     max_length: int | None = None
     cache_dir: str = "~/.cache/mmlu_track"
@@ -306,10 +306,12 @@ def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
 
 
 def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
-    """The settings that determine a run's results (not where it is cached or recorded)."""
+    """The settings that determine a run's results (not where it is cached or recorded, nor how
+    it is batched: scores do not depend on batching, so a run that ran out of memory can be
+    resumed with smaller batches)."""
     out = to_dict(cfg)
-    out.pop("tracking")
-    out.pop("cache_dir")
+    for key in ("tracking", "cache_dir", "batch_size", "batch_tokens"):
+        out.pop(key)
     return out
 
 

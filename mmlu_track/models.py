@@ -83,6 +83,16 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def resolve_dtype(dtype: str, device: str) -> str:
+    """`auto`: bfloat16 on a CUDA device that supports it (else float16), float32 elsewhere:
+    on a CPU fp32 is the reference and bf16 a recorded speed choice."""
+    if dtype != "auto":
+        return dtype
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "float32"
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -257,7 +267,8 @@ def load(run: EvalConfig) -> LoadedModel:
     """Load the configured model in eval mode on the resolved device and dtype."""
     cfg = run.model
     device = resolve_device(run.device)
-    dtype = DTYPES[run.dtype]
+    dtype_name = resolve_dtype(run.dtype, device)
+    dtype = DTYPES[dtype_name]
     model, tok, location, revision, sha = LOADERS[cfg.source](cfg, run, dtype)
     model.to(device)
     model.eval()
@@ -276,7 +287,7 @@ def load(run: EvalConfig) -> LoadedModel:
         location=location,
         revision=revision,
         weights_sha256=sha,
-        dtype=run.dtype,
+        dtype=dtype_name,
         device=device,
         max_length=_max_length(model, tok, run.max_length),
         add_bos=add_bos,

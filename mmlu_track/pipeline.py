@@ -94,8 +94,9 @@ def _write_json(path: Path, obj: dict[str, Any]) -> None:
 
 def _identity(cfg: EvalConfig, info: models.ModelInfo, data_fp: str) -> str:
     """Hash of everything that determines a run's results: settings, weights, questions, template."""
+    # The dtype actually used: `auto` means fp32 on a CPU and bf16 on a GPU, different results.
     ident = {
-        "config": identity_dict(cfg),
+        "config": {**identity_dict(cfg), "dtype": info.dtype},
         "weights": [info.location, info.revision, info.weights_sha256],
         "data": data_fp,
         "template": prompts.template_hash(cfg.formulation),

@@ -71,7 +71,7 @@ def params(record: dict[str, Any]) -> dict[str, str]:
         "model.weights_sha256": model["weights_sha256"],
         "model.add_bos": model["add_bos"],
         "model.max_length": model["max_length"],
-        "dtype": cfg["dtype"],
+        "dtype": model["dtype"],  # resolved: `auto` is recorded as what it ran in
         "scoring": cfg["scoring"]["method"],
         "scoring.calibration": cfg["scoring"]["calibration"],
         "scoring.max_new_tokens": cfg["scoring"]["max_new_tokens"],

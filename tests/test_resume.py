@@ -20,13 +20,13 @@ from mmlu_track.store_sql import SqlStore
 from .conftest import tiny_run_cfg
 
 SUBJECTS = "[high_school_psychology,professional_law,miscellaneous,moral_scenarios]"
-ARGS = ["k=2", f"subjects={SUBJECTS}", "limit=100", "batch_size=4"]
+ARGS = ["k=2", f"subjects={SUBJECTS}", "limit=100"]
 
 
-def _start(db: str, out: Path) -> subprocess.Popen[str]:
+def _start(db: str, out: Path, *batching: str) -> subprocess.Popen[str]:
     cmd = [
         sys.executable, "-m", "mmlu_track", "experiment=smoke", "device=cpu", "tracking=sql_only",
-        f"tracking.db_url={db}", *ARGS, f"hydra.run.dir={out}",
+        f"tracking.db_url={db}", *ARGS, *(batching or ["batch_size=4"]), f"hydra.run.dir={out}",
     ]  # fmt: skip
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
     return subprocess.Popen(
@@ -58,7 +58,8 @@ def test_killed_run_resumes_and_equals_an_uninterrupted_run(tmp_path: Path, sig:
     done_before = _committed_subjects(store)
     assert 1 <= done_before < 4
 
-    second = _start(db, tmp_path / "second")
+    # Resumed with other batching (what one does after running out of memory): still the same run.
+    second = _start(db, tmp_path / "second", "batch_size=2", "batch_tokens=null")
     stdout, stderr = second.communicate(timeout=300)
     assert second.returncode == 0, stderr
     assert f"resuming run {killed.id}: {done_before} subjects already done" in stdout
