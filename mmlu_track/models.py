@@ -62,8 +62,7 @@ class LoadedModel:
     pad_id: int
 
     def encode(self, text: str) -> list[int]:
-        ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return [self.tokenizer.bos_token_id, *ids] if self.info.add_bos else ids
+        return self.encode_many([text])[0]
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """`encode` of each text, in one tokenizer call (fast tokenizers batch it natively)."""

@@ -91,30 +91,27 @@ def _is_oom(err: BaseException) -> bool:
 
 
 def run_batches(
-    order: Sequence[int],
+    lengths: Mapping[int, int],
     batch_size: int,
     run: Callable[[list[int]], None],
     *,
-    lengths: Mapping[int, int] | Sequence[int] | None = None,
     max_tokens: int | None = None,
 ) -> int:
-    """Call `run` on consecutive chunks of `order` and return the row limit that worked last.
+    """Call `run` on batches of the items of `lengths` (item -> its tokens), longest first, and
+    return the row limit that worked last.
 
-    A chunk has at most `batch_size` rows and, with `max_tokens` and `lengths` (tokens of each
-    item, indexed like `order`'s values), at most `max_tokens` padded tokens: rows x the chunk's
-    longest row, so a chunk of short questions holds more of them. `order` should be longest
-    first. On out-of-memory both limits halve (never below one row) and the chunk is retried whole.
+    A batch has at most `batch_size` rows and, with `max_tokens`, at most `max_tokens` padded
+    tokens (rows x the batch's longest row), so a batch of short questions holds more of them.
+    On out-of-memory both limits halve (never below one row) and the batch is retried whole.
     """
+    order = sorted(lengths, key=lambda i: -lengths[i])  # stable: equal lengths keep their order
     size, budget, start = batch_size, max_tokens, 0
     while start < len(order):
         stop = min(len(order), start + size)
-        if budget is not None and lengths is not None:
-            widest, end = lengths[order[start]], start + 1
-            while end < stop and (end + 1 - start) * max(widest, lengths[order[end]]) <= budget:
-                widest = max(widest, lengths[order[end]])
-                end += 1
-            stop = end
-        chunk = list(order[start:stop])
+        if budget is not None:
+            # Longest first: the first row is the widest, so the budget buys this many rows.
+            stop = min(stop, start + max(1, budget // max(1, lengths[order[start]])))
+        chunk = order[start:stop]
         try:
             run(chunk)
         except (RuntimeError, torch.OutOfMemoryError) as err:
@@ -124,14 +121,10 @@ def run_batches(
             budget = None if budget is None else max(1, budget // 2)
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            print(f"mmlu_track: out of memory, batch size now {size}", file=sys.stderr)
+            print(f"mmlu_track: out of memory, batch size now {size} rows / {budget} tokens", file=sys.stderr)
             continue
         start += len(chunk)
     return size
-
-
-def _longest_first(lengths: Sequence[int]) -> list[int]:
-    return sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
 
 def _as_tuple(vals: list[float]) -> tuple[float, float, float, float]:
@@ -186,8 +179,8 @@ def score_logprob(
             extends = set(ok)
             missed = [i for i in idx if i not in extends]
             done = bool(ok) and _score_with_prefix(
-                lm, prefix_ids, ok, encoded=encoded, limits=(batch_size, max_tokens), take=take,
-                forwarded=forwarded,
+                lm, prefix_ids, ok, encoded=encoded, batch_size=batch_size, max_tokens=max_tokens,
+                take=take, forwarded=forwarded,
             )  # fmt: skip
             fallback.update(missed if done else idx)
             plain.extend(missed if done else idx)
@@ -200,8 +193,7 @@ def score_logprob(
                 forwarded[i] = len(encoded[i][0])
 
         lengths = {i: len(encoded[i][0]) for i in plain}
-        order = sorted(plain, key=lambda i: -lengths[i])
-        run_batches(order, batch_size, run_plain, lengths=lengths, max_tokens=max_tokens)
+        run_batches(lengths, batch_size, run_plain, max_tokens=max_tokens)
         for i, conts in multi.items():
             logprobs[i] = _score_sequences(lm, conts)
             forwarded[i] = sum(len(w) for _, w in conts)
@@ -229,7 +221,8 @@ def _score_with_prefix(
     rows: list[int],
     *,
     encoded: Sequence[tuple[list[int], bool]],
-    limits: tuple[int, int | None],
+    batch_size: int,
+    max_tokens: int | None,
     take: Callable[[Sequence[int], torch.Tensor], None],
     forwarded: list[int],
 ) -> bool:
@@ -274,9 +267,7 @@ def _score_with_prefix(
         for i in batch:
             forwarded[i] += len(suffixes[i])
 
-    lengths = {i: len(s) for i, s in suffixes.items()}
-    order = sorted(rows, key=lambda i: -lengths[i])
-    run_batches(order, limits[0], run, lengths=lengths, max_tokens=limits[1])
+    run_batches({i: len(s) for i, s in suffixes.items()}, batch_size, run, max_tokens=max_tokens)
     return True
 
 
@@ -340,8 +331,8 @@ def score_generate(
         progress(len(batch))
 
     with torch.inference_mode():
-        lengths = [len(ids) + cfg.max_new_tokens for ids, _ in encoded]
-        run_batches(_longest_first(lengths), batch_size, run, lengths=lengths, max_tokens=max_tokens)
+        lengths = {i: len(ids) + cfg.max_new_tokens for i, (ids, _) in enumerate(encoded)}
+        run_batches(lengths, batch_size, run, max_tokens=max_tokens)
     return [
         Score(
             prediction=parse_generation(g),

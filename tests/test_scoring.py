@@ -197,25 +197,25 @@ def test_batches_back_off_on_out_of_memory() -> None:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         seen.append(chunk)
 
-    assert run_batches(list(range(7)), 8, run) == 2
+    assert run_batches(dict.fromkeys(range(7), 10), 8, run) == 2
     assert [i for chunk in seen for i in chunk] == list(range(7))
 
     def broken(chunk: list[int]) -> None:
         raise RuntimeError("shape mismatch")
 
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        run_batches([1, 2], 2, broken)
+        run_batches({1: 10, 2: 10}, 2, broken)
 
 
 def test_token_budget_sizes_batches_by_their_longest_row() -> None:
     lengths = {0: 100, 1: 60, 2: 50, 3: 50, 4: 20, 5: 20, 6: 20, 7: 20, 8: 5}
     seen: list[list[int]] = []
-    run_batches(list(lengths), 64, seen.append, lengths=lengths, max_tokens=120)
+    run_batches(lengths, 64, seen.append, max_tokens=120)
     # Longest first: the 100-token row alone, then pairs of 50-60, then six 20s would be 120.
     assert seen == [[0], [1, 2], [3, 4], [5, 6, 7, 8]]
     assert all(len(c) == 1 or len(c) * max(lengths[i] for i in c) <= 120 for c in seen)
     seen.clear()
-    run_batches(list(lengths), 2, seen.append, lengths=lengths, max_tokens=10_000)
+    run_batches(lengths, 2, seen.append, max_tokens=10_000)
     assert max(len(c) for c in seen) == 2  # the row limit still holds under a large budget
 
     def oom_over_60_tokens(chunk: list[int]) -> None:
@@ -225,7 +225,7 @@ def test_token_budget_sizes_batches_by_their_longest_row() -> None:
 
     seen.clear()
     with pytest.raises(torch.OutOfMemoryError):  # a single 100-token row does not fit: nothing to halve
-        run_batches(list(lengths), 64, oom_over_60_tokens, lengths=lengths, max_tokens=240)
+        run_batches(lengths, 64, oom_over_60_tokens, max_tokens=240)
     seen.clear()
-    run_batches(list(lengths)[1:], 64, oom_over_60_tokens, lengths=lengths, max_tokens=240)
+    run_batches({i: n for i, n in lengths.items() if i}, 64, oom_over_60_tokens, max_tokens=240)
     assert [i for c in seen for i in c] == list(lengths)[1:]  # every row, in order, after halving
