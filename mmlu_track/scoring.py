@@ -16,9 +16,12 @@ scored and its continuation tokens' log-probs summed; `Score.multi_pass` says so
 Prefix cache (`ScoringConfig.prefix_cache`, logprob only): prompts that share a prefix (a
 subject's header and shots) run it once; each question then forwards only its own tokens against
 the cached keys and values, batched, with the attention mask covering prefix + padded suffix and
-position ids continuing after the prefix. A question whose tokens do not start with the prefix's
-tokens takes the plain path (`Score.prefix_fallback`). Batches that run out of memory are retried
-at half the size (`run_batches`).
+position ids continuing after the prefix. On CPU the prefix's keys and values are not copied at
+all: `prefix_attention` attends to them and to the suffix apart and merges the two exactly; on
+other devices (or models it cannot serve) the prefix's cache is expanded across the batch. A
+question whose tokens do not start with the prefix's tokens takes the plain path
+(`Score.prefix_fallback`). Batches that run out of memory are retried at half the size
+(`run_batches`).
 """
 
 from __future__ import annotations
@@ -225,50 +228,72 @@ def _score_with_prefix(
     max_tokens: int | None,
     take: Callable[[Sequence[int], torch.Tensor], None],
     forwarded: list[int],
-) -> bool:
-    """Run the prefix once, then each row's remaining tokens against its cache. False (nothing
-    scored) when the model's cache is not a plain per-layer key/value cache that can be shared."""
+    shared_attention: bool = True,
+) -> str | None:
+    """Run the prefix once, then each row's remaining tokens against its keys and values; return
+    how: "shared" (`prefix_attention`: the prefix is never copied, CPU), "cache" (the prefix's
+    cache expanded across the batch) or None (nothing scored: the model's cache is not a plain
+    per-layer key/value cache that can be shared)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
+
+    from mmlu_track import prefix_attention
 
     device = lm.info.device
     n = len(prefix_ids)
     out = lm.model(input_ids=torch.tensor([prefix_ids], device=device), use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     if not isinstance(cache, DynamicCache):
-        return False
+        return None
     kv: list[tuple[torch.Tensor, torch.Tensor]] = []
     for layer in cache.layers:
         if not isinstance(layer, DynamicLayer) or type(layer) is not DynamicLayer:  # no sliding window
-            return False
+            return None
         if layer.keys is None or layer.values is None:
-            return False
+            return None
         kv.append((layer.keys, layer.values))
     forwarded[rows[0]] += n
     suffixes = {i: encoded[i][0][n:] for i in rows}
+    how = ["shared" if shared_attention else "cache"]
 
-    def run(batch: list[int]) -> None:
-        b = len(batch)
+    def forward_shared(ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor | None:
+        shared = prefix_attention.SharedPrefix(kv, mask)
+        try:
+            logits = lm.model(
+                input_ids=ids, attention_mask=mask, position_ids=pos + n, use_cache=False,
+                logits_to_keep=1, shared_prefix=shared,
+            ).logits  # fmt: skip
+        except prefix_attention.Unsupported:
+            return None
+        # Every layer must have seen the prefix; a model that drops the argument saw none of it.
+        return logits if shared.calls == len(kv) else None
+
+    def forward_cache(ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        b = len(ids)
         # expand() is a view: the prefix's keys and values are shared until the cache appends.
-        shared = DynamicCache(
+        expanded = DynamicCache(
             ddp_cache_data=[(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in kv]
         )
-        ids, mask, pos = _left_pad([suffixes[i] for i in batch], lm.pad_id, device)
         full_mask = torch.cat([torch.ones((b, n), dtype=mask.dtype, device=device), mask], dim=1)
-        logits = lm.model(
-            input_ids=ids,
-            attention_mask=full_mask,
-            position_ids=pos + n,
-            past_key_values=shared,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits
+        return lm.model(  # type: ignore[no-any-return]
+            input_ids=ids, attention_mask=full_mask, position_ids=pos + n, past_key_values=expanded,
+            use_cache=True, logits_to_keep=1,
+        ).logits  # fmt: skip
+
+    def run(batch: list[int]) -> None:
+        ids, mask, pos = _left_pad([suffixes[i] for i in batch], lm.pad_id, device)
+        logits = forward_shared(ids, mask, pos) if how[0] == "shared" else None
+        if logits is None:
+            how[0] = "cache"
+            logits = forward_cache(ids, mask, pos)
         take(batch, torch.log_softmax(logits[:, -1, :].float(), dim=-1))
         for i in batch:
             forwarded[i] += len(suffixes[i])
 
-    run_batches({i: len(s) for i, s in suffixes.items()}, batch_size, run, max_tokens=max_tokens)
-    return True
+    with prefix_attention.use_shared_prefix(lm.model) as switched:
+        how[0] = how[0] if switched else "cache"
+        run_batches({i: len(s) for i, s in suffixes.items()}, batch_size, run, max_tokens=max_tokens)
+    return how[0]
 
 
 @torch.inference_mode()

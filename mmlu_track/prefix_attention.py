@@ -1,0 +1,131 @@
+"""Attention of a batch of question suffixes over one shared prefix, without copying the prefix.
+
+Through transformers' cache, every layer of every batch concatenates the prefix's keys and values
+to each row (a copy per question), repeats them for each query head of a group (GQA), and runs
+one masked attention over the whole prefix + suffix rectangle. Here the two parts are computed
+apart and merged exactly through their log-sum-exps (softmax over a union of key sets):
+
+- prefix: all the batch's queries, regrouped per key/value head into one long query
+  `[1, kv_heads, rows * group * suffix, d]`, against the prefix's own keys and values
+  `[1, kv_heads, prefix, d]`: no mask (a question token sees the whole prefix), no copy, no repeat;
+- suffix: each row's queries against its own keys, causal and padding-masked;
+- `out = (o1 * e^(l1 - m) + o2 * e^(l2 - m)) / (e^(l1 - m) + e^(l2 - m))`, `m = max(l1, l2)`.
+
+It needs the log-sum-exp, which PyTorch's CPU flash kernel returns: CPU tensors only. Without a
+`shared_prefix` argument the function is transformers' SDPA attention, so a model switched to it
+runs its prefix and its plain batches as before (`use_shared_prefix`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+NAME = "mmlu_track_shared_prefix"
+# Arguments that change attention in ways the two-part computation does not reproduce.
+_UNSUPPORTED = ("softcap", "sliding_window", "s_aux", "sinks", "position_bias")
+
+
+class Unsupported(RuntimeError):
+    """The model's attention needs something this implementation does not do; use the cache."""
+
+
+@dataclass
+class SharedPrefix:
+    """What one suffix forward needs: each layer's prefix keys and values `[1, kv_heads, P, d]`
+    (post-RoPE, as the cache holds them) and the suffix's padding mask `[rows, suffix]` (1 = token,
+    left-padded). `calls` counts the layers that used it, to prove the model passed it through."""
+
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    padding: torch.Tensor
+    calls: int = 0
+    _masks: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def suffix_mask(self, group: int, dtype: torch.dtype) -> torch.Tensor:
+        """Additive mask `[rows, 1, group * S, S]`: causal, no padded key. A padded query row sees
+        itself, so no row is empty (its output is never read)."""
+        if group not in self._masks:
+            rows, s = self.padding.shape
+            device = self.padding.device
+            eye = torch.eye(s, dtype=torch.bool, device=device)
+            causal = torch.ones(s, s, dtype=torch.bool, device=device).tril()
+            keep = causal & (self.padding.bool()[:, None, :] | eye)
+            add = torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill_(~keep, float("-inf"))
+            # Row r of query head j in group slot i reads mask row r: repeat along the query axis.
+            add = add[:, None, None].expand(rows, 1, group, s, s)
+            self._masks[group] = add.reshape(rows, 1, group * s, s)
+        return self._masks[group]
+
+
+def attention(  # noqa: PLR0917 -- transformers calls attention functions positionally
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function contract: query `[B, H, S, d]`, key/value `[B, Hkv, S, d]`
+    -> output `[B, S, H, d]`. With `shared_prefix`, `attention_mask` is ignored (the suffix mask
+    comes from `SharedPrefix.padding`)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    shared: SharedPrefix | None = kwargs.pop("shared_prefix", None)
+    if shared is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    if any(kwargs.get(k) is not None for k in _UNSUPPORTED) or getattr(module, "sinks", None) is not None:
+        raise Unsupported(f"{type(module).__name__} uses an attention feature the two parts do not reproduce")
+    layer = getattr(module, "layer_idx", None)
+    if layer is None or layer >= len(shared.kv) or query.device.type != "cpu":
+        raise Unsupported("no layer index, or not on CPU")
+    kp, vp = shared.kv[layer]
+    b, h, s, d = query.shape
+    hkv = key.shape[1]
+    g = h // hkv
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    qg = query.reshape(b, hkv, g, s, d)
+    # Every query of the batch against the one prefix: a single long query per key/value head.
+    o1, l1 = flash(qg.permute(1, 0, 2, 3, 4).reshape(1, hkv, b * g * s, d), kp, vp, 0.0, False, scale=scaling)
+    o1 = o1.view(hkv, b, g, s, d).permute(1, 0, 2, 3, 4)
+    l1 = l1.view(hkv, b, g, s).permute(1, 0, 2, 3)
+    mask = shared.suffix_mask(g, query.dtype)
+    o2, l2 = flash(qg.reshape(b, hkv, g * s, d), key, value, 0.0, False, attn_mask=mask, scale=scaling)
+    o2 = o2.view(b, hkv, g, s, d)
+    l2 = l2.view(b, hkv, g, s)
+    top = torch.maximum(l1, l2)
+    w1 = torch.exp(l1 - top).unsqueeze(-1)
+    w2 = torch.exp(l2 - top).unsqueeze(-1)
+    out = (o1 * w1 + o2 * w2) / (w1 + w2)
+    shared.calls += 1
+    return out.reshape(b, h, s, d).transpose(1, 2).to(query.dtype).contiguous(), None
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(NAME, attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+
+
+@contextmanager
+def use_shared_prefix(model: Any) -> Iterator[bool]:
+    """Switch an SDPA model on CPU to `attention` while inside; yields whether it was switched."""
+    implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if implementation != "sdpa" or model.device.type != "cpu":
+        yield False
+        return
+    _register()
+    model.set_attn_implementation(NAME)
+    try:
+        yield model.config._attn_implementation == NAME
+    finally:
+        model.set_attn_implementation("sdpa")
