@@ -120,7 +120,9 @@ def _register() -> None:
 def use_shared_prefix(model: Any) -> Iterator[bool]:
     """Switch an SDPA model on CPU to `attention` while inside; yields whether it was switched."""
     implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    if implementation != "sdpa" or model.device.type != "cpu":
+    can_set = getattr(model, "_can_set_attn_implementation", lambda: False)
+    # Asked first: set_attn_implementation only warns (once per call) on a model that cannot switch.
+    if implementation != "sdpa" or model.device.type != "cpu" or not can_set():
         yield False
         return
     _register()
