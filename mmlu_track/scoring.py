@@ -254,7 +254,7 @@ def _score_with_prefix(
         kv.append((layer.keys, layer.values))
     forwarded[rows[0]] += n
     suffixes = {i: encoded[i][0][n:] for i in rows}
-    how = ["shared" if shared_attention else "cache"]
+    how = "shared" if shared_attention else "cache"
 
     def forward_shared(ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor | None:
         shared = prefix_attention.SharedPrefix(kv, mask)
@@ -281,19 +281,20 @@ def _score_with_prefix(
         ).logits  # fmt: skip
 
     def run(batch: list[int]) -> None:
+        nonlocal how
         ids, mask, pos = _left_pad([suffixes[i] for i in batch], lm.pad_id, device)
-        logits = forward_shared(ids, mask, pos) if how[0] == "shared" else None
+        logits = forward_shared(ids, mask, pos) if how == "shared" else None
         if logits is None:
-            how[0] = "cache"
+            how = "cache"
             logits = forward_cache(ids, mask, pos)
         take(batch, torch.log_softmax(logits[:, -1, :].float(), dim=-1))
         for i in batch:
             forwarded[i] += len(suffixes[i])
 
     with prefix_attention.use_shared_prefix(lm.model) as switched:
-        how[0] = how[0] if switched else "cache"
+        how = how if switched else "cache"
         run_batches({i: len(s) for i, s in suffixes.items()}, batch_size, run, max_tokens=max_tokens)
-    return how[0]
+    return how
 
 
 @torch.inference_mode()
