@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -16,6 +18,17 @@ def plain(cfg: Any) -> dict[str, Any]:
     raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     assert isinstance(raw, dict)
     return {str(k): v for k, v in raw.items()}
+
+
+@contextmanager
+def hydra_exit_codes() -> Iterator[None]:
+    """Hydra exits 1 on a bad override or config name, the code that means "regression": make it 2."""
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code == 1:
+            raise SystemExit(2) from None
+        raise
 
 
 def _fail(message: str) -> NoReturn:
@@ -55,7 +68,8 @@ def main() -> None:
             _fail(str(err))
         return out.scores.micro.acc
 
-    app()
+    with hydra_exit_codes():
+        app()
 
 
 if __name__ == "__main__":

@@ -1,15 +1,23 @@
 """Paired statistics between two runs over the same questions (no I/O, no policy).
 
 Per question, x and y in {0,1} are the baseline's and candidate's correctness, d = y - x;
-b = questions the candidate lost, c = questions it gained.
-- Δ = mean(d) = (c - b)/n; SE = sd(d)/sqrt(n) (population sd), CI = Δ ± z·SE.
-- Macro: Δ_M = mean over subjects of Δ_k, SE_M = sqrt(Σ var_k(d)/n_k)/K (subjects as strata).
-- Exact one-sided McNemar: b | b+c ~ Binomial(b+c, 1/2) under no change (scipy's binomial tail,
-  the value `scipy.stats.binomtest(b, b+c, alternative="greater")` gives).
+b = questions the candidate lost, c = questions it gained, n = questions, Δ = (c - b)/n.
+The formulas are in `paired.py`; this module applies them to groups of questions.
+- Intervals for Δ (micro, each category, each subject): Tango's score interval for paired
+  proportions, level 1 - α. Always inside [-1, 1], never a point: with no answer changed among n
+  it is ±z²/(n + z²).
+- Macro Δ_M = mean over subjects of Δ_k; its interval combines the subjects' score intervals by
+  MOVER (Zou & Donner 2008).
+- Exact one-sided McNemar per group: b | b+c ~ Binomial(b+c, 1/2) under no change (scipy's
+  binomial tail, the value `scipy.stats.binomtest(b, b+c, alternative="greater")` gives).
 - Across subjects: Holm (default) or Benjamini-Hochberg (`statsmodels` multipletests).
-- Non-inferiority of the micro Δ against a margin δ: one-sided t-test of d against -δ.
+- Non-inferiority of the micro Δ against a margin δ: Tango's score test of H0: Δ <= -δ with an
+  exact unconditional critical value (its level holds at every n); when it is not shown, the
+  questions needed at the observed discordance (80 % power, no true change).
 - A subject-stratified paired bootstrap (`scipy.stats.bootstrap`, each subject resampled within
-  itself) gives a second interval for micro and macro.
+  itself) gives a second interval for micro and macro, only where a percentile bootstrap is
+  sound: at least BOOTSTRAP_MIN_FLIPS changed answers and BOOTSTRAP_MIN_PER_SUBJECT questions in
+  every subject (with no flips it collapses to a point).
 
 `python -m mmlu_track.compare` is the command line (see `gate.py`).
 """
@@ -18,14 +26,19 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
 
+from mmlu_track import paired
 from mmlu_track.results import QuestionResult
 from mmlu_track.subjects import CATEGORIES, category
+
+BOOTSTRAP_MIN_FLIPS = 20
+BOOTSTRAP_MIN_PER_SUBJECT = 10
+INTERVALS = "Tango score (micro, categories, subjects), MOVER of the subjects' (macro)"
 
 
 class ComparisonError(ValueError):
@@ -41,7 +54,7 @@ class Delta:
     baseline_acc: float
     candidate_acc: float
     delta: float
-    se: float
+    se: float  # sd(d)/sqrt(n): descriptive only, the intervals are score intervals
     ci_low: float
     ci_high: float
     lost: int  # b: right in the baseline, wrong in the candidate
@@ -56,10 +69,14 @@ class Delta:
 
 @dataclass(frozen=True)
 class NonInferiority:
+    """Tango's score test of H0: Δ micro <= -margin, with an exact critical value."""
+
     margin: float
-    lower_bound: float  # one-sided (1 - alpha) lower confidence bound of the micro Δ
-    p_value: float
+    lower_bound: float  # one-sided (1 - alpha) score lower limit of the micro Δ
+    p_value: float  # the larger of the asymptotic and the exact unconditional p-value
     shown: bool
+    discordance: float  # share of questions whose correctness changed
+    questions_needed: int | None  # for 80 % power at this discordance if nothing changed; None if shown
 
 
 @dataclass(frozen=True)
@@ -77,10 +94,11 @@ class Comparison:
     settings: Settings
     micro: Delta
     macro: Delta
-    bootstrap: dict[str, tuple[float, float]] | None  # micro/macro percentile intervals
+    bootstrap: dict[str, tuple[float, float]] | None  # micro/macro percentile intervals, where sound
     noninferiority: NonInferiority
     subjects: tuple[Delta, ...]
     categories: tuple[Delta, ...]
+    intervals: str = INTERVALS
 
 
 Pairs = dict[str, tuple[np.ndarray, np.ndarray]]
@@ -113,53 +131,71 @@ def _mcnemar(b: int, c: int) -> tuple[float, float]:
     return float(stats.binom.sf(b - 1, b + c, 0.5)), float(stats.binom.sf(c - 1, b + c, 0.5))
 
 
-def delta(name: str, x: np.ndarray, y: np.ndarray, z: float) -> Delta:
+def delta(name: str, x: np.ndarray, y: np.ndarray, alpha: float) -> Delta:
+    """Δ of one group with its two-sided (1 - alpha) score interval and McNemar p-values."""
     d = y - x
     n = len(d)
     b, c = int(np.sum(d < 0)), int(np.sum(d > 0))
     se = float(np.std(d) / math.sqrt(n))  # = sqrt(b + c - (c - b)^2 / n) / n
-    mean = float(np.mean(d))
+    low, high = paired.tango_interval(b, c, n, alpha)
     p_reg, p_imp = _mcnemar(b, c)
     return Delta(
-        name, n, float(x.mean()), float(y.mean()), mean, se, mean - z * se, mean + z * se, b, c, p_reg, p_imp
+        name,
+        n,
+        float(x.mean()),
+        float(y.mean()),
+        (c - b) / n,
+        se,
+        float(low),
+        float(high),
+        b,
+        c,
+        p_reg,
+        p_imp,
     )
 
 
-def _macro(pairs: Pairs, z: float) -> Delta:
-    per = [delta(s, x, y, z) for s, (x, y) in pairs.items()]
-    k = len(per)
-    mean = sum(p.delta for p in per) / k
-    se = math.sqrt(sum(p.se**2 for p in per)) / k  # se_k^2 = var_k(d) / n_k
+def _macro(subjects: Sequence[Delta]) -> Delta:
+    k = len(subjects)
+    est = np.array([s.delta for s in subjects])
+    weights = np.full(k, 1.0 / k)
+    low, high = paired.mover(
+        est, np.array([s.ci_low for s in subjects]), np.array([s.ci_high for s in subjects]), weights
+    )
     return Delta(
         "macro",
-        sum(p.n for p in per),
-        sum(p.baseline_acc for p in per) / k,
-        sum(p.candidate_acc for p in per) / k,
-        mean,
-        se,
-        mean - z * se,
-        mean + z * se,
-        sum(p.lost for p in per),
-        sum(p.gained for p in per),
+        sum(p.n for p in subjects),
+        sum(p.baseline_acc for p in subjects) / k,
+        sum(p.candidate_acc for p in subjects) / k,
+        float(est.mean()),
+        math.sqrt(sum(p.se**2 for p in subjects)) / k,  # se_k^2 = var_k(d) / n_k
+        max(-1.0, low),
+        min(1.0, high),
+        sum(p.lost for p in subjects),
+        sum(p.gained for p in subjects),
         None,
         None,
     )
 
 
-def noninferiority(d: np.ndarray, margin: float, alpha: float) -> NonInferiority:
-    """H0: Δ <= -margin against H1: Δ > -margin, by a one-sided one-sample t-test of d."""
-    n = len(d)
-    mean = float(np.mean(d))
-    if np.all(d == d[0]):  # no variance: Δ is known exactly
-        shown = mean > -margin
-        return NonInferiority(margin, mean, 0.0 if shown else 1.0, shown)
-    p = float(stats.ttest_1samp(d, popmean=-margin, alternative="greater").pvalue)
-    lower = mean - float(stats.t.ppf(1 - alpha, n - 1)) * float(np.std(d, ddof=1)) / math.sqrt(n)
-    return NonInferiority(margin, lower, p, p < alpha)
+def noninferiority(lost: int, gained: int, n: int, margin: float, alpha: float) -> NonInferiority:
+    """H0: Δ <= -margin against H1: Δ > -margin (see `paired.py`)."""
+    t = float(paired.tango_statistic(lost, gained, n, -margin))
+    p_asymptotic = float(stats.norm.sf(t))
+    # The exact size is only needed near the boundary: far above it both p-values are tiny.
+    p_exact = paired.exact_size(n, margin, t) if p_asymptotic < 2 * alpha else 1.0
+    shown = p_asymptotic < alpha and p_exact <= alpha
+    lower = float(paired.tango_limit(lost, gained, n, float(stats.norm.ppf(1 - alpha)), "lower"))
+    discordance = (lost + gained) / n
+    needed = None if shown else paired.questions_needed(discordance, margin, alpha) if margin > 0 else None
+    return NonInferiority(margin, lower, max(p_asymptotic, p_exact), shown, discordance, needed)
 
 
-def _bootstrap(pairs: Pairs, settings: Settings) -> dict[str, tuple[float, float]]:
+def _bootstrap(pairs: Pairs, settings: Settings) -> dict[str, tuple[float, float]] | None:
     samples = tuple(y - x for x, y in pairs.values())
+    flips = sum(int(np.count_nonzero(s)) for s in samples)
+    if flips < BOOTSTRAP_MIN_FLIPS or min(len(s) for s in samples) < BOOTSTRAP_MIN_PER_SUBJECT:
+        return None
     sizes = np.array([len(s) for s in samples])
 
     def macro(*ds: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -191,21 +227,19 @@ def compare(pairs: Pairs, settings: Settings) -> Comparison:
 
     if not pairs:
         raise ComparisonError("no paired questions to compare")
-    z = float(stats.norm.ppf(1 - settings.alpha / 2))
-    subjects = [delta(s, x, y, z) for s, (x, y) in pairs.items()]
-    p_reg = [s.p_regression or 1.0 for s in subjects]
-    p_imp = [s.p_improvement or 1.0 for s in subjects]
-    adj_reg = multipletests(p_reg, alpha=settings.alpha, method=settings.correction)[1]
-    adj_imp = multipletests(p_imp, alpha=settings.alpha, method=settings.correction)[1]
+    a = settings.alpha
+    subjects = [delta(s, x, y, a) for s, (x, y) in pairs.items()]
+    adj_reg = multipletests([s.p_regression or 1.0 for s in subjects], alpha=a, method=settings.correction)[1]
+    adj_imp = multipletests([s.p_improvement or 1.0 for s in subjects], alpha=a, method=settings.correction)[
+        1
+    ]
     subjects = [
-        Delta(
-            **{
-                **s.__dict__,
-                "p_regression_adj": float(ar),
-                "p_improvement_adj": float(ai),
-                "flagged": bool(ar < settings.alpha and -s.delta >= settings.min_effect),
-                "improved": bool(ai < settings.alpha and s.delta >= settings.min_effect),
-            }
+        replace(
+            s,
+            p_regression_adj=float(ar),
+            p_improvement_adj=float(ai),
+            flagged=bool(ar < a and -s.delta >= settings.min_effect),
+            improved=bool(ai < a and s.delta >= settings.min_effect),
         )
         for s, ar, ai in zip(subjects, adj_reg, adj_imp, strict=True)
     ]
@@ -217,23 +251,20 @@ def compare(pairs: Pairs, settings: Settings) -> Comparison:
         xs.append(x)
         ys.append(y)
     categories = tuple(
-        delta(c, np.concatenate(by_cat[c][0]), np.concatenate(by_cat[c][1]), z)
+        delta(c, np.concatenate(by_cat[c][0]), np.concatenate(by_cat[c][1]), a)
         for c in CATEGORIES
         if c in by_cat
     )
+    micro = delta("micro", x_all, y_all, a)
     return Comparison(
         settings=settings,
-        micro=delta("micro", x_all, y_all, z),
-        macro=_macro(pairs, z),
+        micro=micro,
+        macro=_macro(subjects),
         bootstrap=_bootstrap(pairs, settings) if settings.bootstrap_resamples > 0 else None,
-        noninferiority=noninferiority(y_all - x_all, settings.margin, settings.alpha),
+        noninferiority=noninferiority(micro.lost, micro.gained, micro.n, settings.margin, a),
         subjects=tuple(subjects),
         categories=categories,
     )
-
-
-def by_name(deltas: Sequence[Delta]) -> Mapping[str, Delta]:
-    return {d.name: d for d in deltas}
 
 
 if __name__ == "__main__":

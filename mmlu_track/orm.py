@@ -84,7 +84,7 @@ class ComparisonRow(Base):
     candidate_run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     mode: Mapped[str] = mapped_column(String(16))
     policy: Mapped[str] = mapped_column(String(64))
-    verdict: Mapped[str] = mapped_column(String(16))  # pass | regression | analysis
+    verdict: Mapped[str] = mapped_column(String(16))  # pass | regression | inconclusive | analysis
     delta_micro: Mapped[float] = mapped_column(Float)
     delta_macro: Mapped[float] = mapped_column(Float)
     p_regression: Mapped[float | None] = mapped_column(Float)

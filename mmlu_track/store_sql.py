@@ -217,14 +217,19 @@ class SqlStore:
         with Session(self.engine, expire_on_commit=False) as s:
             return list(s.scalars(query))
 
-    def get(self, run_id: str) -> Run | None:
-        """A run by id, or by a unique prefix of it, or by its MLflow run id."""
+    def find(self, ref: str) -> list[Run]:
+        """Runs that `ref` names: its id, its MLflow run id, or every run whose id starts with it."""
         with Session(self.engine, expire_on_commit=False) as s:
-            run = s.get(Run, run_id) or s.scalars(select(Run).where(Run.mlflow_run_id == run_id)).first()
-            if run is None:
-                found = list(s.scalars(select(Run).where(Run.id.startswith(run_id)).limit(2)))
-                run = found[0] if len(found) == 1 else None
-            return run
+            run = s.get(Run, ref) or s.scalars(select(Run).where(Run.mlflow_run_id == ref)).first()
+            if run is not None:
+                return [run]
+            query = select(Run).where(Run.id.startswith(ref, autoescape=True)).order_by(Run.created_at.desc())
+            return list(s.scalars(query.limit(20)))
+
+    def get(self, run_id: str) -> Run | None:
+        """A run by id, by a unique prefix of it, or by its MLflow run id."""
+        found = self.find(run_id)
+        return found[0] if len(found) == 1 else None
 
     def question_results(self, run_id: str) -> list[QuestionResult]:
         with Session(self.engine) as s:
@@ -235,18 +240,11 @@ class SqlStore:
             )
             return [_from_row(r) for r in rows]
 
-    def latest_finished(self, model_name: str, like: Run | None = None) -> Run | None:
-        """The newest finished run of a model; with `like`, one with the same evaluation settings."""
+    def finished_runs(self, model_name: str) -> list[Run]:
+        """A model's finished runs, newest first (the gate picks a comparable one among them)."""
         query = select(Run).where(Run.model_name == model_name, Run.status == "finished")
-        if like is not None:
-            query = query.where(
-                Run.data_fingerprint == like.data_fingerprint,
-                Run.formulation == like.formulation,
-                Run.k == like.k,
-                Run.scoring == like.scoring,
-            )
         with Session(self.engine, expire_on_commit=False) as s:
-            return s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
+            return list(s.scalars(query.order_by(Run.created_at.desc())))
 
     def save_comparison(self, row: ComparisonRow) -> None:
         with Session(self.engine, expire_on_commit=False) as s, s.begin():

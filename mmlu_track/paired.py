@@ -1,0 +1,188 @@
+"""Score statistics for the difference of two paired proportions (pure functions, no I/O).
+
+Two runs answer the same n questions. Per question the baseline is right (x = 1) or wrong, and so
+is the candidate (y). Of the n pairs, b were lost (x = 1, y = 0) and c gained (x = 0, y = 1);
+their probabilities are q_b and q_c, and Δ = q_c − q_b is the candidate's accuracy minus the
+baseline's. Every function below depends on the data through (b, c, n) only, and takes numpy
+arrays of them (the gate's simulations evaluate thousands at once).
+
+**Tango's score statistic** (Tango, *Stat Med* 17:891–908, 1998, eqs. 3–5). For a hypothesised
+difference Δ₀,
+
+    T(Δ₀) = (c − b − nΔ₀) / √( n · (2 q̃_b + Δ₀(1 − Δ₀)) ),
+
+where q̃_b is the maximum-likelihood estimate of q_b under the constraint q_c − q_b = Δ₀, the root
+in [0, 1] of 2n q² + (−b − c + (2n + b − c)Δ₀) q − bΔ₀(1 − Δ₀) = 0. At Δ₀ = 0 it is McNemar's
+(c − b)/√(b + c). T decreases in Δ₀, so:
+- the **score interval** at level 1 − a is {Δ₀ : |T(Δ₀)| < z₁₋ₐ/₂}, found by bisection; it always
+  lies inside [−1, 1], and with no discordant pair at all it is ±z²/(n + z²) — never a point;
+- the **non-inferiority test** of H₀: Δ ≤ −δ against H₁: Δ > −δ rejects when T(−δ) > z₁₋α, with
+  p = 1 − Φ(T(−δ)); it rejects exactly when the one-sided (1 − α) lower limit exceeds −δ.
+
+**An exact critical value** (Hsueh, Liu & Chen, *Biometrics* 57:478–483, 2001: the unconditional
+exact test ordered by the score statistic). T is asymptotically normal, and at small n or few
+flips its one-sided size can exceed α (about 5.5 % at n = 100). The exact size of "reject when
+T(−δ) ≥ t" at nuisance ψ = q_b + q_c (the share of flipped answers) is
+P_ψ(T ≥ t) = Σ_m Bin(m; n, ψ) · P(C ≥ c*(m) | m), C | m ~ Bin(m, (ψ − δ)/(2ψ)),
+where c*(m) is the fewest gained among m flips with T ≥ t (T rises with c at fixed m). The exact
+p-value is its supremum over ψ ∈ [δ, 1] (taken on a grid), and the gate shows non-inferiority
+only when both the score test and this exact test reject: its level holds at every n.
+
+**MOVER** (Zou & Donner, *Stat Med* 27:1693–1702, 2008, eq. 6) combines intervals [l_k, u_k]
+around estimates θ_k into one for Σ w_k θ_k (w_k ≥ 0):
+L = Σ w_kθ_k − √Σ w_k²(θ_k − l_k)², U = Σ w_kθ_k + √Σ w_k²(u_k − θ_k)². The macro Δ (the mean of
+the subjects' Δ) uses it with each subject's score interval; it stays inside [−1, 1].
+
+**Questions needed** to show non-inferiority at margin δ with power 1 − β when nothing changed
+(Δ = 0) and a share ψ of answers flips (Nam, *Biometrics* 53:1422–1430, 1997; Liu et al.,
+*Stat Med* 21:231–245, 2002): n = (z₁₋α σ₀ + z₁₋β σ₁)² / δ², with σ₁² = ψ and σ₀² = 2q̃_b + Δ₀(1 − Δ₀)
+at Δ₀ = −δ, q̃_b the constrained estimate for cell shares q_b = q_c = ψ/2.
+
+**Single accuracies** get Wilson score intervals (statsmodels' `proportion_confint`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import stats
+
+Floats = NDArray[np.float64]
+_BISECTIONS = 60  # halves [-1, 1] below 1e-17: exact to float precision
+
+
+def _constrained_qb(b: Floats, c: Floats, n: Floats, d0: Floats) -> Floats:
+    """q̃_b: the MLE of P(lost) given P(gained) − P(lost) = d0 (Tango 1998, eq. 5)."""
+    a2 = 2.0 * n
+    bq = -b - c + (2.0 * n + b - c) * d0
+    cq = -b * d0 * (1.0 - d0)
+    root = np.sqrt(np.maximum(bq * bq - 4.0 * a2 * cq, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # The same root written two ways, each free of cancellation on its side of B = 0.
+        q = np.where(bq <= 0, (root - bq) / (2.0 * a2), (-2.0 * cq) / (bq + root))
+    return np.asarray(np.nan_to_num(q, nan=0.0), dtype=np.float64)
+
+
+def tango_statistic(b: ArrayLike, c: ArrayLike, n: ArrayLike, delta0: ArrayLike) -> Floats:
+    """T(Δ₀) of the module docstring, elementwise (±inf where the variance is 0, 0 where 0/0)."""
+    b_, c_, n_, d0 = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (b, c, n, delta0)))
+    q = _constrained_qb(b_, c_, n_, d0)
+    num = c_ - b_ - n_ * d0
+    var = np.maximum(n_ * (2.0 * q + d0 * (1.0 - d0)), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = num / np.sqrt(var)
+    t = np.where(var == 0, np.copysign(np.inf, num), t)
+    return np.asarray(np.where(num == 0, 0.0, t), dtype=np.float64)
+
+
+def tango_limit(b: ArrayLike, c: ArrayLike, n: ArrayLike, z: float, side: str) -> Floats:
+    """The lower (T(L) = z) or upper (T(U) = −z) score limit, elementwise, by bisection."""
+    b_, c_, n_ = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (b, c, n)))
+    est = (c_ - b_) / n_
+    if side == "lower":
+        lo, hi, target, edge = np.full_like(est, -1.0), est.copy(), z, b_ == n_
+    elif side == "upper":
+        lo, hi, target, edge = est.copy(), np.full_like(est, 1.0), -z, c_ == n_
+    else:
+        raise ValueError(f"side must be lower or upper, not {side!r}")
+    for _ in range(_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        # T decreases in Δ₀: above the target the limit lies to the right of mid.
+        right = tango_statistic(b_, c_, n_, mid) > target
+        lo = np.where(right, mid, lo)
+        hi = np.where(right, hi, mid)
+    limit = 0.5 * (lo + hi)
+    # All lost (or all gained): the observed Δ is the boundary itself.
+    return np.asarray(np.where(edge, -1.0 if side == "lower" else 1.0, limit), dtype=np.float64)
+
+
+def tango_interval(b: ArrayLike, c: ArrayLike, n: ArrayLike, alpha: float) -> tuple[Floats, Floats]:
+    """Two-sided (1 − alpha) score interval for Δ."""
+    z = float(stats.norm.ppf(1 - alpha / 2))
+    return tango_limit(b, c, n, z, "lower"), tango_limit(b, c, n, z, "upper")
+
+
+def noninferiority_p(b: ArrayLike, c: ArrayLike, n: ArrayLike, margin: float) -> Floats:
+    """One-sided p-value of H₀: Δ ≤ −margin (Tango's score test)."""
+    return np.asarray(stats.norm.sf(tango_statistic(b, c, n, -margin)), dtype=np.float64)
+
+
+def _psi_grid(margin: float, points: int = 160) -> Floats:
+    # Dense near ψ = δ, where the statistic is most skewed and the size peaks.
+    u = np.linspace(0.0, 1.0, points)
+    low = max(margin, 1e-6)
+    return np.asarray(low + (1.0 - low) * u**2, dtype=np.float64)
+
+
+def _fewest_gained(n: int, margin: float, t: float) -> NDArray[np.int64]:
+    """c*(m) for m = 0..n: the fewest gained among m flips with T(−margin) ≥ t (m + 1 if none)."""
+    m = np.arange(n + 1)
+    lo, hi = np.zeros(n + 1, dtype=np.int64), m + 1
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        c = np.minimum(mid, m)
+        ok = (mid <= m) & (tango_statistic(m - c, c, n, -margin) >= t)
+        active = lo < hi
+        hi = np.where(active & ok, mid, hi)
+        lo = np.where(active & ~ok, mid + 1, lo)
+    return lo
+
+
+def exact_size(n: int, margin: float, t: float, psi: ArrayLike | None = None) -> float:
+    """sup over ψ of P(T(−margin) ≥ t) when Δ = −margin (the exact p-value at T = t)."""
+    grid = _psi_grid(margin) if psi is None else np.atleast_1d(np.asarray(psi, dtype=np.float64))
+    need = _fewest_gained(n, margin, t)
+    m = np.arange(n + 1)
+    worst = 0.0
+    for chunk in np.array_split(grid, max(1, len(grid) * (n + 1) // 400_000)):
+        g = chunk[:, None]
+        share_gained = np.clip((g - margin) / (2 * g), 0.0, 1.0)
+        tail = stats.binom.sf(need[None, :] - 1, m[None, :], share_gained)
+        worst = max(worst, float(np.max(np.sum(stats.binom.pmf(m[None, :], n, g) * tail, axis=1))))
+    return min(worst, 1.0)
+
+
+def critical_value(n: int, margin: float, alpha: float) -> float:
+    """The smallest t with exact size ≤ alpha, never below the normal quantile z₁₋α."""
+    z = float(stats.norm.ppf(1 - alpha))
+    if exact_size(n, margin, z) <= alpha:
+        return z
+    lo, hi = z, z + 1.0
+    while exact_size(n, margin, hi) > alpha:
+        lo, hi = hi, hi + 1.0
+    for _ in range(24):  # the size is a step function of t: this pins its step within 1e-7
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if exact_size(n, margin, mid) > alpha else (lo, mid)
+    return hi
+
+
+def mover(estimates: Floats, lows: Floats, highs: Floats, weights: Floats) -> tuple[float, float]:
+    """Zou & Donner's interval for Σ w_k θ_k from per-stratum intervals (module docstring)."""
+    est = float(np.sum(weights * estimates))
+    low = est - math.sqrt(float(np.sum((weights * (estimates - lows)) ** 2)))
+    high = est + math.sqrt(float(np.sum((weights * (highs - estimates)) ** 2)))
+    return low, high
+
+
+def questions_needed(discordance: float, margin: float, alpha: float, power: float = 0.8) -> int:
+    """Questions for Tango's test to show Δ > −margin with `power` when Δ = 0 (module docstring)."""
+    if margin <= 0:
+        raise ValueError("a margin of 0 cannot be shown when nothing changed")
+    half = np.array([discordance / 2])
+    q = float(_constrained_qb(half, half, np.array([1.0]), np.array([-margin]))[0])
+    sigma0 = math.sqrt(max(2 * q - margin * (1 + margin), 0.0))
+    sigma1 = math.sqrt(discordance)
+    z_a, z_b = float(stats.norm.ppf(1 - alpha)), float(stats.norm.ppf(power))
+    return math.ceil(((z_a * sigma0 + z_b * sigma1) / margin) ** 2)
+
+
+def wilson(correct: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score interval of a single accuracy (statsmodels)."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    if n == 0:
+        return 0.0, 1.0
+    low, high = proportion_confint(correct, n, alpha=alpha, method="wilson")
+    return float(low), float(high)
