@@ -228,7 +228,12 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "report.md").write_text(markdown, encoding="utf-8")
         (output_dir / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
-        report.deltas_png(comp, output_dir / "deltas.png", report.title(base, cand, cfg.mode))
+        report.deltas_png(
+            comp,
+            output_dir / "deltas.png",
+            report.title(base, cand, cfg.mode),
+            margin_line=cfg.mode == "gate",
+        )
         if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
             with open(summary, "a", encoding="utf-8") as f:
                 f.write(markdown + "\n")

@@ -186,3 +186,32 @@ def wilson(correct: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
         return 0.0, 1.0
     low, high = proportion_confint(correct, n, alpha=alpha, method="wilson")
     return float(low), float(high)
+
+
+def outcome_distribution(
+    n: int, psi: float, delta: float, tail: float = 1e-15
+) -> tuple[Floats, Floats, Floats]:
+    """Every (b, c) outcome of n paired questions with P(lost) + P(gained) = psi and
+    P(gained) − P(lost) = delta, with its probability (outcomes rarer than `tail` left out).
+    Operating characteristics computed over it are what a simulation estimates, without its error."""
+    q_b, q_c = (psi - delta) / 2, (psi + delta) / 2
+    if min(q_b, q_c) < -1e-12 or psi > 1:
+        raise ValueError(f"no such paired design: flips {psi}, Δ {delta}")
+    if psi <= 0:
+        return np.zeros(1), np.zeros(1), np.ones(1)
+    m = np.arange(n + 1)
+    p_m = stats.binom.pmf(m, n, psi)
+    keep = p_m > tail
+    lost, gained, weight = [], [], []
+    for mi, pmi in zip(m[keep], p_m[keep], strict=True):
+        b = np.arange(mi + 1)
+        w = stats.binom.pmf(b, mi, min(max(q_b / psi, 0.0), 1.0)) * pmi
+        k = w > tail
+        lost.append(b[k])
+        gained.append(mi - b[k])
+        weight.append(w[k])
+    return (
+        np.concatenate(lost).astype(np.float64),
+        np.concatenate(gained).astype(np.float64),
+        np.concatenate(weight),
+    )

@@ -8,7 +8,10 @@ from mmlu_track.results import Scores
 
 
 def subject_accuracy_png(scores: Scores, path: Path, title: str) -> Path:
-    """Horizontal bars of per-subject accuracy with ±1.96·SE whiskers and the micro average."""
+    """Horizontal bars of per-subject accuracy with 95% Wilson whiskers and the micro average.
+
+    Wilson intervals stay inside [0, 1] and keep a whisker at 0/n and n/n, where ±1.96·SE has none.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -16,13 +19,17 @@ def subject_accuracy_png(scores: Scores, path: Path, title: str) -> Path:
 
     names = sorted(scores.subjects, key=lambda s: scores.subjects[s].acc)
     accs = [scores.subjects[s].acc for s in names]
-    errs = [1.96 * (scores.subjects[s].stderr or 0.0) for s in names]
+    bounds = [scores.subjects[s].interval() for s in names]
+    errs = [
+        [a - lo for a, (lo, _) in zip(accs, bounds, strict=True)],
+        [hi - a for a, (_, hi) in zip(accs, bounds, strict=True)],
+    ]
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.22 * len(names) + 1.2)))
     ax.barh(names, accs, xerr=errs, color="#4C72B0", ecolor="#333333", capsize=2)
     ax.axvline(scores.micro.acc, color="#C44E52", linestyle="--", label=f"micro {scores.micro.acc:.3f}")
     ax.axvline(0.25, color="#999999", linestyle=":", label="chance 0.25")
     ax.set_xlim(0, 1)
-    ax.set_xlabel("accuracy (whiskers: 95% interval)")
+    ax.set_xlabel("accuracy (whiskers: 95% Wilson interval)")
     ax.set_title(title, fontsize=10)
     ax.tick_params(axis="y", labelsize=7)
     ax.legend(loc="lower right", fontsize=8)

@@ -8,14 +8,20 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmlu_track.compare import Comparison, Delta
+from mmlu_track.compare import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta
 
 if TYPE_CHECKING:
     from mmlu_track.config import CompareConfig
     from mmlu_track.gate import Verdict
     from mmlu_track.orm import Run
 
-ICONS = {"pass": "✅ PASS", "regression": "❌ REGRESSION", "analysis": "📊 ANALYSIS"}
+ICONS = {
+    "pass": "✅ PASS",
+    "regression": "❌ REGRESSION",
+    "inconclusive": "⚠️ INCONCLUSIVE",
+    "analysis": "📊 ANALYSIS",
+}
+GAP_ROWS = 6  # a few-shot gap shows this many biggest gains and biggest losses unfolded
 
 
 def title(base: Run, cand: Run, mode: str) -> str:
@@ -46,52 +52,88 @@ _HEADER = (
 )
 
 
+def _first_line(verdict: Verdict) -> str:
+    code = "" if verdict.status == "analysis" else f" (exit {verdict.exit_code})"
+    return f"{ICONS[verdict.status]}: {verdict.headline}{code}"
+
+
+def _gap_rows(ordered: list[Delta]) -> list[Delta]:
+    """The biggest losses and the biggest gains, both visible (ordered by Δ ascending)."""
+    if len(ordered) <= 2 * GAP_ROWS:
+        return ordered
+    return ordered[:GAP_ROWS] + ordered[-GAP_ROWS:]
+
+
+def _method_lines(comp: Comparison, gate_mode: bool) -> list[str]:
+    s = comp.settings
+    lines = [f"Intervals ({100 * (1 - s.alpha):.0f}%): {comp.intervals}."]
+    if gate_mode:
+        ni = comp.noninferiority
+        lines.append(
+            f"Non-inferiority (Δ micro > −{100 * ni.margin:.1f} pts): Tango's score test with an exact "
+            f"critical value, p = {_p(ni.p_value)}; one-sided lower bound {_pts(ni.lower_bound)} pts "
+            f"→ **{'shown' if ni.shown else 'not shown'}**. The verdict rests on this test and on exact "
+            "McNemar tests (overall; per subject after correction)."
+        )
+    if comp.bootstrap:
+        b = comp.bootstrap
+        lines.append(
+            f"Subject-stratified paired bootstrap ({s.bootstrap_resamples} resamples), for reference: micro "
+            f"[{_pts(b['micro'][0])}, {_pts(b['micro'][1])}], "
+            f"macro [{_pts(b['macro'][0])}, {_pts(b['macro'][1])}] pts."
+        )
+    elif s.bootstrap_resamples > 0:
+        lines.append(
+            f"No bootstrap interval: it needs at least {BOOTSTRAP_MIN_FLIPS} changed answers and "
+            f"{BOOTSTRAP_MIN_PER_SUBJECT} questions per subject to be sound."
+        )
+    return lines
+
+
 def markdown(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: CompareConfig) -> str:
     """Verdict first, then the overall rows, then subjects sorted by Δ (flagged marked), full table folded."""
     s = comp.settings
-    lines = [
-        f"## MMLU {'release gate' if cfg.mode == 'gate' else 'few-shot gap'}: {ICONS[verdict.status]}",
-        "",
-    ]
+    gate_mode = cfg.mode == "gate"
+    lines = [f"## MMLU {'release gate' if gate_mode else 'few-shot gap'}: {_first_line(verdict)}", ""]
     lines += [f"- {r}" for r in verdict.reasons]
+    policy = (
+        f", policy `{cfg.gate.name}` (α={s.alpha}, δ={100 * s.margin:.1f} pts, min effect "
+        f"{100 * s.min_effect:.0f} pts, {s.correction})"
+        if gate_mode
+        else f" (α={s.alpha}, {s.correction})"
+    )
     lines += [
         "",
         f"**{title(base, cand, cfg.mode)}** — candidate run `{cand.id[:12]}` vs baseline `{base.id[:12]}`, "
         f"{comp.micro.n} paired questions, formulation `{cand.formulation}`, scoring `{cand.scoring}`, "
-        f"k={base.k}{'' if base.k == cand.k else f'→{cand.k}'}, policy `{cfg.gate.name}` "
-        f"(α={s.alpha}, δ={100 * s.margin:.1f} pts, min effect {100 * s.min_effect:.0f} pts, "
-        f"{s.correction}).",
+        f"k={base.k}{'' if base.k == cand.k else f'→{cand.k}'}{policy}.",
         "",
         _HEADER,
         _row(comp.micro),
         _row(comp.macro),
         *(_row(c) for c in comp.categories),
         "",
+        *_method_lines(comp, gate_mode),
     ]
-    ni = comp.noninferiority
-    lines.append(
-        f"Non-inferiority (Δ micro > −{100 * ni.margin:.1f} pts): one-sided lower bound "
-        f"{_pts(ni.lower_bound)} pts, p = {_p(ni.p_value)} → **{'shown' if ni.shown else 'not shown'}**."
-    )
-    if comp.bootstrap:
-        b = comp.bootstrap
-        lines.append(
-            f"Subject-stratified paired bootstrap ({s.bootstrap_resamples} resamples): micro "
-            f"[{_pts(b['micro'][0])}, {_pts(b['micro'][1])}], "
-            f"macro [{_pts(b['macro'][0])}, {_pts(b['macro'][1])}] pts."
-        )
     ordered = sorted(comp.subjects, key=lambda d: d.delta)
     flagged = [d for d in ordered if d.flagged]
     improved = [d for d in ordered if d.improved]
     lines += ["", f"### Subjects: {len(flagged)} flagged ⚠️, {len(improved)} improved ⬆️", ""]
-    shown = flagged + [d for d in ordered if not d.flagged][: max(0, 10 - len(flagged))]
-    lines += [_HEADER, *(_row(d, "⚠️ " if d.flagged else "") for d in shown)]
-    if improved:
+    if gate_mode:
+        shown = flagged + [d for d in ordered if not d.flagged][: max(0, 10 - len(flagged))]
+    else:
+        shown = _gap_rows(ordered)
+    lines += [_HEADER, *(_row(d, _mark(d)) for d in shown)]
+    if improved and gate_mode:
         lines += ["", "Improved: " + ", ".join(f"{d.name} ({_pts(d.delta)})" for d in improved)]
     lines += ["", f"<details><summary>All {len(ordered)} subjects, sorted by Δ</summary>", "", _HEADER]
-    lines += [_row(d, "⚠️ " if d.flagged else ("⬆️ " if d.improved else "")) for d in ordered]
+    lines += [_row(d, _mark(d)) for d in ordered]
     lines += ["", "</details>", ""]
     return "\n".join(lines)
+
+
+def _mark(d: Delta) -> str:
+    return "⚠️ " if d.flagged else ("⬆️ " if d.improved else "")
 
 
 def console(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: CompareConfig) -> str:
@@ -105,19 +147,14 @@ def console(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: Compa
             f"{_pts(d.delta):>7}  {ci:<17} {_p(d.p_regression_adj):>8}"
         )
 
-    rows = [
-        f"{ICONS[verdict.status]}  {title(base, cand, cfg.mode)}",
-        *(f"  - {r}" for r in verdict.reasons),
-        head,
-    ]
+    rows = [_first_line(verdict), f"  {title(base, cand, cfg.mode)}", *(f"  - {r}" for r in verdict.reasons)]
+    rows.append(head.replace("95% CI", f"{100 * (1 - comp.settings.alpha):.0f}% CI"))
     rows += [
         line(d, "! " if d.flagged else ("+ " if d.improved else "  "))
         for d in sorted(comp.subjects, key=lambda d: d.delta)
     ]
     rows += ["-" * len(head), *(line(c) for c in comp.categories), line(comp.macro), line(comp.micro)]
-    ni = comp.noninferiority
-    rows.append(f"non-inferiority (δ={100 * ni.margin:.1f} pts): lower bound {_pts(ni.lower_bound)} pts, "
-                f"p={_p(ni.p_value)}, {'shown' if ni.shown else 'NOT shown'}")  # fmt: skip
+    rows += [r.replace("**", "") for r in _method_lines(comp, cfg.mode == "gate")]
     return "\n".join(rows)
 
 
@@ -134,6 +171,7 @@ def to_json(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: Compa
         "policy": dataclasses.asdict(cfg.gate),
         "verdict": {
             "status": verdict.status,
+            "headline": verdict.headline,
             "reasons": list(verdict.reasons),
             "exit_code": verdict.exit_code,
         },
@@ -143,8 +181,8 @@ def to_json(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: Compa
     }
 
 
-def deltas_png(comp: Comparison, path: Path, heading: str) -> Path:
-    """Per-subject Δ with its interval; flagged subjects red, improved green."""
+def deltas_png(comp: Comparison, path: Path, heading: str, margin_line: bool = True) -> Path:
+    """Per-subject Δ with its score interval; flagged subjects red, improved green; −δ in a gate."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -165,8 +203,13 @@ def deltas_png(comp: Comparison, path: Path, heading: str) -> Path:
     ax.axvline(
         100 * comp.micro.delta, color="#DD8452", linestyle="--", label=f"micro Δ {_pts(comp.micro.delta)}"
     )
-    ax.axvline(-100 * comp.settings.margin, color="#C44E52", linestyle=":", label="−δ (margin)")
-    ax.set_xlabel("Δ accuracy, points (candidate − baseline), 95% intervals")
+    if margin_line:
+        ax.axvline(-100 * comp.settings.margin, color="#C44E52", linestyle=":", label="−δ (margin)")
+    lows, highs = [100 * d.ci_low for d in ordered], [100 * d.ci_high for d in ordered]
+    pad = 0.05 * max(1.0, max(highs) - min(lows))
+    ax.set_xlim(max(-100.0, min(lows) - pad), min(100.0, max(highs) + pad))
+    level = f"{100 * (1 - comp.settings.alpha):.0f}%"
+    ax.set_xlabel(f"Δ accuracy, points (candidate − baseline), {level} score intervals")
     ax.set_title(heading, fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()

@@ -71,6 +71,12 @@ class Accuracy:
     acc: float
     stderr: float | None  # None when n < 2
 
+    def interval(self, alpha: float = 0.05) -> tuple[float, float]:
+        """Wilson score interval: inside [0, 1] and never a point, even at 0/n or n/n."""
+        from mmlu_track.paired import wilson
+
+        return wilson(self.correct, self.n, alpha)
+
     @classmethod
     def of(cls, correct: Sequence[bool]) -> Accuracy:
         n = len(correct)
@@ -148,20 +154,33 @@ def read_jsonl(path: Path) -> list[QuestionResult]:
         return [QuestionResult.from_json(json.loads(line)) for line in f if line.strip()]
 
 
-def _pct(a: Accuracy) -> str:
-    se = f"± {100 * a.stderr:4.1f}" if a.stderr is not None else "      "
-    return f"{100 * a.acc:6.2f} {se}  {a.correct:>6}/{a.n:<6}"
+def macro_interval(scores: Scores, alpha: float = 0.05) -> tuple[float, float]:
+    """The macro average's interval: the subjects' Wilson intervals combined by MOVER (see paired.py)."""
+    import numpy as np
+
+    from mmlu_track.paired import mover
+
+    accs = list(scores.subjects.values())
+    bounds = np.array([a.interval(alpha) for a in accs])
+    est = np.array([a.acc for a in accs])
+    return mover(est, bounds[:, 0], bounds[:, 1], np.full(len(accs), 1.0 / len(accs)))
+
+
+def _pct(a: Accuracy, interval: tuple[float, float] | None = None) -> str:
+    low, high = interval or a.interval()
+    return f"{100 * a.acc:6.2f} [{100 * low:5.1f}, {100 * high:5.1f}]  {a.correct:>6}/{a.n:<6}"
 
 
 def table(scores: Scores) -> str:
-    """A readable console table: subjects, categories, then macro and micro."""
+    """A readable console table: subjects, categories, then macro and micro, with 95% intervals
+    (Wilson; macro: MOVER of the subjects' Wilson intervals)."""
     width = max(len(s) for s in [*scores.subjects, *scores.categories, "macro average"]) + 2
-    lines = [f"{'subject':<{width}}{'acc %':>6}  {'stderr':<6}  {'correct/n':>13}", "-" * (width + 30)]
+    lines = [f"{'subject':<{width}}{'acc %':>6} {'95% interval':<14}  {'correct/n':>13}", "-" * (width + 38)]
     lines += [f"{s:<{width}}{_pct(a)}" for s, a in scores.subjects.items()]
-    lines.append("-" * (width + 30))
+    lines.append("-" * (width + 38))
     lines += [f"{c:<{width}}{_pct(a)}" for c, a in scores.categories.items()]
-    lines.append("-" * (width + 30))
-    lines.append(f"{'macro average':<{width}}{_pct(scores.macro)}")
+    lines.append("-" * (width + 38))
+    lines.append(f"{'macro average':<{width}}{_pct(scores.macro, macro_interval(scores))}")
     lines.append(f"{'micro average':<{width}}{_pct(scores.micro)}")
     if scores.invalid:
         lines.append(f"{scores.invalid} answers were not a letter A-D (counted wrong)")
