@@ -73,7 +73,7 @@ class NonInferiority:
 
     margin: float
     lower_bound: float  # one-sided (1 - alpha) score lower limit of the micro Δ
-    p_value: float  # the larger of the asymptotic and the exact unconditional p-value
+    p_value: float  # the larger of the asymptotic and the exact p-value (asymptotic when T >= t* + 1)
     shown: bool
     discordance: float  # share of questions whose correctness changed
     questions_needed: int | None  # for 80 % power at this discordance if nothing changed; None if shown
@@ -131,28 +131,30 @@ def _mcnemar(b: int, c: int) -> tuple[float, float]:
     return float(stats.binom.sf(b - 1, b + c, 0.5)), float(stats.binom.sf(c - 1, b + c, 0.5))
 
 
+def deltas(groups: Sequence[tuple[str, np.ndarray, np.ndarray]], alpha: float) -> list[Delta]:
+    """Δ of each (name, x, y) group with its two-sided (1 - alpha) score interval and McNemar
+    p-values; the intervals of all groups are solved together (one vectorised bisection)."""
+    counts = []
+    for _, x, y in groups:
+        d = y - x
+        counts.append((int(np.sum(d < 0)), int(np.sum(d > 0)), len(d)))
+    b, c, n = (np.array(v, dtype=float) for v in zip(*counts, strict=True))
+    lows, highs = paired.tango_interval(b, c, n, alpha)
+    out = []
+    for (name, x, y), (lost, gained, size), low, high in zip(groups, counts, lows, highs, strict=True):
+        se = float(np.std(y - x) / math.sqrt(size))  # = sqrt(b + c - (c - b)^2 / n) / n
+        p_reg, p_imp = _mcnemar(lost, gained)
+        est = (gained - lost) / size
+        out.append(
+            Delta(name, size, float(x.mean()), float(y.mean()), est, se, float(low), float(high),
+                  lost, gained, p_reg, p_imp)
+        )  # fmt: skip
+    return out
+
+
 def delta(name: str, x: np.ndarray, y: np.ndarray, alpha: float) -> Delta:
-    """Δ of one group with its two-sided (1 - alpha) score interval and McNemar p-values."""
-    d = y - x
-    n = len(d)
-    b, c = int(np.sum(d < 0)), int(np.sum(d > 0))
-    se = float(np.std(d) / math.sqrt(n))  # = sqrt(b + c - (c - b)^2 / n) / n
-    low, high = paired.tango_interval(b, c, n, alpha)
-    p_reg, p_imp = _mcnemar(b, c)
-    return Delta(
-        name,
-        n,
-        float(x.mean()),
-        float(y.mean()),
-        (c - b) / n,
-        se,
-        float(low),
-        float(high),
-        b,
-        c,
-        p_reg,
-        p_imp,
-    )
+    """Δ of one group (see `deltas`)."""
+    return deltas([(name, x, y)], alpha)[0]
 
 
 def _macro(subjects: Sequence[Delta]) -> Delta:
@@ -181,14 +183,15 @@ def _macro(subjects: Sequence[Delta]) -> Delta:
 def noninferiority(lost: int, gained: int, n: int, margin: float, alpha: float) -> NonInferiority:
     """H0: Δ <= -margin against H1: Δ > -margin (see `paired.py`)."""
     t = float(paired.tango_statistic(lost, gained, n, -margin))
-    p_asymptotic = float(stats.norm.sf(t))
-    # The exact size is only needed near the boundary: far above it both p-values are tiny.
-    p_exact = paired.exact_size(n, margin, t) if p_asymptotic < 2 * alpha else 1.0
-    shown = p_asymptotic < alpha and p_exact <= alpha
+    crit = paired.critical_value(n, margin, alpha)
+    shown = t >= crit and t > float(stats.norm.ppf(1 - alpha))
+    p_value = float(stats.norm.sf(t))
+    if t < crit + 1:  # near the boundary report the exact p-value; far above it both are tiny
+        p_value = max(p_value, paired.exact_size(n, margin, t))
     lower = float(paired.tango_limit(lost, gained, n, float(stats.norm.ppf(1 - alpha)), "lower"))
     discordance = (lost + gained) / n
     needed = None if shown else paired.questions_needed(discordance, margin, alpha) if margin > 0 else None
-    return NonInferiority(margin, lower, max(p_asymptotic, p_exact), shown, discordance, needed)
+    return NonInferiority(margin, lower, p_value, shown, discordance, needed)
 
 
 def _bootstrap(pairs: Pairs, settings: Settings) -> dict[str, tuple[float, float]] | None:
@@ -228,7 +231,18 @@ def compare(pairs: Pairs, settings: Settings) -> Comparison:
     if not pairs:
         raise ComparisonError("no paired questions to compare")
     a = settings.alpha
-    subjects = [delta(s, x, y, a) for s, (x, y) in pairs.items()]
+    x_all = np.concatenate([x for x, _ in pairs.values()])
+    y_all = np.concatenate([y for _, y in pairs.values()])
+    by_cat: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    for s, (x, y) in pairs.items():
+        xs, ys = by_cat.setdefault(category(s), ([], []))
+        xs.append(x)
+        ys.append(y)
+    cats = [
+        (c, np.concatenate(by_cat[c][0]), np.concatenate(by_cat[c][1])) for c in CATEGORIES if c in by_cat
+    ]
+    everything = deltas([*((s, x, y) for s, (x, y) in pairs.items()), *cats, ("micro", x_all, y_all)], a)
+    subjects, categories, micro = everything[: len(pairs)], tuple(everything[len(pairs) : -1]), everything[-1]
     adj_reg = multipletests([s.p_regression or 1.0 for s in subjects], alpha=a, method=settings.correction)[1]
     adj_imp = multipletests([s.p_improvement or 1.0 for s in subjects], alpha=a, method=settings.correction)[
         1
@@ -243,19 +257,6 @@ def compare(pairs: Pairs, settings: Settings) -> Comparison:
         )
         for s, ar, ai in zip(subjects, adj_reg, adj_imp, strict=True)
     ]
-    x_all = np.concatenate([x for x, _ in pairs.values()])
-    y_all = np.concatenate([y for _, y in pairs.values()])
-    by_cat: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
-    for s, (x, y) in pairs.items():
-        xs, ys = by_cat.setdefault(category(s), ([], []))
-        xs.append(x)
-        ys.append(y)
-    categories = tuple(
-        delta(c, np.concatenate(by_cat[c][0]), np.concatenate(by_cat[c][1]), a)
-        for c in CATEGORIES
-        if c in by_cat
-    )
-    micro = delta("micro", x_all, y_all, a)
     return Comparison(
         settings=settings,
         micro=micro,

@@ -11,9 +11,10 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from mmlu_track.compare import ComparisonError, Settings, compare, delta, noninferiority, pair
+from mmlu_track.compare import Comparison, ComparisonError, Settings, compare, delta, noninferiority, pair
 from mmlu_track.config import GateConfig
 from mmlu_track.gate import decide
+from mmlu_track.paired import critical_value, tango_interval, tango_statistic
 from mmlu_track.results import QuestionResult
 
 Z95 = float(stats.norm.ppf(0.975))
@@ -29,24 +30,30 @@ def test_micro_delta_se_and_mcnemar_by_hand() -> None:
     # 100 questions: 10 lost (b), 4 gained (c), the rest unchanged.
     x = np.array([1] * 10 + [0] * 4 + [1] * 50 + [0] * 36, dtype=float)
     y = np.array([0] * 10 + [1] * 4 + [1] * 50 + [0] * 36, dtype=float)
-    d = delta("micro", x, y, Z95)
+    d = delta("micro", x, y, 0.05)
     assert (d.lost, d.gained, d.n) == (10, 4, 100)
     assert d.delta == pytest.approx(-0.06)
     assert d.se == pytest.approx(math.sqrt(10 + 4 - (4 - 10) ** 2 / 100) / 100)
-    assert d.ci_low == pytest.approx(-0.06 - Z95 * d.se)
+    low, high = tango_interval(10, 4, 100, 0.05)
+    assert (d.ci_low, d.ci_high) == (pytest.approx(float(low)), pytest.approx(float(high)))
+    # The score interval is wider than Wald's here, and inside [-1, 1] by construction.
+    assert d.ci_low < -0.06 - Z95 * d.se
     assert d.p_regression == pytest.approx(stats.binomtest(10, 14, 0.5, alternative="greater").pvalue)
     assert d.p_improvement == pytest.approx(stats.binomtest(4, 14, 0.5, alternative="greater").pvalue)
 
 
-def test_noninferiority_is_the_one_sided_t_test() -> None:
-    rng = np.random.default_rng(0)
-    d = rng.choice([-1.0, 0.0, 1.0], p=[0.04, 0.93, 0.03], size=2000)
-    ni = noninferiority(d, 0.01, 0.05)
-    assert ni.p_value == pytest.approx(stats.ttest_1samp(d, -0.01, alternative="greater").pvalue)
+def test_noninferiority_is_tangos_score_test_with_an_exact_critical_value() -> None:
+    ni = noninferiority(40, 30, 2000, 0.01, 0.05)
+    t = float(tango_statistic(40, 30, 2000, -0.01))
+    assert ni.shown == (t >= critical_value(2000, 0.01, 0.05))
+    assert ni.p_value >= float(stats.norm.sf(t))
     assert ni.shown == (ni.lower_bound > -0.01)
-    exact = noninferiority(np.zeros(50), 0.01, 0.05)
-    assert exact.shown
-    assert exact.lower_bound == 0.0
+    # No changed answer is not proof of no change: 114 questions cannot show a 1-point margin.
+    none_changed = noninferiority(0, 0, 114, 0.01, 0.05)
+    assert not none_changed.shown
+    assert none_changed.lower_bound == pytest.approx(-(1.645**2) / (114 + 1.645**2), rel=1e-3)
+    assert none_changed.questions_needed == 268
+    assert noninferiority(0, 0, 1000, 0.01, 0.05).shown
 
 
 def test_macro_correction_bootstrap_and_categories() -> None:
@@ -63,6 +70,7 @@ def test_macro_correction_bootstrap_and_categories() -> None:
     per = {d.name: d for d in comp.subjects}
     assert comp.macro.delta == pytest.approx(np.mean([d.delta for d in comp.subjects]))
     assert comp.macro.se == pytest.approx(math.sqrt(sum(d.se**2 for d in comp.subjects)) / 4)
+    assert comp.macro.ci_low < comp.macro.delta < comp.macro.ci_high
     raw = [per[s].p_regression for s in sorted(per)]
     holm = multipletests(raw, alpha=0.05, method="holm")[1]
     assert [per[s].p_regression_adj for s in sorted(per)] == pytest.approx(list(holm))
@@ -76,13 +84,23 @@ def test_macro_correction_bootstrap_and_categories() -> None:
     assert per["virology"].delta < 0
 
 
-def test_identical_runs_are_no_change() -> None:
-    runs = [_qr(s, i, i % 3 == 0) for s in ("anatomy", "virology") for i in range(30)]
-    comp = compare(pair(runs, runs), Settings(bootstrap_resamples=200))
-    assert comp.micro.delta == 0.0
-    assert comp.micro.p_regression == 1.0
-    assert not any(d.flagged or d.improved for d in comp.subjects)
-    assert decide(comp, GATE).status == "pass"
+def test_identical_runs_are_no_change_but_few_questions_show_nothing() -> None:
+    def same(per_subject: int) -> Comparison:
+        runs = [_qr(s, i, i % 3 == 0) for s in ("anatomy", "virology") for i in range(per_subject)]
+        return compare(pair(runs, runs), Settings(bootstrap_resamples=200))
+
+    small = same(30)
+    assert small.micro.delta == 0.0
+    assert small.micro.p_regression == 1.0
+    assert small.micro.ci_low < 0 < small.micro.ci_high  # never the point [0, 0]
+    assert small.macro.ci_low < 0 < small.macro.ci_high
+    assert small.bootstrap is None  # a percentile bootstrap of no flips is a point: not shown
+    assert not any(d.flagged or d.improved for d in small.subjects)
+    verdict = decide(small, GATE)
+    assert (verdict.status, verdict.exit_code) == ("inconclusive", 1)
+    assert "268 questions would be needed" in " ".join(verdict.reasons)
+    large = same(200)
+    assert decide(large, GATE).status == "pass"
 
 
 def test_different_questions_are_refused() -> None:
@@ -137,7 +155,7 @@ def _gate(pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[str, int]:
 def test_aa_false_regression_rate_is_at_most_alpha() -> None:
     rng = np.random.default_rng(2024)
     sims = 1000
-    failures = sum(_gate(_simulate(rng))[0] == "regression" for _ in range(sims))
+    failures = sum(_gate(_simulate(rng))[0] != "pass" for _ in range(sims))
     # Nominal 5%; allow Monte Carlo error (sd of the rate at 5% over 1000 runs is about 0.7%).
     assert failures / sims <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / sims)
 
