@@ -83,13 +83,16 @@ def synthetic_run(
     k: int = 5,
     fingerprint: str = "f" * 64,
     formulation: str = "original",
+    calibration: str = "none",
 ) -> str:
     """A finished run written straight into a store, with the given correctness per question."""
     from mmlu_track.config import to_dict
     from mmlu_track.results import QuestionResult, aggregate
     from mmlu_track.store_sql import RunMeta
 
-    cfg = compose_eval(["model=tiny", f"k={k}", f"formulation={formulation}"])
+    cfg = compose_eval(
+        ["model=tiny", f"k={k}", f"formulation={formulation}", f"scoring.calibration={calibration}"]
+    )
     meta = RunMeta(
         identity=f"{model}-{k}-{fingerprint}-{os.urandom(8).hex()}", model_name=model, model_revision="r1",
         scoring="logprob", formulation=formulation, k=k, data_fingerprint=fingerprint, template_hash="t",

@@ -69,7 +69,10 @@ def test_end_to_end_run_writes_results_and_is_reproducible(tmp_path: Path) -> No
         (["model=tiny", "k=9"], 2, "mmlu_track: error: k=9 is impossible"),
         (["model=tiny", "subjects=[anatomy,astrology]"], 2, "unknown subject 'astrology'"),
         (["model=hf_hub"], 2, "Missing mandatory value: model.name_or_path"),
-        (["model=gpt5"], 1, "Could not find 'model/gpt5'"),
+        # Hydra's own composition errors exit 2 as well: only a release gate exits 1.
+        (["model=gpt5"], 2, "Could not find 'model/gpt5'"),
+        (["model=tiny", "margin=0.02"], 2, "Key 'margin' is not in struct"),
+        (["model=tiny", "scoring.methd=logprob"], 2, "Key 'methd' is not in struct"),
         (
             ["model=tiny", "data=local", "data.path=/nonexistent"],
             2,

@@ -67,7 +67,7 @@ def test_identical_runs_pass_and_write_every_report(tmp_path: Path, db: str) -> 
     assert "PASS" in proc.stdout
     report = tmp_path / "report"
     md = (report / "report.md").read_text()
-    assert md.startswith("## MMLU release gate: ✅ PASS")
+    assert md.startswith("## MMLU release gate: ✅ PASS: non-inferiority shown at δ = 1.0 pts")
     assert "<details>" in md
     assert summary.read_text() == "earlier step\n" + md + "\n"
     doc = json.loads((report / "report.json").read_text())
@@ -87,7 +87,8 @@ def test_regression_fails_and_warn_only_passes(tmp_path: Path, db: str) -> None:
     proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
     assert proc.returncode == 1, proc.stderr
     assert "REGRESSION" in proc.stdout
-    assert "non-inferiority not shown" in proc.stdout
+    assert proc.stdout.startswith("❌ REGRESSION: significant overall drop")
+    assert "non-inferiority at δ = 1.0 pts not shown" in proc.stdout
     warn = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate=warn_only")
     assert warn.returncode == 0
     assert "REGRESSION" in warn.stdout
@@ -122,7 +123,10 @@ def test_model_names_resolve_to_their_latest_comparable_run(tmp_path: Path, db: 
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
-        ({"k": 0}, "k differs"),
+        (
+            {"k": 0},
+            "k differs (baseline 5, candidate 0); to measure the few-shot gap between them, add mode=",
+        ),
         ({"fingerprint": "e" * 64}, "questions (data fingerprint) differs"),
         ({"formulation": "harness"}, "formulation differs"),
     ],
@@ -217,3 +221,162 @@ def test_an_unfinished_run_is_refused(tmp_path: Path, db: str) -> None:
     proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
     assert proc.returncode == 2
     assert f"the candidate run {cand} is running, not finished" in proc.stderr
+
+
+def _same(subjects: int, per_subject: int) -> dict[str, list[bool]]:
+    from mmlu_track.subjects import SUBJECTS
+
+    return {s: [i % 2 == 0 for i in range(per_subject)] for s in SUBJECTS[:subjects]}
+
+
+@pytest.mark.parametrize(
+    ("subjects", "per_subject", "needed"),
+    [(57, 2, "about 268 questions"), (2, 3, "about 268 questions")],  # quick (114 q), smoke (6 q)
+)
+def test_no_change_on_few_questions_is_inconclusive_not_a_pass(
+    tmp_path: Path, db: str, subjects: int, per_subject: int, needed: str
+) -> None:
+    store = SqlStore(db)
+    base = synthetic_run(store, "m-fp32", _same(subjects, per_subject))
+    cand = synthetic_run(store, "m-bf16", _same(subjects, per_subject))
+    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
+    assert proc.returncode == 1, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("⚠️ INCONCLUSIVE: too few questions to tell")
+    assert first.endswith("(exit 1)")
+    assert needed in proc.stdout
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.splitlines()[0] == f"## MMLU release gate: {first}"
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert doc["verdict"]["status"] == "inconclusive"
+    assert doc["noninferiority"]["questions_needed"] == 268
+    assert -1 < doc["micro"]["ci_low"] < 0 < doc["micro"]["ci_high"] < 1  # never [0, 0]
+    with Session(store.engine) as s:
+        (row,) = s.scalars(select(ComparisonRow))
+        assert row.verdict == "inconclusive"
+
+
+def test_noise_on_285_questions_is_inconclusive_not_a_regression(tmp_path: Path, db: str) -> None:
+    store = SqlStore(db)
+    good = _same(57, 5)
+    noisy = {s: list(v) for s, v in good.items()}
+    subjects = list(noisy)
+    for s in subjects[:3]:  # 3 lost
+        noisy[s][0] = False
+    for s in subjects[3:7]:  # 4 gained
+        noisy[s][1] = True
+    base = synthetic_run(store, "m-fp32", good)
+    cand = synthetic_run(store, "m-bf16", noisy)
+    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate.bootstrap_resamples=0")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith("⚠️ INCONCLUSIVE")
+    assert "REGRESSION" not in proc.stdout
+    assert "3 lost and 4 gained of 285 questions" in proc.stdout
+
+
+def test_intervals_stay_inside_minus_100_to_100_at_two_questions(tmp_path: Path, db: str) -> None:
+    store = SqlStore(db)
+    base = synthetic_run(store, "m-base", {"anatomy": [True, True], "virology": [True, False]})
+    cand = synthetic_run(store, "m-cand", {"anatomy": [False, False], "virology": [True, False]})
+    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    rows = {s["name"]: s for s in doc["subjects"]}
+    assert rows["anatomy"]["delta"] == -1.0
+    assert rows["anatomy"]["ci_low"] == -1.0 < rows["anatomy"]["ci_high"] < 1  # not the point -1
+    assert -1 < rows["virology"]["ci_low"] < 0 < rows["virology"]["ci_high"] < 1
+    for d in (*doc["subjects"], *doc["categories"], doc["micro"], doc["macro"]):
+        assert -1 <= d["ci_low"] <= d["delta"] <= d["ci_high"] <= 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["gate=nonsense"], "Could not find 'gate/nonsense'"),
+        (["gate.marging=0.02"], "Key 'marging' is not in struct"),
+        (["margin=0.02"], "Key 'margin' is not in struct"),
+        (["gate.margin=2"], "gate.margin=2.0 must be in [0, 1)"),
+        (["mode=gap"], "mode='gap' is not allowed"),
+    ],
+)
+def test_a_typo_never_exits_1(tmp_path: Path, db: str, args: list[str], message: str) -> None:
+    store = SqlStore(db)
+    base = synthetic_run(store, "m-base", _correct(1))
+    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={base}", *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_model_name_lookup_uses_the_gates_definition_of_comparable(tmp_path: Path, db: str) -> None:
+    store = SqlStore(db)
+    k0 = synthetic_run(store, "m", _correct(20), k=0)
+    k5 = synthetic_run(store, "m", _correct(20), k=5)
+    gap = _compare(tmp_path, db, "baseline=m", f"candidate={k5}", "mode=fewshot_gap")
+    assert gap.returncode == 0, gap.stderr
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert (doc["baseline"]["id"], doc["candidate"]["id"]) == (k0, k5)
+
+    plain = synthetic_run(store, "m-base", _correct(21))
+    calibrated_base = synthetic_run(store, "m-base", _correct(21), calibration="mean")
+    synthetic_run(store, "m-base", _correct(21))  # newest, but not calibrated: never picked
+    cand = synthetic_run(store, "m-cand", _correct(21), calibration="mean")
+    proc = _compare(tmp_path, db, "baseline=m-base", f"candidate={cand}")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert doc["baseline"]["id"] == calibrated_base != plain
+
+    other = synthetic_run(store, "m-other", _correct(21))
+    none = _compare(tmp_path, db, "baseline=m-other", f"candidate={cand}")
+    assert none.returncode == 2
+    assert f"none of the 1 finished runs of 'm-other' is comparable with the candidate run {cand[:12]}" in (
+        none.stderr
+    )
+    assert other not in none.stdout
+
+
+def test_run_references_ambiguous_numeric_and_self(tmp_path: Path, db: str) -> None:
+    store = SqlStore(db)
+    ids = [synthetic_run(store, f"m{i}", {"anatomy": [True, False]}) for i in range(17)]
+    prefix = next(a[0] for a in ids if sum(b[0] == a[0] for b in ids) > 1)  # 17 ids, 16 first digits
+    amb = _compare(tmp_path, db, f"baseline={prefix}", f"candidate={ids[0]}")
+    assert amb.returncode == 2
+    assert f"'{prefix}' matches" in amb.stderr
+    assert "give more of the id" in amb.stderr
+    assert sum(i[:12] in amb.stderr for i in ids if i.startswith(prefix)) >= 2
+
+    synthetic_run(store, "8809", _correct(30))
+    synthetic_run(store, "1e5", _correct(30))
+    numeric = _compare(tmp_path, db, "baseline=8809", "candidate=1e5")
+    assert numeric.returncode == 0, numeric.stderr
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert (doc["baseline"]["model"], doc["candidate"]["model"]) == ("8809", "1e5")
+
+    same = _compare(tmp_path, db, f"baseline={ids[0]}", f"candidate={ids[0]}")
+    assert "warning: baseline and candidate are the same run" in same.stderr
+    assert "baseline and candidate are the same run" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_fewshot_gap_is_an_analysis_with_gains_and_losses_visible(tmp_path: Path, db: str) -> None:
+    from mmlu_track.subjects import SUBJECTS
+
+    rng = np.random.default_rng(31)
+    names = SUBJECTS[:20]
+    zero = {s: [bool(v) for v in rng.random(60) < 0.4] for s in names}
+    # Shots help the first ten subjects a lot and hurt the last two.
+    five = {
+        s: [a or (i < 10 and j % 2 == 0) for j, a in enumerate(v)] if i < 18 else [False] * 60
+        for i, (s, v) in enumerate(zero.items())
+    }
+    k0 = synthetic_run(store := SqlStore(db), "m", zero, k=0)
+    k5 = synthetic_run(store, "m", five, k=5)
+    proc = _compare(tmp_path, db, f"baseline={k0}", f"candidate={k5}", "mode=fewshot_gap")
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.startswith("## MMLU few-shot gap: 📊 ANALYSIS: few-shot gap Δ micro")
+    unfolded = md.split("<details>")[0]
+    for absent in ("Non-inferiority", "policy", "δ", "exit"):
+        assert absent not in unfolded
+    assert names[19] in unfolded  # the biggest loss ...
+    assert names[0] in unfolded  # ... and a big gain
+    assert "Non-inferiority" not in proc.stdout
