@@ -1,0 +1,67 @@
+"""The gate workflow's `run:` steps, run here with a simulated GITHUB_OUTPUT and GITHUB_STEP_SUMMARY."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mmlu_track.store_sql import SqlStore
+
+from .conftest import ROOT, synthetic_run
+
+
+def _step(workflow: str, step_id: str) -> dict[str, Any]:
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / workflow).read_text())
+    steps = [s for job in doc["jobs"].values() for s in job.get("steps", [])]
+    return next(s for s in steps if s.get("id") == step_id)
+
+
+def _run_step(step: dict[str, Any], tmp_path: Path, env: dict[str, str]) -> tuple[int, dict[str, str], str]:
+    output, summary = tmp_path / "github_output", tmp_path / "github_summary"
+    output.write_text("")
+    summary.write_text("")
+    # GitHub runs `run:` with bash -e -o pipefail; `${{ … }}` expressions are set through env here.
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+        cwd=tmp_path,
+        env={**os.environ, **env, "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
+    return proc.returncode, outputs, summary.read_text()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (200, "default", 0, "pass", "## MMLU release gate: ✅ PASS"),
+        (2, "default", 1, "inconclusive", "## MMLU release gate: ⚠️ INCONCLUSIVE"),
+        (2, "warn_only", 0, "inconclusive", "## MMLU release gate: ⚠️ INCONCLUSIVE"),
+        (200, "defualt", 2, None, ""),  # a typo in the policy is unusable input, never a regression
+    ],
+)
+def test_compare_step_outputs_exit_code_verdict_and_summary(
+    tmp_path: Path, case: tuple[int, str, int, str | None, str]
+) -> None:
+    per_subject, policy, code, verdict, summary_start = case
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    store = SqlStore(db)
+    correct = {s: [i % 3 == 0 for i in range(per_subject)] for s in ("anatomy", "virology")}
+    base = synthetic_run(store, "m-base", correct)
+    cand = synthetic_run(store, "m-cand", correct)
+    step = _step("mmlu-gate.yml", "compare")
+    env = {"MODEL": cand, "BASELINE": base, "POLICY": policy, "MARGIN": "0.01", "MMLU_TRACK_DB_URL": db,
+           "MLFLOW_URI": "", "HYDRA_FULL_ERROR": ""}  # fmt: skip
+    rc, outputs, summary = _run_step(step, tmp_path, env)
+    assert rc == code
+    assert outputs["exit-code"] == str(code)
+    assert outputs.get("verdict") == verdict
+    assert summary.startswith(summary_start)
