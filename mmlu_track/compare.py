@@ -6,8 +6,8 @@ The formulas are in `paired.py`; this module applies them to groups of questions
 - Intervals for Δ (micro, each category, each subject): Tango's score interval for paired
   proportions, level 1 - α. Always inside [-1, 1], never a point: with no answer changed among n
   it is ±z²/(n + z²).
-- Macro Δ_M = mean over subjects of Δ_k; its interval combines the subjects' score intervals by
-  MOVER (Zou & Donner 2008).
+- Macro Δ_M = mean over subjects of Δ_k; its score interval uses Kish's effective sample size
+  (equal to the micro interval when subjects are equal in size).
 - Exact one-sided McNemar per group: b | b+c ~ Binomial(b+c, 1/2) under no change (scipy's
   binomial tail, the value `scipy.stats.binomtest(b, b+c, alternative="greater")` gives).
 - Across subjects: Holm (default) or Benjamini-Hochberg (`statsmodels` multipletests).
@@ -38,7 +38,7 @@ from mmlu_track.subjects import CATEGORIES, category
 
 BOOTSTRAP_MIN_FLIPS = 20
 BOOTSTRAP_MIN_PER_SUBJECT = 10
-INTERVALS = "Tango score (micro, categories, subjects), MOVER of the subjects' (macro)"
+INTERVALS = "Tango score (micro, categories, subjects; macro at Kish's effective sample size)"
 
 
 class ComparisonError(ValueError):
@@ -157,22 +157,20 @@ def delta(name: str, x: np.ndarray, y: np.ndarray, alpha: float) -> Delta:
     return deltas([(name, x, y)], alpha)[0]
 
 
-def _macro(subjects: Sequence[Delta]) -> Delta:
+def _macro(subjects: Sequence[Delta], alpha: float) -> Delta:
     k = len(subjects)
-    est = np.array([s.delta for s in subjects])
-    weights = np.full(k, 1.0 / k)
-    low, high = paired.mover(
-        est, np.array([s.ci_low for s in subjects]), np.array([s.ci_high for s in subjects]), weights
+    low, high = paired.macro_delta_interval(
+        [s.lost for s in subjects], [s.gained for s in subjects], [s.n for s in subjects], alpha
     )
     return Delta(
         "macro",
         sum(p.n for p in subjects),
         sum(p.baseline_acc for p in subjects) / k,
         sum(p.candidate_acc for p in subjects) / k,
-        float(est.mean()),
+        sum(p.delta for p in subjects) / k,
         math.sqrt(sum(p.se**2 for p in subjects)) / k,  # se_k^2 = var_k(d) / n_k
-        max(-1.0, low),
-        min(1.0, high),
+        low,
+        high,
         sum(p.lost for p in subjects),
         sum(p.gained for p in subjects),
         None,
@@ -260,7 +258,7 @@ def compare(pairs: Pairs, settings: Settings) -> Comparison:
     return Comparison(
         settings=settings,
         micro=micro,
-        macro=_macro(subjects),
+        macro=_macro(subjects, a),
         bootstrap=_bootstrap(pairs, settings) if settings.bootstrap_resamples > 0 else None,
         noninferiority=noninferiority(micro.lost, micro.gained, micro.n, settings.margin, a),
         subjects=tuple(subjects),

@@ -28,10 +28,14 @@ where c*(m) is the fewest gained among m flips with T ≥ t (T rises with c at f
 p-value is its supremum over ψ ∈ [δ, 1] (taken on a grid), and the gate shows non-inferiority
 only when both the score test and this exact test reject: its level holds at every n.
 
-**MOVER** (Zou & Donner, *Stat Med* 27:1693–1702, 2008, eq. 6) combines intervals [l_k, u_k]
-around estimates θ_k into one for Σ w_k θ_k (w_k ≥ 0):
-L = Σ w_kθ_k − √Σ w_k²(θ_k − l_k)², U = Σ w_kθ_k + √Σ w_k²(u_k − θ_k)². The macro Δ (the mean of
-the subjects' Δ) uses it with each subject's score interval; it stays inside [−1, 1].
+**Macro averages** (the unweighted mean over subjects, Σ w_k θ_k with w_k = 1/K) use Kish's
+effective sample size (Kish, *Survey Sampling*, 1965, §8.2; as Korn & Graubard, *Survey
+Methodology* 24:193–201, 1998, do for proportions from weighted data): n_eff = 1 / Σ w_k²/n_k,
+the n of a simple sample with the same variance when the subjects share one rate. The weighted
+rates times n_eff are effective counts, and the same score interval (Tango for a paired Δ, Wilson
+for an accuracy) is computed from them. With equal subject sizes this is exactly the micro
+interval; it stays inside the parameter's range and never collapses (MOVER, which combines the
+subjects' own intervals, loses a side whenever a small subject sits at 0/n or n/n).
 
 **Questions needed** to show non-inferiority at margin δ with power 1 − β when nothing changed
 (Δ = 0) and a share ψ of answers flips (Nam, *Biometrics* 53:1422–1430, 1997; Liu et al.,
@@ -164,12 +168,31 @@ def critical_value(n: int, margin: float, alpha: float) -> float:
     return hi
 
 
-def mover(estimates: Floats, lows: Floats, highs: Floats, weights: Floats) -> tuple[float, float]:
-    """Zou & Donner's interval for Σ w_k θ_k from per-stratum intervals (module docstring)."""
-    est = float(np.sum(weights * estimates))
-    low = est - math.sqrt(float(np.sum((weights * (estimates - lows)) ** 2)))
-    high = est + math.sqrt(float(np.sum((weights * (highs - estimates)) ** 2)))
-    return low, high
+def effective_counts(
+    lost: ArrayLike, gained: ArrayLike, n: ArrayLike, weights: ArrayLike
+) -> tuple[float, float, float]:
+    """(lost, gained, n) of a simple sample equivalent to the weighted mean of strata (Kish)."""
+    b, c, m, w = (np.asarray(v, dtype=np.float64) for v in (lost, gained, n, weights))
+    w = w / w.sum()
+    n_eff = 1.0 / float(np.sum(w**2 / m))
+    flips, delta = float(np.sum(w * (b + c) / m)), float(np.sum(w * (c - b) / m))
+    return n_eff * (flips - delta) / 2, n_eff * (flips + delta) / 2, n_eff
+
+
+def macro_delta_interval(
+    lost: ArrayLike, gained: ArrayLike, n: ArrayLike, alpha: float
+) -> tuple[float, float]:
+    """Score interval of the unweighted mean over strata of Δ_k (module docstring)."""
+    b, c, m = effective_counts(lost, gained, n, np.ones(np.size(n)))
+    low, high = tango_interval(b, c, m, alpha)
+    return float(low), float(high)
+
+
+def macro_accuracy_interval(correct: ArrayLike, n: ArrayLike, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson interval of the unweighted mean over strata of accuracies (module docstring)."""
+    k, m = np.asarray(correct, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    n_eff = 1.0 / float(np.sum((1.0 / len(m)) ** 2 / m))
+    return wilson(float(np.mean(k / m)) * n_eff, n_eff, alpha)
 
 
 def questions_needed(discordance: float, margin: float, alpha: float, power: float = 0.8) -> int:
@@ -184,8 +207,8 @@ def questions_needed(discordance: float, margin: float, alpha: float, power: flo
     return math.ceil(((z_a * sigma0 + z_b * sigma1) / margin) ** 2)
 
 
-def wilson(correct: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
-    """Wilson score interval of a single accuracy (statsmodels)."""
+def wilson(correct: float, n: float, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score interval of a single accuracy (statsmodels; effective counts may be fractional)."""
     from statsmodels.stats.proportion import proportion_confint
 
     if n == 0:

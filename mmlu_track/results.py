@@ -155,15 +155,11 @@ def read_jsonl(path: Path) -> list[QuestionResult]:
 
 
 def macro_interval(scores: Scores, alpha: float = 0.05) -> tuple[float, float]:
-    """The macro average's interval: the subjects' Wilson intervals combined by MOVER (see paired.py)."""
-    import numpy as np
-
-    from mmlu_track.paired import mover
+    """The macro average's Wilson interval at Kish's effective sample size (see paired.py)."""
+    from mmlu_track.paired import macro_accuracy_interval
 
     accs = list(scores.subjects.values())
-    bounds = np.array([a.interval(alpha) for a in accs])
-    est = np.array([a.acc for a in accs])
-    return mover(est, bounds[:, 0], bounds[:, 1], np.full(len(accs), 1.0 / len(accs)))
+    return macro_accuracy_interval([a.correct for a in accs], [a.n for a in accs], alpha)
 
 
 def _pct(a: Accuracy, interval: tuple[float, float] | None = None) -> str:
@@ -173,7 +169,7 @@ def _pct(a: Accuracy, interval: tuple[float, float] | None = None) -> str:
 
 def table(scores: Scores) -> str:
     """A readable console table: subjects, categories, then macro and micro, with 95% intervals
-    (Wilson; macro: MOVER of the subjects' Wilson intervals)."""
+    (Wilson; macro at Kish's effective sample size)."""
     width = max(len(s) for s in [*scores.subjects, *scores.categories, "macro average"]) + 2
     lines = [f"{'subject':<{width}}{'acc %':>6} {'95% interval':<14}  {'correct/n':>13}", "-" * (width + 38)]
     lines += [f"{s:<{width}}{_pct(a)}" for s, a in scores.subjects.items()]

@@ -78,13 +78,44 @@ def test_questions_needed_gives_the_power_it_promises() -> None:
         assert 0.75 <= power <= 0.85
 
 
-def test_mover_reduces_to_wald_for_wald_components_and_to_the_component_for_one() -> None:
-    est, se, w = np.array([0.1, -0.2, 0.05]), np.array([0.02, 0.05, 0.03]), np.full(3, 1 / 3)
-    low, high = paired.mover(est, est - Z95 * se, est + Z95 * se, w)
-    wald = Z95 * math.sqrt(float(np.sum((w * se) ** 2)))
-    assert (low, high) == pytest.approx((float(w @ est) - wald, float(w @ est) + wald))
-    one = paired.mover(np.array([0.1]), np.array([-0.05]), np.array([0.3]), np.array([1.0]))
-    assert one == pytest.approx((-0.05, 0.3))
+def test_macro_intervals_use_kish_effective_sample_size() -> None:
+    # Equal subject sizes: the macro interval is the micro interval.
+    lost, gained, n = np.array([3, 0, 1]), np.array([1, 2, 0]), np.array([50, 50, 50])
+    assert paired.macro_delta_interval(lost, gained, n, 0.05) == pytest.approx(
+        tuple(float(v) for v in paired.tango_interval(4, 3, 150, 0.05))
+    )
+    assert paired.macro_accuracy_interval([10, 20, 30], [50, 50, 50]) == pytest.approx(paired.wilson(60, 150))
+    # Unequal sizes: n_eff = 1 / Σ w²/n_k, counts = n_eff times the weighted rates.
+    b, c, m = paired.effective_counts([2, 0], [0, 4], [10, 100], [1, 1])
+    n_eff = 1 / (0.25 / 10 + 0.25 / 100)
+    assert m == pytest.approx(n_eff)
+    assert (c - b) / m == pytest.approx(0.5 * (0 - 2) / 10 + 0.5 * (4 - 0) / 100)
+    assert (b + c) / m == pytest.approx(0.5 * 2 / 10 + 0.5 * 4 / 100)
+
+
+def test_macro_intervals_cover_with_small_unequal_subjects() -> None:
+    """Coverage by simulation of the macro Δ and macro accuracy intervals (subjects of 5 to 300)."""
+    rng = np.random.default_rng(8)
+    sizes = np.array([5] * 30 + [50] * 20 + [300] * 7)
+    k, sims = len(sizes), 4000
+    acc = rng.uniform(0.2, 0.9, k)
+    true_delta = rng.uniform(-0.03, 0.03, k)
+    flips = 0.06
+    q_b, q_c = (flips - true_delta) / 2, (flips + true_delta) / 2
+    b = rng.binomial(sizes, q_b, size=(sims, k))
+    c = rng.binomial(sizes - b, q_c / (1 - q_b))
+    w = 1.0 / k
+    n_eff = 1.0 / np.sum(w**2 / sizes)
+    psi, delta = np.sum(w * (b + c) / sizes, axis=1), np.sum(w * (c - b) / sizes, axis=1)
+    low, high = paired.tango_interval(n_eff * (psi - delta) / 2, n_eff * (psi + delta) / 2, n_eff, 0.05)
+    target = float(np.mean(true_delta))
+    assert np.mean((low <= target) & (target <= high)) >= 0.94
+    correct = rng.binomial(sizes, acc, size=(sims, k))
+    covered = 0
+    for row in correct[:1000]:
+        lo, hi = paired.macro_accuracy_interval(row, sizes)
+        covered += lo <= float(np.mean(acc)) <= hi
+    assert covered / 1000 >= 0.94
 
 
 def test_wilson_is_statsmodels_and_keeps_a_whisker_at_the_edges() -> None:
