@@ -380,3 +380,14 @@ def test_fewshot_gap_is_an_analysis_with_gains_and_losses_visible(tmp_path: Path
     assert names[19] in unfolded  # the biggest loss ...
     assert names[0] in unfolded  # ... and a big gain
     assert "Non-inferiority" not in proc.stdout
+
+
+def test_an_unreadable_store_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-database.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    proc = _compare(tmp_path, f"sqlite:///{bad}", "baseline=a", "candidate=b")
+    assert proc.returncode == 2
+    assert "cannot open the results database" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    helped = _compare(tmp_path, f"sqlite:///{bad}", "--help")
+    assert helped.returncode == 0
