@@ -126,9 +126,10 @@ Correction = Literal["holm", "fdr_bh"]
 
 @dataclass(frozen=True)
 class GateConfig:
-    """A release policy. Fail when non-inferiority (margin δ) is not shown or the overall drop is
-    significant; flag subjects significant after `correction` whose drop is >= `min_effect`
-    (and fail on them too when `fail_on_flagged_subjects`). `warn_only` always exits 0."""
+    """A release policy. Pass when non-inferiority (margin δ) is shown and no drop is; fail as a
+    regression when the overall drop is significant, as inconclusive when neither is shown; flag
+    subjects significant after `correction` whose drop is >= `min_effect` (and fail on them too
+    when `fail_on_flagged_subjects`). `warn_only` always exits 0."""
 
     name: str
     alpha: float = 0.05

@@ -2,7 +2,8 @@
 
     python -m mmlu_track.compare baseline=RUN candidate=RUN [gate=strict|warn_only] [mode=fewshot_gap]
 
-Exit codes: 0 pass (or warn-only, or an analysis), 1 regression, 2 unusable input.
+Exit codes: 0 pass (or warn-only, or an analysis), 1 regression or inconclusive, 2 unusable input
+(Hydra's own usage errors included: `main` turns its exit 1 into 2).
 """
 
 from __future__ import annotations
