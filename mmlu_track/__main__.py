@@ -21,14 +21,18 @@ def plain(cfg: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def hydra_exit_codes() -> Iterator[None]:
-    """Hydra exits 1 on a bad override or config name, the code that means "regression": make it 2."""
+def hydra_exit_codes(interrupted: str) -> Iterator[None]:
+    """Hydra exits 1 on a bad override or config name, the code that means "regression": make it 2.
+    Ctrl-C ends with one line (`interrupted`) and the shell's code for SIGINT, 130."""
     try:
         yield
     except SystemExit as exc:
         if exc.code == 1:
             raise SystemExit(2) from None
         raise
+    except KeyboardInterrupt:
+        print(f"mmlu_track: {interrupted}", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def _fail(message: str) -> NoReturn:
@@ -56,7 +60,7 @@ def main() -> None:
         from hydra.types import RunMode
 
         from mmlu_track.models import ModelError
-        from mmlu_track.pipeline import run
+        from mmlu_track.pipeline import TruncationError, run
         from mmlu_track.store_sql import StoreError
 
         hydra_cfg = HydraConfig.get()
@@ -64,11 +68,11 @@ def main() -> None:
         sweep = str(Path(hydra_cfg.sweep.dir).resolve()) if hydra_cfg.mode == RunMode.MULTIRUN else None
         try:
             out = run(eval_cfg, Path(hydra_cfg.runtime.output_dir), sweep=sweep)
-        except (DataError, ModelError, StoreError) as err:
+        except (DataError, ModelError, StoreError, TruncationError) as err:
             _fail(str(err))
         return out.scores.micro.acc
 
-    with hydra_exit_codes():
+    with hydra_exit_codes("interrupted; run the same command to resume"):
         app()
 
 

@@ -117,6 +117,7 @@ class EvalConfig:
     dtype: Dtype = "auto"
     device: str = "auto"
     max_length: int | None = None
+    allow_truncation: bool = False
     cache_dir: str = "~/.cache/mmlu_track"
 
 
@@ -309,9 +310,9 @@ def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
 def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
     """The settings that determine a run's results (not where it is cached or recorded, nor how
     it is batched: scores do not depend on batching, so a run that ran out of memory can be
-    resumed with smaller batches)."""
+    resumed with smaller batches; nor whether truncation was allowed, which only permits)."""
     out = to_dict(cfg)
-    for key in ("tracking", "cache_dir", "batch_size", "batch_tokens"):
+    for key in ("tracking", "cache_dir", "batch_size", "batch_tokens", "allow_truncation"):
         out.pop(key)
     return out
 

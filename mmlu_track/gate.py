@@ -292,7 +292,7 @@ def main() -> None:
         except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError) as err:
             _fail(str(err).splitlines()[0])
 
-    with hydra_exit_codes():
+    with hydra_exit_codes("interrupted; no verdict"):
         app()
     # The verdict's code leaves only here: any exit 1 from inside Hydra is a usage error, not a verdict.
     sys.exit(max(codes, default=EXIT_PASS))

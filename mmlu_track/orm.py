@@ -38,6 +38,8 @@ class Run(Base):
     sweep: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+    owner: Mapped[str | None] = mapped_column(String(255))  # host:pid of the process evaluating it
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last commit
 
 
 class SubjectScore(Base):

@@ -104,6 +104,34 @@ def _identity(cfg: EvalConfig, info: models.ModelInfo, data_fp: str) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 
+class TruncationError(ValueError):
+    """Prompts do not fit the context even with no shots, and truncation was not allowed."""
+
+
+def _render(
+    cfg: EvalConfig,
+    plan: _Plan,
+    lm: models.LoadedModel,
+    fits: Callable[[str], bool],
+) -> dict[str, list[prompts.Prompt]]:
+    """Every subject's prompts, shots dropped until each fits; refuse any that never fits."""
+    out = {
+        s: [prompts.fit(cfg.formulation, plan.shots[s], q, fits) for q in qs]
+        for s, qs in plan.questions.items()
+    }
+    too_long = [p for ps in out.values() for p in ps if p.shots_used == 0 and not fits(p.text)]
+    if too_long and not cfg.allow_truncation:
+        longest = max(too_long, key=lambda p: len(p.text))
+        n_tokens = len(lm.encode(longest.text))
+        raise TruncationError(
+            f"{len(too_long)} of {sum(map(len, out.values()))} prompts do not fit the model's context "
+            f"({lm.info.max_length} tokens) even with 0 shots, e.g. {longest.question.subject} question "
+            f"{longest.question.index} ({n_tokens} tokens); raise max_length, or set allow_truncation=true "
+            "to score their last tokens"
+        )
+    return out
+
+
 @dataclass(frozen=True)
 class _Plan:
     questions: dict[str, tuple[Question, ...]]  # per subject, the test questions to score
@@ -160,10 +188,15 @@ def _run(
     t_load = time.time()
     lm = models.load(cfg)
     loaded = time.time()
+    fits = _fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
+    rendered_all = _render(cfg, plan, lm, fits)  # refuses before the run is recorded
     git = provenance.git_commit()
     identity = _identity(cfg, lm.info, plan.fingerprint)
     meta = RunMeta(
-        identity=identity if cfg.tracking.resume else f"{identity}-{time.time_ns()}",
+        # resume=false: a fresh identity of the same length (the column holds 64 characters)
+        identity=identity
+        if cfg.tracking.resume
+        else hashlib.sha256(f"{identity}-{time.time_ns()}".encode()).hexdigest(),
         model_name=lm.info.name,
         model_revision=lm.info.revision or lm.info.weights_sha256,
         scoring=cfg.scoring.method,
@@ -182,7 +215,6 @@ def _run(
         left = len(plan.questions) - len(done)
         echo(f"resuming run {run_id}: {len(done)} subjects already done, {left} to go")
     scorer = SCORERS[cfg.scoring.method]
-    fits = _fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
 
     results: list[QuestionResult] = []
     multi_pass = prefix_fallbacks = forwarded = 0
@@ -194,7 +226,7 @@ def _run(
                     bar.update(len(qs))
                     continue
                 bar.set_postfix_str(subject)
-                rendered = [prompts.fit(cfg.formulation, plan.shots[subject], q, fits) for q in qs]
+                rendered = rendered_all[subject]
                 scores = scorer(
                     lm,
                     [p.text for p in rendered],
@@ -214,6 +246,8 @@ def _run(
         store.mark(run_id, "failed")  # still resumable: its committed subjects are kept
         raise
     finished = time.time()
+    if truncated := sum(r.truncated for r in results):
+        echo(f"warning: {truncated} prompts were truncated to their last tokens (allow_truncation=true)")
 
     agg = aggregate(results)
     first = questions[0]
@@ -265,9 +299,13 @@ def _run(
     _write_json(output_dir / RESULTS_FILE, record)
     store.finish(run_id, record)
     echo(table(agg))
+    resumed = sum(map(len, done.values()))
+    scored = (
+        f"{len(questions)} questions" if not resumed else f"{len(questions) - resumed} questions scored now"
+    )
     echo(
-        f"{len(questions)} questions in {finished - loaded:.1f} s "
-        f"({record['timing']['questions_per_s']:.2f} q/s); results in {output_dir}; run {run_id}"
+        f"{scored} in {finished - loaded:.1f} s ({record['timing']['questions_per_s']:.2f} q/s)"
+        f"{f', {resumed} resumed from the store' if resumed else ''}; results in {output_dir}; run {run_id}"
     )
     mlflow_id = None
     if cfg.tracking.mlflow:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,36 @@ UNFINISHED = ("running", "failed")
 
 class StoreError(RuntimeError):
     """The database cannot be used (unreachable, or its schema is not one this code knows)."""
+
+
+class RunInProgress(StoreError):
+    """Another live process is evaluating the run this one would resume."""
+
+
+# A run on another machine whose last commit is older than this is taken as dead (a subject can
+# take tens of minutes on a CPU, so this is generous).
+STALE_AFTER = timedelta(hours=2)
+
+
+def current_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(run: Run, now: datetime) -> bool:
+    """Is the process recorded as evaluating `run` still there?"""
+    if run.status != "running" or not run.owner:
+        return False  # failed, or recorded before owners were (then resumable, as always)
+    host, _, pid = run.owner.rpartition(":")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    last = run.heartbeat_at or run.created_at
+    return now - last < STALE_AFTER
 
 
 def make_engine(url: str) -> Engine:
@@ -144,14 +176,28 @@ class SqlStore:
         self.engine.dispose()
 
     def start_or_resume(self, meta: RunMeta) -> tuple[str, dict[str, list[QuestionResult]]]:
-        """The newest unfinished run with the same identity and its committed subjects, or a new run."""
+        """The newest unfinished run with the same identity and its committed subjects, or a new run.
+
+        Atomic: the lookup and the claim happen in one transaction holding the write lock (SQLite)
+        or the row lock (other servers), so two processes never both take one run; a run whose
+        owner is alive is refused (`RunInProgress`), one whose owner died is resumed.
+        """
+        now = _now()
         with Session(self.engine) as s, s.begin():
             run = s.scalars(
                 select(Run)
                 .where(Run.identity == meta.identity, Run.status.in_(UNFINISHED))
                 .order_by(Run.created_at.desc())
                 .limit(1)
+                .with_for_update()
             ).first()
+            if run is not None and _alive(run, now):
+                raise RunInProgress(
+                    f"run {run.id} with these settings is being evaluated by process {run.owner} "
+                    f"(last commit {run.heartbeat_at or run.created_at:%Y-%m-%d %H:%M} UTC): wait for it, "
+                    "or stop it and run the same command again to resume; tracking.resume=false starts "
+                    "a separate run"
+                )
             if run is None:
                 run = Run(
                     id=uuid.uuid4().hex, identity=meta.identity, status="running",
@@ -159,11 +205,13 @@ class SqlStore:
                     formulation=meta.formulation, k=meta.k, data_fingerprint=meta.data_fingerprint,
                     template_hash=meta.template_hash, git_commit=meta.git_commit,
                     config_json=json.dumps(meta.config), n_questions=meta.n_questions,
-                    output_dir=meta.output_dir, sweep=meta.sweep, created_at=_now(),
+                    output_dir=meta.output_dir, sweep=meta.sweep, created_at=now,
+                    owner=current_owner(), heartbeat_at=now,
                 )  # fmt: skip
                 s.add(run)
                 return run.id, {}
             run.status = "running"
+            run.owner, run.heartbeat_at = current_owner(), now
             run.output_dir = meta.output_dir
             done: dict[str, list[QuestionResult]] = {}
             rows = s.scalars(
@@ -182,6 +230,7 @@ class SqlStore:
                 delete(SubjectScore).where(SubjectScore.run_id == run_id, SubjectScore.subject == subject)
             )
             s.add_all(_to_row(run_id, r) for r in results)
+            s.get_one(Run, run_id).heartbeat_at = _now()
             s.add(
                 SubjectScore(
                     run_id=run_id,

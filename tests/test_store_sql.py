@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,15 @@ from sqlalchemy.orm import Session
 
 from mmlu_track.orm import Base, QuestionRow, Run, SubjectScore
 from mmlu_track.pipeline import run
-from mmlu_track.store_sql import MIGRATIONS_DIR, SqlStore, StoreError, make_engine
+from mmlu_track.store_sql import (
+    MIGRATIONS_DIR,
+    STALE_AFTER,
+    RunInProgress,
+    RunMeta,
+    SqlStore,
+    StoreError,
+    make_engine,
+)
 
 from .conftest import tiny_run_cfg
 
@@ -133,3 +143,58 @@ def test_concurrent_jobs_on_one_sqlite_file_lose_no_row(tmp_path: Path) -> None:
         for r in runs:
             n = s.scalar(select(func.count()).select_from(QuestionRow).where(QuestionRow.run_id == r.id))
             assert n == 60
+
+
+def _meta(identity: str = "same-settings") -> RunMeta:
+    return RunMeta(
+        identity=identity, model_name="m", model_revision="r", scoring="logprob", formulation="original",
+        k=5, data_fingerprint="f" * 64, template_hash="t", git_commit=None, config={}, n_questions=10,
+        output_dir=None, sweep=None,
+    )  # fmt: skip
+
+
+def _set_owner(store: SqlStore, run_id: str, owner: str, heartbeat: datetime) -> None:
+    with Session(store.engine) as s, s.begin():
+        row = s.get_one(Run, run_id)
+        row.owner, row.heartbeat_at = owner, heartbeat
+
+
+def test_a_live_run_is_never_resumed_by_a_second_process(sqlite_url: str) -> None:
+    store = SqlStore(sqlite_url)
+    first, _ = store.start_or_resume(_meta())
+    with pytest.raises(RunInProgress, match=f"run {first} with these settings is being evaluated by process"):
+        store.start_or_resume(_meta())  # this process owns it and is alive
+    now = datetime.now(UTC).replace(tzinfo=None)
+    # Same host, a process that no longer exists (killed): resumed.
+    _set_owner(store, first, f"{socket.gethostname()}:{2**22 + 12345}", now)
+    assert store.start_or_resume(_meta())[0] == first
+    # Another machine that committed recently: alive; silent for longer than STALE_AFTER: resumed.
+    _set_owner(store, first, "other-host:1", now)
+    with pytest.raises(RunInProgress, match="other-host:1"):
+        store.start_or_resume(_meta())
+    _set_owner(store, first, "other-host:1", now - STALE_AFTER - timedelta(minutes=1))
+    assert store.start_or_resume(_meta())[0] == first
+    # A failed run is resumed whoever started it.
+    store.mark(first, "failed")
+    assert store.start_or_resume(_meta())[0] == first
+
+
+def test_two_identical_runs_started_together_never_share_a_run(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    SqlStore(url)
+    code = (
+        "import sys, time\n"
+        "from mmlu_track.store_sql import SqlStore, RunInProgress, RunMeta\n"
+        "meta = RunMeta('same', 'm', 'r', 'logprob', 'original', 5, 'f'*64, 't', None, {}, 10, None, None)\n"
+        f"store = SqlStore({url!r})\n"
+        "try:\n"
+        "    print(store.start_or_resume(meta)[0]); sys.stdout.flush(); time.sleep(3)\n"
+        "except RunInProgress:\n"
+        "    print('refused')\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)
+    ]
+    outs = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+    assert outs.count("refused") == 2, outs
+    assert len(SqlStore(url).runs()) == 1
