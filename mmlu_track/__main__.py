@@ -35,6 +35,15 @@ def hydra_exit_codes(interrupted: str) -> Iterator[None]:
         raise SystemExit(130) from None
 
 
+def config_message(err: Exception) -> str:
+    """One line for a configuration error, naming the full key (OmegaConf's first line may not)."""
+    from omegaconf.errors import MissingMandatoryValue
+
+    if isinstance(err, MissingMandatoryValue) and getattr(err, "full_key", None):
+        return f"Missing mandatory value: {err.full_key}"
+    return str(err).splitlines()[0]
+
+
 def _fail(message: str) -> NoReturn:
     print(f"mmlu_track: error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -56,7 +65,7 @@ def main() -> None:
         try:
             eval_cfg = eval_config_from_dict(plain(cfg))
         except (ConfigError, OmegaConfBaseException) as err:
-            _fail(str(err).splitlines()[0])
+            _fail(config_message(err))
         from hydra.types import RunMode
 
         from mmlu_track.models import ModelError

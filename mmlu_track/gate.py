@@ -277,7 +277,7 @@ def main() -> None:
     from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.__main__ import CONF_DIR, _fail, hydra_exit_codes, plain
+    from mmlu_track.__main__ import CONF_DIR, _fail, config_message, hydra_exit_codes, plain
     from mmlu_track.config import ConfigError, compare_config_from_dict
     from mmlu_track.store_sql import StoreError
 
@@ -290,7 +290,7 @@ def main() -> None:
             compare_cfg = compare_config_from_dict(raw)
             codes.append(execute(compare_cfg, Path(HydraConfig.get().runtime.output_dir)))
         except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError) as err:
-            _fail(str(err).splitlines()[0])
+            _fail(config_message(err))
 
     with hydra_exit_codes("interrupted; no verdict"):
         app()

@@ -92,6 +92,21 @@ def _write_json(path: Path, obj: dict[str, Any]) -> None:
     os.replace(tmp, path)  # never a half-written results.json
 
 
+def _own_folder(output_dir: Path, run_id: str) -> Path:
+    """`output_dir`, or a subfolder of it when another run's results are already there."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    existing = output_dir / RESULTS_FILE
+    if existing.is_file():
+        try:
+            other = json.loads(existing.read_text(encoding="utf-8")).get("run_id")
+        except (OSError, ValueError):
+            other = None
+        if other != run_id:
+            output_dir = output_dir / f"run-{run_id[:12]}"
+            output_dir.mkdir(parents=True, exist_ok=True)
+    return output_dir
+
+
 def _identity(cfg: EvalConfig, info: models.ModelInfo, data_fp: str) -> str:
     """Hash of everything that determines a run's results: settings, weights, questions, template."""
     # The dtype actually used: `auto` means fp32 on a CPU and bf16 on a GPU, different results.
@@ -294,10 +309,10 @@ def _run(
         },
         "scores": agg.to_json(),
     }
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = _own_folder(output_dir, run_id)
     write_jsonl(output_dir / PREDICTIONS_FILE, results)
     _write_json(output_dir / RESULTS_FILE, record)
-    store.finish(run_id, record)
+    store.finish(run_id, record, str(output_dir))
     echo(table(agg))
     resumed = sum(map(len, done.values()))
     scored = (

@@ -242,10 +242,12 @@ class SqlStore:
                 )
             )
 
-    def finish(self, run_id: str, record: dict[str, Any]) -> None:
+    def finish(self, run_id: str, record: dict[str, Any], output_dir: str | None = None) -> None:
         with Session(self.engine) as s, s.begin():
             run = s.get_one(Run, run_id)
             run.status = "finished"
+            if output_dir is not None:
+                run.output_dir = output_dir
             run.finished_at = _now()
             run.record_json = json.dumps(record)
             run.acc_micro = record["scores"]["micro"]["acc"]
