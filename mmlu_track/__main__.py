@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
@@ -49,6 +49,40 @@ def _fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str, Any]], object]) -> None:
+    """With -m, compose and check every job's config before the first job starts (Hydra's own
+    sweepers stop a sweep at its first bad job, after the jobs before it have run)."""
+    if not {"-m", "--multirun"} & set(argv):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mmlu_track.config import ConfigError
+
+    # Overrides only: options with values (-cd DIR, --config-name X) are Hydra's, not the job's.
+    args = [
+        a
+        for i, a in enumerate(argv)
+        if "=" in a and not a.startswith("-") and not argv[i - 1].startswith("-c")
+    ]
+    try:
+        parsed = OverridesParser.create().parse_overrides(args)
+        jobs = BasicSweeper.split_arguments(parsed, None)[0]
+    except HydraException:
+        return  # Hydra reports a malformed sweep itself
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for number, job in enumerate(jobs, 1):
+            own = [o for o in job if not o.lstrip("+~").startswith("hydra")]
+            try:
+                check(plain(compose(config_name=config_name, overrides=own)))
+            except (ConfigError, OmegaConfBaseException, HydraException) as err:
+                swept = " ".join(o for o in own if o not in args) or " ".join(own)
+                _fail(f"sweep job {number} of {len(jobs)} ({swept}): {config_message(err)}; no job was run")
+
+
 def main() -> None:
     if not (CONF_DIR / "eval.yaml").is_file():
         _fail(f"config folder {CONF_DIR} is missing: install the project with `pip install -e .`")
@@ -81,6 +115,7 @@ def main() -> None:
             _fail(str(err))
         return out.scores.micro.acc
 
+    validate_sweep(sys.argv[1:], "eval", eval_config_from_dict)
     with hydra_exit_codes("interrupted; run the same command to resume"):
         app()
 

@@ -15,6 +15,7 @@ compare whichever source they were read from.
 from __future__ import annotations
 
 import csv
+import difflib
 import hashlib
 import importlib.util
 import json
@@ -55,7 +56,7 @@ class SubjectData:
 
 def validate_row(row: Mapping[str, Any], *, where: str, subject: str, split: str, index: int) -> Question:
     """Turn one raw row into a `Question`, or raise `DataError` naming source, subject, split, row."""
-    at = f"{where}: subject {subject}, split {split}, row {index}"
+    at = f"{where}: subject {subject}, split {split}, row {index + 1}"  # counted from 1, as a CSV line
     if subject not in SUBJECTS:
         raise DataError(f"{at}: unknown subject {subject!r}")
     question = row.get("question")
@@ -66,6 +67,8 @@ def validate_row(row: Mapping[str, Any], *, where: str, subject: str, split: str
         raise DataError(f"{at}: needs exactly 4 choices, got {choices!r}")
     if not all(isinstance(c, str) for c in choices):
         raise DataError(f"{at}: every choice must be text, got {choices!r}")
+    if empty := [LETTERS[i] for i, c in enumerate(choices) if not c.strip()]:
+        raise DataError(f"{at}: choice {', '.join(empty)} is empty")
     answer = row.get("answer")
     if isinstance(answer, str) and answer.strip() in LETTERS:
         answer = LETTERS.index(answer.strip())
@@ -131,15 +134,32 @@ def _load_hub(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]
 # --- local --------------------------------------------------------------------------------------
 
 
+def _utf8_error(path: Path, err: UnicodeDecodeError) -> DataError:
+    return DataError(
+        f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}): "
+        "save the file as UTF-8"
+    )
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
+    try:
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
                 try:
-                    rows.append(json.loads(line))
+                    row = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise DataError(f"{path}: line {lineno} is not JSON: {err}") from err
+                if not isinstance(row, dict):
+                    raise DataError(
+                        f"{path}: line {lineno} is a JSON {type(row).__name__}, expected an object "
+                        "with question, choices, answer"
+                    )
+                rows.append(row)
+    except UnicodeDecodeError as err:
+        raise _utf8_error(path, err) from err
     return rows
 
 
@@ -151,13 +171,21 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:
     rows = []
-    with path.open(encoding="utf-8", newline="") as f:
-        for lineno, rec in enumerate(csv.reader(f), 1):
-            if len(rec) != 6:
-                raise DataError(
-                    f"{path}: line {lineno} has {len(rec)} columns, expected 6 (question, A, B, C, D, answer)"
-                )
-            rows.append({"question": rec[0], "choices": rec[1:5], "answer": rec[5]})
+    reader = None
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            reader = csv.reader(f)
+            for rec in reader:
+                if len(rec) != 6:
+                    raise DataError(
+                        f"{path}: line {reader.line_num} has {len(rec)} columns, expected 6 "
+                        "(question, A, B, C, D, answer)"
+                    )
+                rows.append({"question": rec[0], "choices": rec[1:5], "answer": rec[5]})
+    except UnicodeDecodeError as err:
+        raise _utf8_error(path, err) from err
+    except csv.Error as err:  # e.g. a field over csv.field_size_limit() (131,072 characters)
+        raise DataError(f"{path}: line {reader.line_num if reader else '?'}: {err}") from err
     return rows
 
 
@@ -196,8 +224,16 @@ def _cached_split(path: Path, read: Callable[[Path], list[dict[str, Any]]]) -> l
     # A whole-split file is read once for all 57 subjects, not once per subject.
     key = path.resolve()
     if key not in _SPLIT_CACHE:
+        rows = read(path)
+        for number, row in enumerate(rows, 1):
+            # Every row must name a known subject: a row that matches none would be dropped silently.
+            subject = row.get("subject")
+            if subject not in SUBJECTS:
+                close = difflib.get_close_matches(str(subject).lower().replace(" ", "_"), SUBJECTS, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise DataError(f"{path}: row {number} has unknown subject {subject!r}{hint}")
         _SPLIT_CACHE.clear()
-        _SPLIT_CACHE[key] = read(path)
+        _SPLIT_CACHE[key] = rows
     return _SPLIT_CACHE[key]
 
 

@@ -101,7 +101,7 @@ def test_bad_rows_name_source_subject_split_and_row(
     with pytest.raises(DataError) as err:
         load_subjects(DataConfig(name="mmlu", source="local", path=str(tmp_path)), ["virology"])
     text = str(err.value)
-    assert f"{tmp_path / 'test' / 'virology.jsonl'}: subject virology, split test, row 2" in text
+    assert f"{tmp_path / 'test' / 'virology.jsonl'}: subject virology, split test, row 3" in text
     assert message in text
 
 
