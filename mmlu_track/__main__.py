@@ -71,6 +71,7 @@ def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str,
     try:
         parsed = OverridesParser.create().parse_overrides(args)
         jobs = BasicSweeper.split_arguments(parsed, None)[0]
+        swept_keys = {o.get_key_element() for o in parsed if o.is_sweep_override()}
     except HydraException:
         return  # Hydra reports a malformed sweep itself
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -79,7 +80,7 @@ def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str,
             try:
                 check(plain(compose(config_name=config_name, overrides=own)))
             except (ConfigError, OmegaConfBaseException, HydraException) as err:
-                swept = " ".join(o for o in own if o not in args) or " ".join(own)
+                swept = " ".join(o for o in own if o.split("=", 1)[0] in swept_keys)
                 _fail(f"sweep job {number} of {len(jobs)} ({swept}): {config_message(err)}; no job was run")
 
 

@@ -1,0 +1,201 @@
+"""The catalogue of bad inputs and faults, each through the real command line: one line on stderr,
+no traceback, the documented exit code, and nothing stored lost or changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from mmlu_track.orm import QuestionRow, Run
+from mmlu_track.store_sql import SqlStore
+
+from .conftest import synthetic_run
+
+GOOD = {"question": "Fine?", "choices": ["a", "b", "c", "d"], "answer": 1}
+
+
+def _cli(tmp_path: Path, *args: str, db: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "mmlu_track", f"tracking.db_url=sqlite:///{db}", *args]
+    env = {**os.environ, "HYDRA_FULL_ERROR": ""}
+    return subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300
+    )
+
+
+def _snapshot(db: Path) -> list[tuple[str, str, int]]:
+    store = SqlStore(f"sqlite:///{db}")
+    with Session(store.engine) as s:
+        runs = [(r.id, r.status) for r in s.scalars(select(Run).order_by(Run.id))]
+        counts = dict(s.execute(select(QuestionRow.run_id, func.count()).group_by(QuestionRow.run_id)).all())
+    store.close()
+    return [(rid, status, counts.get(rid, 0)) for rid, status in runs]
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store holding one finished run, copied into every case: it must come out unchanged."""
+    db = tmp_path_factory.mktemp("stored") / "store.db"
+    synthetic_run(SqlStore(f"sqlite:///{db}"), "m-existing", {"anatomy": [True, False, True]})
+    return db
+
+
+def _local(tmp_path: Path, test_file: str, content: bytes) -> list[str]:
+    """A local data folder: good anatomy dev rows, and `content` as the test split's file."""
+    root = tmp_path / "data"
+    (root / "dev").mkdir(parents=True)
+    (root / "test").mkdir()
+    (root / "dev" / "anatomy.jsonl").write_text("\n".join(json.dumps(GOOD) for _ in range(5)))
+    (root / "test" / test_file).write_bytes(content)
+    return ["data=local", f"data.path={root}", "subjects=anatomy"]
+
+
+def _csv(*rows: str) -> bytes:
+    return "\n".join(rows).encode()
+
+
+def _jsonl(*rows: dict[str, object]) -> bytes:
+    return "\n".join(json.dumps(r) for r in rows).encode()
+
+
+Setup = Callable[[Path], list[str]]
+CASES: list[tuple[str, Setup, int, str]] = [
+    (
+        "prompt longer than the context even with 0 shots",
+        lambda _: ["experiment=smoke", "max_length=16"],
+        2,
+        "6 of 6 prompts do not fit the model's context (16 tokens) even with 0 shots",
+    ),
+    (
+        "row of a per-split file with a differently cased subject",
+        lambda p: _local(
+            p, "../test.jsonl", _jsonl({**GOOD, "subject": "anatomy"}, {**GOOD, "subject": "Anatomy"})
+        ),
+        2,
+        "row 2 has unknown subject 'Anatomy' (did you mean anatomy?)",
+    ),
+    (
+        "CSV row with an empty choice",
+        lambda p: _local(p, "anatomy_test.csv", _csv("Q?,a,,c,d,A")),
+        2,
+        "choice B is empty",
+    ),
+    (
+        "non-UTF-8 byte",
+        lambda p: _local(p, "anatomy_test.csv", b"Q\xff?,a,b,c,d,A"),
+        2,
+        "not UTF-8 text (byte 0xff",
+    ),
+    (
+        "CSV field over 131,072 characters",
+        lambda p: _local(p, "anatomy_test.csv", _csv("Q?,a,b,c,d,A", '"' + "x" * 140_000 + '",a,b,c,d,A')),
+        2,
+        "line 2: field larger than field limit",
+    ),
+    (
+        "JSONL line that is a list",
+        lambda p: _local(p, "anatomy.jsonl", b'["Q?", "a"]'),
+        2,
+        "line 1 is a JSON list",
+    ),
+    (
+        "tracking=server without its URL",
+        lambda _: ["experiment=smoke", "tracking=server"],
+        2,
+        "Missing mandatory value: tracking.mlflow_uri",
+    ),
+    (
+        "a sweep with one bad value",
+        lambda _: ["-m", "experiment=smoke", "k=0,9,2", "tracking=sql_only"],
+        2,
+        "sweep job 2 of 3 (k=9): k=9 is impossible",
+    ),
+    ("unknown config option", lambda _: ["model=gpt5"], 2, "Could not find 'model/gpt5'"),
+    ("unknown key", lambda _: ["experiment=smoke", "margin=0.02"], 2, "Key 'margin' is not in struct"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_catalogue(tmp_path: Path, stored: Path, case: tuple[str, Setup, int, str]) -> None:
+    _, setup, code, message = case
+    db = tmp_path / "store.db"
+    shutil.copy(stored, db)
+    before = _snapshot(db)
+    args = setup(tmp_path)
+    if "tracking=server" not in args and "tracking=sql_only" not in args:
+        args.append("tracking=sql_only")
+    proc = _cli(tmp_path, *args, f"hydra.run.dir={tmp_path / 'out'}", db=db)
+    assert proc.returncode == code, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("mmlu_track: error")]
+    assert "Traceback" not in proc.stderr
+    if message.startswith(("Could not", "Key ")):  # Hydra's own message, with its hint lines
+        assert message in proc.stderr
+    else:
+        assert len(lines) == 1, proc.stderr
+        assert message in lines[0]
+    assert _snapshot(db) == before
+
+
+def test_truncation_allowed_is_said_and_recorded(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    proc = _cli(tmp_path, "experiment=smoke", "max_length=16", "allow_truncation=true", "tracking=sql_only",
+                f"hydra.run.dir={tmp_path / 'out'}", db=db)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: 6 prompts were truncated to their last tokens" in proc.stdout
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["prompt"]["truncated"] == 6
+
+
+def test_two_runs_into_one_folder_keep_their_own_files(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    out = tmp_path / "same"
+    for seed in (1, 2):
+        proc = _cli(
+            tmp_path, "experiment=smoke", f"seed={seed}", "tracking=sql_only", f"hydra.run.dir={out}", db=db
+        )
+        assert proc.returncode == 0, proc.stderr
+    runs = {r.id: r for r in SqlStore(f"sqlite:///{db}").runs()}
+    assert len(runs) == 2
+    for run in runs.values():
+        record = json.loads((Path(str(run.output_dir)) / "results.json").read_text())
+        assert record["run_id"] == run.id
+    assert len({r.output_dir for r in runs.values()}) == 2
+
+
+def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    subjects = "subjects=[abstract_algebra,anatomy,astronomy,virology]"
+    out = f"hydra.run.dir={tmp_path / 'out'}"
+    cmd = [sys.executable, "-m", "mmlu_track", f"tracking.db_url=sqlite:///{db}", "model=tiny", "device=cpu",
+           "tracking=sql_only", "k=0", "batch_size=1", subjects, out]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A child of a non-interactive shell may inherit SIGINT ignored: restore Python's handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 (no threads yet)
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if db.exists() and any(n for _, _, n in _snapshot(db)):
+            break  # a subject is committed: interrupt mid-run
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "mmlu_track: interrupted; run the same command to resume"
+    assert "Traceback" not in err
+    ((run_id, status, kept),) = _snapshot(db)
+    assert status == "failed"
+    assert kept > 0
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming run {run_id}" in again.stdout
+    assert "resumed from the store" in again.stdout
