@@ -356,7 +356,8 @@ def log_to_mlflow(
     except MlflowUnavailable as err:
         print(
             f"mmlu_track: warning: {err}. The run is saved in the SQL store ({store.url}); "
-            f"log it to MLflow later with: python -m mmlu_track.runs --db '{store.url}' sync",
+            f"log it to MLflow later with: python -m mmlu_track.runs --db '{store.url}' sync"
+            + (f" --mlflow-uri '{uri}'" if uri else ""),
             file=sys.stderr,
         )
         return None

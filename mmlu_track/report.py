@@ -228,16 +228,13 @@ def log_to_mlflow(
     experiment: str,
 ) -> str | None:
     """Log the comparison as an MLflow run; on failure warn and return None (the SQL row stays)."""
-    from mmlu_track.store_mlflow import check_reachable
+    from mmlu_track.store_mlflow import check_reachable, client_and_experiment
 
     try:
         check_reachable(uri)
         from mlflow.entities import Metric, Param
-        from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(tracking_uri=uri)
-        exp = client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+        client, exp_id = client_and_experiment(uri, experiment)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             run = client.create_run(

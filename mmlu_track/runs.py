@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from mmlu_track.config import DEFAULT_DB_URL
 
 if TYPE_CHECKING:
+    from mmlu_track.orm import Run
     from mmlu_track.store_sql import SqlStore
 
 _ROW = "{:<12} {:<9} {:<28} {:<8} {:<9} {:>2} {:>6} {:>6} {:>6}  {:<19}  {}"
@@ -71,6 +72,12 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     return 0
 
 
+def _recorded(run: Run, key: str) -> str | None:
+    """The MLflow setting a run was started with (its config's `tracking` section)."""
+    value = json.loads(run.config_json).get("tracking", {}).get(key)
+    return str(value) if value else None
+
+
 def _sync(store: SqlStore, args: argparse.Namespace) -> int:
     from mmlu_track.pipeline import log_to_mlflow
 
@@ -83,8 +90,9 @@ def _sync(store: SqlStore, args: argparse.Namespace) -> int:
             run.id,
             record=json.loads(run.record_json),
             results=store.question_results(run.id),
-            uri=args.mlflow_uri,
-            experiment=args.experiment,
+            # Each run goes where it was meant to go unless the command says otherwise.
+            uri=args.mlflow_uri or _recorded(run, "mlflow_uri"),
+            experiment=args.experiment or _recorded(run, "experiment") or "mmlu_track",
             sweep=run.sweep,
             echo=print,
         )
@@ -107,8 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     p_show = sub.add_parser("show", help="show one run")
     p_show.add_argument("run", help="run id (or a unique prefix), or its MLflow run id")
     p_sync = sub.add_parser("sync", help="log finished runs that are not in MLflow yet")
-    p_sync.add_argument("--mlflow-uri", default=None, help="tracking URI (default: MLflow's own default)")
-    p_sync.add_argument("--experiment", default="mmlu_track")
+    p_sync.add_argument(
+        "--mlflow-uri", default=None, help="tracking URI (default: each run's own, else MLflow's default)"
+    )
+    p_sync.add_argument("--experiment", default=None, help="(default: each run's own, else mmlu_track)")
     args = parser.parse_args(argv)
 
     from mmlu_track.store_sql import SqlStore, StoreError

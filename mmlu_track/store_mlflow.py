@@ -6,12 +6,14 @@ so a run saved while MLflow was unreachable can be logged later (`python -m mmlu
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import tempfile
 import urllib.request
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,53 @@ def params(record: dict[str, Any]) -> dict[str, str]:
     return {k: str(v)[:6000] for k, v in out.items()}
 
 
+# An unhealthy server must cost seconds, not MLflow's default of minutes of retries (only where the
+# user has not set these MLflow environment settings).
+HTTP_LIMITS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+}
+
+
+def _resolved_uri(uri: str | None) -> str:
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"  # MLflow >= 3.7's default
+
+
+@contextlib.contextmanager
+def _first_use_lock(uri: str | None) -> Iterator[None]:
+    """Serialise first use of a SQLite MLflow store: MLflow creates its tables on first use, and
+    processes starting together race on it ("table ... already exists")."""
+    resolved = _resolved_uri(uri)
+    if not resolved.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    path = Path(resolved.removeprefix("sqlite:///")).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def client_and_experiment(uri: str | None, experiment: str) -> tuple[Any, str]:
+    """An MlflowClient with bounded HTTP retries, and the experiment's id (created if missing)."""
+    for key, value in HTTP_LIMITS.items():
+        os.environ.setdefault(key, value)
+    from mlflow.tracking import MlflowClient
+
+    with _first_use_lock(uri), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        client = MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+    return client, str(exp_id)
+
+
 def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
     """Fail fast on an HTTP tracking server that does not answer (MLflow itself retries for minutes)."""
     if uri and uri.startswith(("http://", "https://")):
@@ -114,13 +163,10 @@ def log_run(
     check_reachable(uri)
     try:
         from mlflow.entities import Metric, Param, RunTag
-        from mlflow.tracking import MlflowClient
 
         from mmlu_track.plots import subject_accuracy_png
 
-        client = MlflowClient(tracking_uri=uri)
-        exp = client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+        client, exp_id = client_and_experiment(uri, experiment)
         cfg = record["config"]
         name = f"{record['model']['name']}-{cfg['formulation']}-k{cfg['k']}-{cfg['scoring']['method']}"
         tags = {

@@ -157,3 +157,63 @@ def test_runs_cli_lists_and_shows(sqlite_url: str, tmp_path: Path) -> None:
     )  # fmt: skip
     assert missing.returncode == 2
     assert "no run 'nope'" in missing.stderr
+
+
+def test_sync_sends_a_run_where_it_was_meant_to_go(
+    sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}"
+    cfg = tiny_run_cfg(sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={dead}")
+    out = run(cfg, tmp_path / "out", progress=False, echo=lambda _: None)
+    assert f"sync --mlflow-uri '{dead}'" in capsys.readouterr().err  # the hint names the intended server
+    monkeypatch.chdir(tmp_path)
+    assert runs_main(["--db", sqlite_url, "sync"]) == 1  # its server is still down: not logged elsewhere
+    assert not (tmp_path / "mlflow.db").exists()
+    stored = SqlStore(sqlite_url).get(out.run_id)
+    assert stored is not None
+    assert stored.mlflow_run_id is None
+
+
+def test_an_unhealthy_server_costs_seconds_not_minutes(sqlite_url: str, tmp_path: Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path.startswith("/health") else 503)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    cfg = tiny_run_cfg(sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={uri}")
+    start = time.monotonic()
+    out = run(cfg, tmp_path / "out", progress=False, echo=lambda _: None)
+    took = time.monotonic() - start
+    server.shutdown()
+    server.server_close()
+    assert out.mlflow_run_id is None
+    assert took < 90  # was 4 min 19 s with MLflow's default retries
+
+
+def test_processes_starting_together_share_one_fresh_mlflow_store(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code = (
+        "from mmlu_track.store_mlflow import client_and_experiment\n"
+        f"print(client_and_experiment({uri!r}, 'mmlu_track')[1])\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-500:] for _, err in outs]
+    assert len({out.strip() for out, _ in outs}) == 1
