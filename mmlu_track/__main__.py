@@ -45,7 +45,8 @@ def config_message(err: Exception) -> str:
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"mmlu_track: error: {message}", file=sys.stderr)
+    one_line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    print(f"mmlu_track: error: {one_line}", file=sys.stderr)
     sys.exit(2)
 
 

@@ -7,6 +7,7 @@ resumed, so a killed evaluation loses at most the subject in progress.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -194,7 +195,7 @@ def _run(
 ) -> RunOutput:
     from tqdm import tqdm
 
-    from mmlu_track.store_sql import RunMeta
+    from mmlu_track.store_sql import RunMeta, StoreError
 
     started = time.time()
     seeds = provenance.set_seeds(cfg.seed)
@@ -257,8 +258,13 @@ def _run(
                 subject_results = _to_results(rendered, scores, cfg.scoring.calibration)
                 store.save_subject(run_id, subject, subject_results)
                 results.extend(subject_results)
-    except BaseException:
-        store.mark(run_id, "failed")  # still resumable: its committed subjects are kept
+    except BaseException as err:
+        with contextlib.suppress(StoreError):  # the database itself may be what failed
+            store.mark(run_id, "failed")  # still resumable: its committed subjects are kept
+        if isinstance(err, StoreError):
+            raise StoreError(
+                f"{err}; the subjects committed so far are kept: run the same command to resume"
+            ) from err
         raise
     finished = time.time()
     if truncated := sum(r.truncated for r in results):

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import DEFAULT_DB_URL
@@ -121,8 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     p_sync.add_argument("--experiment", default=None, help="(default: each run's own, else mmlu_track)")
     args = parser.parse_args(argv)
 
+    from sqlalchemy.engine import make_url
+
     from mmlu_track.store_sql import SqlStore, StoreError
 
+    url = make_url(args.db)
+    local = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+    if local and not Path(str(url.database)).expanduser().exists():  # reading must not create a store
+        print(f"mmlu_track.runs: no results database at {url.database}: no run recorded there yet",
+              file=sys.stderr)  # fmt: skip
+        return 0 if args.command == "list" else 2
     try:
         store = SqlStore(args.db)
     except StoreError as err:

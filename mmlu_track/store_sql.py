@@ -7,12 +7,13 @@ per subject, so a killed run loses at most the subject in progress and resumes f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, delete, event, select
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from mmlu_track.orm import ComparisonRow, QuestionRow, Run, SubjectScore
@@ -69,14 +71,15 @@ def make_engine(url: str) -> Engine:
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 60})
+    busy = float(os.environ.get("MMLU_TRACK_SQLITE_BUSY_TIMEOUT", "60"))  # seconds to wait for a writer
+    engine = create_engine(url, connect_args={"timeout": busy})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy, not pysqlite, decide when transactions begin (see "begin" below).
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout=60000")  # wait for other writers instead of failing
+        cur.execute(f"PRAGMA busy_timeout={int(busy * 1000)}")  # wait for other writers instead of failing
         cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
@@ -160,6 +163,14 @@ def _from_row(row: QuestionRow) -> QuestionResult:
     )  # fmt: skip
 
 
+def _db_error(url: str, err: Exception, what: str) -> StoreError:
+    text = str(getattr(err, "orig", None) or err).splitlines()[0]
+    if "locked" in text:
+        waited = os.environ.get("MMLU_TRACK_SQLITE_BUSY_TIMEOUT", "60")
+        return StoreError(f"the results database {url} stayed locked by another process (waited {waited} s)")
+    return StoreError(f"the results database {url} {what}: {text}")
+
+
 class SqlStore:
     def __init__(self, url: str) -> None:
         self.url = url
@@ -169,7 +180,20 @@ class SqlStore:
         except StoreError:
             raise
         except Exception as err:  # the driver's errors vary by backend; all mean "unusable"
-            raise StoreError(f"cannot open the results database {url}: {err}") from err
+            raise _db_error(url, err, "cannot be opened") from err
+
+    @contextlib.contextmanager
+    def _session(self, write: bool = False) -> Iterator[Session]:
+        """One session (one transaction when `write`); database failures become `StoreError`."""
+        try:
+            with Session(self.engine, expire_on_commit=False) as s:
+                if write:
+                    with s.begin():
+                        yield s
+                else:
+                    yield s
+        except SQLAlchemyError as err:
+            raise _db_error(self.url, err, "failed") from err
 
     def close(self) -> None:
         """Close pooled connections (servers such as PostgreSQL otherwise keep them open)."""
@@ -183,7 +207,7 @@ class SqlStore:
         owner is alive is refused (`RunInProgress`), one whose owner died is resumed.
         """
         now = _now()
-        with Session(self.engine) as s, s.begin():
+        with self._session(write=True) as s:
             run = s.scalars(
                 select(Run)
                 .where(Run.identity == meta.identity, Run.status.in_(UNFINISHED))
@@ -224,7 +248,7 @@ class SqlStore:
     def save_subject(self, run_id: str, subject: str, results: Sequence[QuestionResult]) -> None:
         """Commit one subject's questions and score in one transaction (replacing any earlier try)."""
         acc = Accuracy.of([r.correct for r in results])
-        with Session(self.engine) as s, s.begin():
+        with self._session(write=True) as s:
             s.execute(delete(QuestionRow).where(QuestionRow.run_id == run_id, QuestionRow.subject == subject))
             s.execute(
                 delete(SubjectScore).where(SubjectScore.run_id == run_id, SubjectScore.subject == subject)
@@ -243,7 +267,7 @@ class SqlStore:
             )
 
     def finish(self, run_id: str, record: dict[str, Any], output_dir: str | None = None) -> None:
-        with Session(self.engine) as s, s.begin():
+        with self._session(write=True) as s:
             run = s.get_one(Run, run_id)
             run.status = "finished"
             if output_dir is not None:
@@ -254,23 +278,23 @@ class SqlStore:
             run.acc_macro = record["scores"]["macro"]["acc"]
 
     def mark(self, run_id: str, status: str) -> None:
-        with Session(self.engine) as s, s.begin():
+        with self._session(write=True) as s:
             s.get_one(Run, run_id).status = status
 
     def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None:
-        with Session(self.engine) as s, s.begin():
+        with self._session(write=True) as s:
             s.get_one(Run, run_id).mlflow_run_id = mlflow_run_id
 
     def runs(self, limit: int = 50, unsynced: bool = False) -> list[Run]:
         query = select(Run).order_by(Run.created_at.desc()).limit(limit)
         if unsynced:
             query = query.where(Run.status == "finished", Run.mlflow_run_id.is_(None))
-        with Session(self.engine, expire_on_commit=False) as s:
+        with self._session() as s:
             return list(s.scalars(query))
 
     def find(self, ref: str) -> list[Run]:
         """Runs that `ref` names: its id, its MLflow run id, or every run whose id starts with it."""
-        with Session(self.engine, expire_on_commit=False) as s:
+        with self._session() as s:
             run = s.get(Run, ref) or s.scalars(select(Run).where(Run.mlflow_run_id == ref)).first()
             if run is not None:
                 return [run]
@@ -283,7 +307,7 @@ class SqlStore:
         return found[0] if len(found) == 1 else None
 
     def question_results(self, run_id: str) -> list[QuestionResult]:
-        with Session(self.engine) as s:
+        with self._session() as s:
             rows = s.scalars(
                 select(QuestionRow)
                 .where(QuestionRow.run_id == run_id)
@@ -294,13 +318,13 @@ class SqlStore:
     def finished_runs(self, model_name: str) -> list[Run]:
         """A model's finished runs, newest first (the gate picks a comparable one among them)."""
         query = select(Run).where(Run.model_name == model_name, Run.status == "finished")
-        with Session(self.engine, expire_on_commit=False) as s:
+        with self._session() as s:
             return list(s.scalars(query.order_by(Run.created_at.desc())))
 
     def save_comparison(self, row: ComparisonRow) -> None:
-        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+        with self._session(write=True) as s:
             s.add(row)
 
     def set_comparison_mlflow(self, comparison_id: str, mlflow_run_id: str) -> None:
-        with Session(self.engine) as s, s.begin():
+        with self._session(write=True) as s:
             s.get_one(ComparisonRow, comparison_id).mlflow_run_id = mlflow_run_id

@@ -199,3 +199,37 @@ def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path) 
     assert again.returncode == 0, again.stderr
     assert f"resuming run {run_id}" in again.stdout
     assert "resumed from the store" in again.stdout
+
+
+def test_a_database_locked_too_long_is_one_line(tmp_path: Path, stored: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "store.db"
+    shutil.copy(stored, db)
+    before = _snapshot(db)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process holding the write lock
+    try:
+        env = {**os.environ, "HYDRA_FULL_ERROR": "", "MMLU_TRACK_SQLITE_BUSY_TIMEOUT": "1"}
+        cmd = [sys.executable, "-m", "mmlu_track", f"tracking.db_url=sqlite:///{db}", "experiment=smoke",
+               "tracking=sql_only", f"hydra.run.dir={tmp_path / 'out'}"]  # fmt: skip
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300
+        )
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert proc.returncode == 2, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("mmlu_track: error")]
+    assert "stayed locked by another process (waited 1 s)" in line
+    assert "Traceback" not in proc.stderr
+    assert _snapshot(db) == before
+
+
+def test_listing_runs_where_there_is_no_store_creates_none(tmp_path: Path) -> None:
+    from mmlu_track.runs import main as runs_main
+
+    missing = tmp_path / "none.db"
+    assert runs_main(["--db", f"sqlite:///{missing}", "list"]) == 0
+    assert runs_main(["--db", f"sqlite:///{missing}", "show", "abc"]) == 2
+    assert not missing.exists()

@@ -387,7 +387,7 @@ def test_an_unreadable_store_exits_2(tmp_path: Path) -> None:
     bad.write_bytes(b"this is not sqlite" * 100)
     proc = _compare(tmp_path, f"sqlite:///{bad}", "baseline=a", "candidate=b")
     assert proc.returncode == 2
-    assert "cannot open the results database" in proc.stderr
+    assert "cannot be opened: file is not a database" in proc.stderr
     assert "Traceback" not in proc.stderr
     helped = _compare(tmp_path, f"sqlite:///{bad}", "--help")
     assert helped.returncode == 0

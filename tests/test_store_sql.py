@@ -75,7 +75,7 @@ def test_a_newer_schema_is_refused(sqlite_url: str) -> None:
 
 
 def test_unusable_url_is_a_clear_error() -> None:
-    with pytest.raises(StoreError, match="cannot open the results database"):
+    with pytest.raises(StoreError, match="cannot be opened"):
         SqlStore("sqlite:////proc/no/such/dir/x.db")
 
 
