@@ -183,8 +183,14 @@ def _load_gguf(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     key_dir, gguf, sha = _gguf_cache(cfg, Path(run.cache_dir).expanduser())
-    tok = AutoTokenizer.from_pretrained(str(_converted_tokenizer(key_dir, gguf)))
-    model = AutoModelForCausalLM.from_pretrained(str(_converted_model(key_dir, gguf)), dtype=dtype)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(_converted_tokenizer(key_dir, gguf)))
+        model = AutoModelForCausalLM.from_pretrained(str(_converted_model(key_dir, gguf)), dtype=dtype)
+    except Exception as err:  # safetensors, JSON and OS errors alike: the cached copy is damaged
+        raise ModelError(
+            f"the converted copy of {gguf.name} in {key_dir} cannot be read ({str(err).splitlines()[0]}); "
+            f"delete that folder and run again to convert it anew"
+        ) from err
     return model, tok, str(gguf), None, sha
 
 
@@ -205,7 +211,7 @@ def _load_hub(
         model = AutoModelForCausalLM.from_pretrained(
             where, revision=cfg.revision, dtype=dtype, trust_remote_code=cfg.trust_remote_code
         )
-    except (OSError, ValueError) as err:
+    except Exception as err:  # transformers raises OSError, ValueError, safetensors and torch errors
         raise ModelError(
             f"could not load model {cfg.name_or_path!r}: {str(err).rstrip('.')}. Give a local directory, "
             "or a hub id when the hub is reachable; offline, the packaged default is model=smollm2_135m"

@@ -68,6 +68,14 @@ def _jsonl(*rows: dict[str, object]) -> bytes:
     return "\n".join(json.dumps(r) for r in rows).encode()
 
 
+def _garbage_model(tmp_path: Path) -> list[str]:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 100}))
+    (model / "model.safetensors").write_bytes(b"garbage" * 100)
+    return ["experiment=smoke", "model=hf_hub", f"model.name_or_path={model}"]
+
+
 Setup = Callable[[Path], list[str]]
 CASES: list[tuple[str, Setup, int, str]] = [
     (
@@ -121,6 +129,7 @@ CASES: list[tuple[str, Setup, int, str]] = [
         "sweep job 2 of 3 (k=9): k=9 is impossible",
     ),
     ("unknown config option", lambda _: ["model=gpt5"], 2, "Could not find 'model/gpt5'"),
+    ("weights that are not a model", _garbage_model, 2, "could not load model"),
     ("unknown key", lambda _: ["experiment=smoke", "margin=0.02"], 2, "Key 'margin' is not in struct"),
 ]
 
@@ -233,3 +242,23 @@ def test_listing_runs_where_there_is_no_store_creates_none(tmp_path: Path) -> No
     assert runs_main(["--db", f"sqlite:///{missing}", "list"]) == 0
     assert runs_main(["--db", f"sqlite:///{missing}", "show", "abc"]) == 2
     assert not missing.exists()
+
+
+def test_a_damaged_converted_model_names_the_folder_to_delete(tmp_path: Path) -> None:
+    from mmlu_track import models
+    from mmlu_track.config import ModelConfig
+
+    package, filename = models.PACKAGED_SMOLLM2
+    gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
+    key_dir, gguf, _ = models._gguf_cache(gguf_cfg, tmp_path / "cache")
+    models._converted_tokenizer(key_dir, gguf)
+    (key_dir / "model").mkdir()
+    (key_dir / "model" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (key_dir / "model" / "model.safetensors").write_bytes(b"\0" * 100)  # a copy cut short
+    args = (f"cache_dir={tmp_path / 'cache'}", "subjects=anatomy", "limit=1", "tracking=sql_only")
+    proc = _cli(tmp_path, *args, f"hydra.run.dir={tmp_path / 'out'}", db=tmp_path / "store.db")
+    assert proc.returncode == 2, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("mmlu_track: error")]
+    assert f"the converted copy of {filename} in {key_dir} cannot be read" in line
+    assert "delete that folder and run again" in line
+    assert "Traceback" not in proc.stderr
