@@ -195,6 +195,11 @@ def _looks_like_id(store: SqlStore, ref: str) -> bool:
     return ref.startswith("models:/") or _by_id(store, ref) is not None
 
 
+def _truncated(run: Run) -> int:
+    record = json.loads(run.record_json or "{}")
+    return int(record.get("prompt", {}).get("truncated", 0))
+
+
 def warn(message: str) -> None:
     print(f"mmlu_track: warning: {message}", file=sys.stderr)
 
@@ -222,8 +227,11 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
         settings = Settings(g.alpha, g.margin, g.min_effect, g.correction, g.bootstrap_resamples, g.seed)
         comp = compare(pair(store.question_results(base.id), store.question_results(cand.id)), settings)
         verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
+        sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))
+        notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]
         if base.id == cand.id:
-            verdict = replace(verdict, reasons=("baseline and candidate are the same run", *verdict.reasons))
+            notes.insert(0, "baseline and candidate are the same run")
+        verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
         doc = report.to_json(comp, verdict, base, cand, cfg)
         markdown = report.markdown(comp, verdict, base, cand, cfg)
         output_dir.mkdir(parents=True, exist_ok=True)

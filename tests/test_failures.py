@@ -262,3 +262,25 @@ def test_a_damaged_converted_model_names_the_folder_to_delete(tmp_path: Path) ->
     assert f"the converted copy of {filename} in {key_dir} cannot be read" in line
     assert "delete that folder and run again" in line
     assert "Traceback" not in proc.stderr
+
+
+def test_truncated_runs_are_named_in_the_comparison(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    ids = []
+    for seed in (1, 2):
+        args = (
+            "experiment=smoke",
+            "max_length=16",
+            "allow_truncation=true",
+            f"seed={seed}",
+            "tracking=sql_only",
+        )
+        proc = _cli(tmp_path, *args, f"hydra.run.dir={tmp_path / str(seed)}", db=db)
+        assert proc.returncode == 0, proc.stderr
+        ids.append(json.loads((tmp_path / str(seed) / "results.json").read_text())["run_id"])
+    report = f"hydra.run.dir={tmp_path / 'cmp'}"
+    cmd = [sys.executable, "-m", "mmlu_track.compare", f"baseline={ids[0]}", f"candidate={ids[1]}",
+           f"tracking.db_url=sqlite:///{db}", "tracking.mlflow=false", report]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
+    assert "the baseline run scored 6 truncated prompts" in proc.stdout, proc.stderr
+    assert "the candidate run scored 6 truncated prompts" in (tmp_path / "cmp" / "report.md").read_text()
