@@ -267,17 +267,11 @@ def test_a_damaged_converted_model_names_the_folder_to_delete(tmp_path: Path) ->
 def test_truncated_runs_are_named_in_the_comparison(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     ids = []
-    for seed in (1, 2):
-        args = (
-            "experiment=smoke",
-            "max_length=16",
-            "allow_truncation=true",
-            f"seed={seed}",
-            "tracking=sql_only",
-        )
-        proc = _cli(tmp_path, *args, f"hydra.run.dir={tmp_path / str(seed)}", db=db)
+    for batch in (1, 4):  # the same questions, scored twice
+        args = ("experiment=smoke", "max_length=16", "allow_truncation=true", f"batch_size={batch}")
+        proc = _cli(tmp_path, *args, "tracking=sql_only", f"hydra.run.dir={tmp_path / str(batch)}", db=db)
         assert proc.returncode == 0, proc.stderr
-        ids.append(json.loads((tmp_path / str(seed) / "results.json").read_text())["run_id"])
+        ids.append(json.loads((tmp_path / str(batch) / "results.json").read_text())["run_id"])
     report = f"hydra.run.dir={tmp_path / 'cmp'}"
     cmd = [sys.executable, "-m", "mmlu_track.compare", f"baseline={ids[0]}", f"candidate={ids[1]}",
            f"tracking.db_url=sqlite:///{db}", "tracking.mlflow=false", report]  # fmt: skip
