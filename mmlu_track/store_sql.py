@@ -168,6 +168,11 @@ def _db_error(url: str, err: Exception, what: str) -> StoreError:
     if "locked" in text:
         waited = os.environ.get("MMLU_TRACK_SQLITE_BUSY_TIMEOUT", "60")
         return StoreError(f"the results database {url} stayed locked by another process (waited {waited} s)")
+    if "readonly" in text:
+        return StoreError(
+            f"the results database {url} is read-only ({text}): make the file and its folder writable, "
+            "or point tracking.db_url elsewhere"
+        )
     return StoreError(f"the results database {url} {what}: {text}")
 
 

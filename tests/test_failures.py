@@ -278,3 +278,26 @@ def test_truncated_runs_are_named_in_the_comparison(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
     assert "the baseline run scored 6 truncated prompts" in proc.stdout, proc.stderr
     assert "the candidate run scored 6 truncated prompts" in (tmp_path / "cmp" / "report.md").read_text()
+
+
+def test_a_read_only_database_is_one_line_and_unchanged(tmp_path: Path, stored: Path) -> None:
+    # SQLite's read-only mode stands in for a write-protected file (root ignores file modes).
+    db = tmp_path / "store.db"
+    shutil.copy(stored, db)
+    before = _snapshot(db)
+    url = f"sqlite:///file:{db}?mode=ro&uri=true"
+    out = f"hydra.run.dir={tmp_path / 'out'}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "mmlu_track",
+        f"tracking.db_url='{url}'",
+        "experiment=smoke",
+        "tracking=sql_only",
+        out,
+    ]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("mmlu_track: error")]
+    assert "is read-only (attempt to write a readonly database)" in line
+    assert _snapshot(db) == before
