@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,6 +49,19 @@ def _fail(message: str) -> NoReturn:
     one_line = " ".join(part.strip() for part in message.splitlines() if part.strip())
     print(f"mmlu_track: error: {one_line}", file=sys.stderr)
     sys.exit(2)
+
+
+def check_writable_cwd(argv: list[str]) -> None:
+    """Hydra creates the output folder before any of our code runs, and its failure is a stack
+    trace: refuse a read-only working directory up front, in one line."""
+    if any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in argv):
+        return
+    cwd = os.getcwd()
+    if not os.access(cwd, os.W_OK):
+        _fail(
+            f"the working directory {cwd} is not writable (outputs/ and the default results database go "
+            "there): run from a writable folder, or set hydra.run.dir=DIR and tracking.db_url=URL"
+        )
 
 
 def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str, Any]], object]) -> None:
@@ -117,6 +131,7 @@ def main() -> None:
             _fail(str(err))
         return out.scores.micro.acc
 
+    check_writable_cwd(sys.argv[1:])
     validate_sweep(sys.argv[1:], "eval", eval_config_from_dict)
     with hydra_exit_codes("interrupted; run the same command to resume"):
         app()

@@ -285,7 +285,14 @@ def main() -> None:
     from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.__main__ import CONF_DIR, _fail, config_message, hydra_exit_codes, plain
+    from mmlu_track.__main__ import (
+        CONF_DIR,
+        _fail,
+        check_writable_cwd,
+        config_message,
+        hydra_exit_codes,
+        plain,
+    )
     from mmlu_track.config import ConfigError, compare_config_from_dict
     from mmlu_track.store_sql import StoreError
 
@@ -300,6 +307,7 @@ def main() -> None:
         except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError) as err:
             _fail(config_message(err))
 
+    check_writable_cwd(sys.argv[1:])
     with hydra_exit_codes("interrupted; no verdict"):
         app()
     # The verdict's code leaves only here: any exit 1 from inside Hydra is a usage error, not a verdict.

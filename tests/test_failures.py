@@ -301,3 +301,24 @@ def test_a_read_only_database_is_one_line_and_unchanged(tmp_path: Path, stored: 
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("mmlu_track: error")]
     assert "is read-only (attempt to write a readonly database)" in line
     assert _snapshot(db) == before
+
+
+def test_a_read_only_working_directory_is_one_line(tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)]
+    mounted = subprocess.run(mount, capture_output=True, check=False)
+    assert mounted.returncode == 0, mounted.stderr  # root in this project's machines (and CI) may mount
+    expected = (
+        f"mmlu_track: error: the working directory {ro} is not writable (outputs/ and the default "
+        "results database go there): run from a writable folder, or set hydra.run.dir=DIR and "
+        "tracking.db_url=URL"
+    )
+    try:
+        for module in ("mmlu_track", "mmlu_track.compare"):
+            cmd = [sys.executable, "-m", module, "experiment=smoke"]
+            proc = subprocess.run(cmd, cwd=ro, capture_output=True, text=True, check=False, timeout=300)
+            assert proc.returncode == 2, proc.stderr
+            assert proc.stderr.strip().splitlines() == [expected]
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
