@@ -180,12 +180,17 @@ def test_two_runs_into_one_folder_keep_their_own_files(tmp_path: Path) -> None:
     assert len({r.output_dir for r in runs.values()}) == 2
 
 
-def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path) -> None:
-    db = tmp_path / "store.db"
+def _slow_tiny_run(tmp_path: Path, db: Path) -> list[str]:
+    """A tiny-model run long enough (one question per forward pass, four subjects) to interrupt."""
     subjects = "subjects=[abstract_algebra,anatomy,astronomy,virology]"
     out = f"hydra.run.dir={tmp_path / 'out'}"
-    cmd = [sys.executable, "-m", "mmlu_track", f"tracking.db_url=sqlite:///{db}", "model=tiny", "device=cpu",
-           "tracking=sql_only", "k=0", "batch_size=1", subjects, out]  # fmt: skip
+    return [sys.executable, "-m", "mmlu_track", f"tracking.db_url=sqlite:///{db}", "model=tiny", "device=cpu",
+            "tracking=sql_only", "k=0", "batch_size=1", subjects, out]  # fmt: skip
+
+
+def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    cmd = _slow_tiny_run(tmp_path, db)
     proc = subprocess.Popen(
         cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         # A child of a non-interactive shell may inherit SIGINT ignored: restore Python's handler.
@@ -322,3 +327,35 @@ def test_a_read_only_working_directory_is_one_line(tmp_path: Path) -> None:
             assert proc.stderr.strip().splitlines() == [expected]
     finally:
         subprocess.run(["umount", str(ro)], check=False)
+
+
+def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "store.db"
+    cmd = _slow_tiny_run(tmp_path, db)
+    env = {**os.environ, "MMLU_TRACK_SQLITE_BUSY_TIMEOUT": "1"}
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if db.exists() and any(n for _, _, n in _snapshot(db)):
+            break  # a subject is committed: now another process takes the write lock
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        _, err = proc.communicate(timeout=240)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert proc.returncode == 2, err
+    (line,) = [x for x in err.splitlines() if x.startswith("mmlu_track: error")]
+    assert "stayed locked by another process (waited 1 s)" in line
+    assert line.endswith("the subjects committed so far are kept: run the same command to resume")
+    ((run_id, _, kept),) = _snapshot(db)
+    assert kept > 0
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming run {run_id}" in again.stdout

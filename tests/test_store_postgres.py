@@ -84,6 +84,11 @@ def test_store_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
         assert store.engine.dialect.name == "postgresql"
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     out = run(tiny_run_cfg(postgres_url), tmp_path / "out", progress=False, echo=lambda _: None)
+    # resume=false makes a fresh identity that must still fit the column (PostgreSQL enforces lengths).
+    fresh = run(
+        tiny_run_cfg(postgres_url, "tracking.resume=false"), tmp_path / "f", progress=False, echo=print
+    )
+    assert fresh.run_id != out.run_id
     stored = store.get(out.run_id)
     assert stored is not None
     assert stored.status == "finished"
