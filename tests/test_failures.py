@@ -359,3 +359,76 @@ def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: 
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
     assert again.returncode == 0, again.stderr
     assert f"resuming run {run_id}" in again.stdout
+
+
+def test_parallel_runs_in_a_fresh_folder_never_collide(tmp_path: Path) -> None:
+    """Three runs at once with the default tracking: own folders, own records, all in MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    env = {**os.environ, "HYDRA_FULL_ERROR": ""}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "mmlu_track", "experiment=smoke", f"seed={seed}"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2, 3)
+    ]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errs
+    runs = SqlStore(f"sqlite:///{tmp_path / 'mmlu_track.db'}").runs()
+    assert len({r.output_dir for r in runs}) == 3
+    for r in runs:
+        assert json.loads((Path(str(r.output_dir)) / "results.json").read_text())["run_id"] == r.id
+        assert r.mlflow_run_id
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert {client.get_run(str(r.mlflow_run_id)).info.status for r in runs} == {"FINISHED"}
+
+
+def test_the_same_run_started_three_times_at_once_runs_once(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    cmd = _slow_tiny_run(tmp_path, db)
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]  # fmt: skip
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2, 2], errs
+    refused = [e for p, e in zip(procs, errs, strict=True) if p.returncode == 2]
+    assert all("with these settings is being evaluated by process" in e for e in refused)
+    ((_, status, n),) = _snapshot(db)
+    assert status == "finished"
+    assert n > 0
+
+
+def test_an_unhealthy_mlflow_server_costs_seconds_and_names_it_in_the_hint(tmp_path: Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path.startswith("/health") else 503)
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    start = time.monotonic()
+    try:
+        proc = _cli(tmp_path, "experiment=smoke", "tracking=server", f"tracking.mlflow_uri={uri}",
+                    f"hydra.run.dir={tmp_path / 'out'}", db=tmp_path / "store.db")  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - start < 120
+    assert f"sync --mlflow-uri '{uri}'" in proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()
