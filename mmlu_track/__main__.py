@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from mmlu_track.resources import CONF_DIR
 
 
 def plain(cfg: Any) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str,
 
 def main() -> None:
     if not (CONF_DIR / "eval.yaml").is_file():
-        _fail(f"config folder {CONF_DIR} is missing: install the project with `pip install -e .`")
+        _fail(f"config folder {CONF_DIR} is missing: reinstall mmlu_track (its wheel ships conf/)")
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig

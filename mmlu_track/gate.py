@@ -286,7 +286,6 @@ def main() -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from mmlu_track.__main__ import (
-        CONF_DIR,
         _fail,
         check_writable_cwd,
         config_message,
@@ -294,6 +293,7 @@ def main() -> None:
         plain,
     )
     from mmlu_track.config import ConfigError, compare_config_from_dict
+    from mmlu_track.resources import CONF_DIR
     from mmlu_track.store_sql import StoreError
 
     codes: list[int] = []

@@ -3,6 +3,7 @@
 python -m mmlu_track.runs list                # newest first, with MLflow run ids
 python -m mmlu_track.runs show RUN            # one run: settings and per-subject scores
 python -m mmlu_track.runs sync                # log finished runs that MLflow missed
+python -m mmlu_track.runs --db URL db-upgrade # migrate a shared server database (explicitly, once)
 """
 
 from __future__ import annotations
@@ -102,6 +103,20 @@ def _sync(store: SqlStore, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _db_upgrade(url: str) -> int:
+    from mmlu_track.store_sql import StoreError, make_engine, upgrade
+
+    engine = make_engine(url)
+    try:
+        print(f"{url}: schema at {upgrade(engine, shared=True)}")
+    except StoreError as err:
+        print(f"mmlu_track.runs: error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        engine.dispose()
+    return 0
+
+
 COMMANDS = {"list": _list, "show": _show, "sync": _sync}
 
 
@@ -120,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         "--mlflow-uri", default=None, help="tracking URI (default: each run's own, else MLflow's default)"
     )
     p_sync.add_argument("--experiment", default=None, help="(default: each run's own, else mmlu_track)")
+    sub.add_parser("db-upgrade", help="upgrade a shared (server) results database to this version's schema")
     args = parser.parse_args(argv)
 
+    if args.command == "db-upgrade":
+        return _db_upgrade(args.db)
     from sqlalchemy.engine import make_url
 
     from mmlu_track.store_sql import SqlStore, StoreError
@@ -143,5 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `mmlu-track-runs` console script."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -25,9 +25,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from mmlu_track.orm import ComparisonRow, QuestionRow, Run, SubjectScore
+from mmlu_track.resources import MIGRATIONS_DIR
 from mmlu_track.results import Accuracy, QuestionResult
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 UNFINISHED = ("running", "failed")
 
 
@@ -93,8 +93,13 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
-def upgrade(engine: Engine) -> str:
-    """Upgrade the database to the newest migration; return that revision."""
+def upgrade(engine: Engine, *, shared: bool = False) -> str:
+    """Bring the database to the newest migration; return that revision.
+
+    Policy (as MLflow's): an embedded SQLite file and an empty database are upgraded here; a server
+    database (PostgreSQL, ...) at an older revision is refused unless `shared` (the explicit
+    `runs db-upgrade` command), so one newer client never migrates a store older clients still use.
+    """
     # Alembic narrates every step (its imports too) at INFO, which Hydra's logging setup would print.
     logging.getLogger("alembic").setLevel(logging.WARNING)
     from alembic import command
@@ -111,6 +116,12 @@ def upgrade(engine: Engine) -> str:
     if current is not None and current not in known:
         raise StoreError(
             f"database schema {current} is newer than this mmlu_track (head {head}): upgrade mmlu_track"
+        )
+    if current not in (None, head) and engine.dialect.name != "sqlite" and not shared:
+        raise StoreError(
+            f"the results database {engine.url.render_as_string(hide_password=True)} has schema {current}, "
+            f"this mmlu_track needs {head}: upgrade it once with "
+            "`python -m mmlu_track.runs --db URL db-upgrade` (clients older than this one then refuse it)"
         )
     if current != head:
         with engine.begin() as conn:
@@ -181,11 +192,15 @@ class SqlStore:
         self.url = url
         try:
             self.engine = make_engine(url)
-            self.revision = upgrade(self.engine)
-        except StoreError:
-            raise
-        except Exception as err:  # the driver's errors vary by backend; all mean "unusable"
+        except Exception as err:  # a malformed URL or a missing driver
             raise _db_error(url, err, "cannot be opened") from err
+        try:
+            self.revision = upgrade(self.engine)
+        except Exception as err:
+            self.engine.dispose()  # a refused store keeps no connection open
+            if isinstance(err, StoreError):
+                raise
+            raise _db_error(url, err, "cannot be opened") from err  # driver errors vary by backend
 
     @contextlib.contextmanager
     def _session(self, write: bool = False) -> Iterator[Session]:

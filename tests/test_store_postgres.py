@@ -19,7 +19,8 @@ from alembic.runtime.migration import MigrationContext
 
 from mmlu_track.orm import Base
 from mmlu_track.pipeline import run
-from mmlu_track.store_sql import SqlStore
+from mmlu_track.runs import main as runs_main
+from mmlu_track.store_sql import SqlStore, StoreError
 
 from .conftest import tiny_run_cfg
 
@@ -98,6 +99,14 @@ def test_store_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
 
     cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0002")  # a shared store left at an older schema by older clients
+    store.engine.dispose()
+    with pytest.raises(StoreError, match="has schema 0002, this mmlu_track needs 0003: upgrade it once with"):
+        SqlStore(postgres_url)
+    assert runs_main(["--db", postgres_url, "db-upgrade"]) == 0
+    SqlStore(postgres_url).close()  # now at head: opens
     with store.engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "base")
