@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from mmlu_track.results import Scores
+from mmlu_track.subjects import CATEGORIES, category
+
+
+def subject_order(subjects: Iterable[str]) -> list[str]:
+    """One fixed order (category, then subject; bottom to top), whatever the accuracies, so that
+    two runs' images line up side by side in MLflow's Compare view."""
+    return sorted(subjects, key=lambda s: (CATEGORIES.index(category(s)), s), reverse=True)
 
 
 def subject_accuracy_png(scores: Scores, path: Path, title: str) -> Path:
@@ -17,7 +25,7 @@ def subject_accuracy_png(scores: Scores, path: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = sorted(scores.subjects, key=lambda s: scores.subjects[s].acc)
+    names = subject_order(scores.subjects)
     accs = [scores.subjects[s].acc for s in names]
     bounds = [scores.subjects[s].interval() for s in names]
     errs = [

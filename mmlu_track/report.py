@@ -239,7 +239,8 @@ def log_to_mlflow(
             warnings.simplefilter("ignore")
             run = client.create_run(
                 exp_id,
-                run_name=f"{doc['candidate']['model']} vs {doc['baseline']['model']}",
+                run_name=f"{doc['candidate']['model']} {doc['candidate']['id'][:8]} vs "
+                f"{doc['baseline']['model']} {doc['baseline']['id'][:8]}",
                 tags={"mmlu_track.kind": "comparison", "verdict": verdict.status},
             )
             rid = run.info.run_id

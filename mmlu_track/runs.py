@@ -21,7 +21,16 @@ if TYPE_CHECKING:
     from mmlu_track.orm import Run
     from mmlu_track.store_sql import SqlStore
 
-_ROW = "{:<12} {:<9} {:<28} {:<8} {:<9} {:>2} {:>6} {:>6} {:>6}  {:<19}  {}"
+_ROW = "{:<12} {:<9} {:<28} {:<8} {:<9} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<19}  {}"
+
+
+def _dtype_and_limit(run: Run) -> tuple[str, str]:
+    """What tells two runs of one model apart beyond the columns: the dtype it ran in, the limit."""
+    config = json.loads(run.config_json)
+    record = json.loads(run.record_json) if run.record_json else {}
+    dtype = record.get("model", {}).get("dtype") or config.get("dtype") or "-"
+    limit = config.get("limit")
+    return str(dtype), "all" if limit is None else str(limit)
 
 
 def _list(store: SqlStore, args: argparse.Namespace) -> int:
@@ -37,6 +46,8 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
             "scoring",
             "form.",
             "k",
+            "dtype",
+            "limit",
             "n",
             "micro",
             "macro",
@@ -48,7 +59,16 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
         micro = f"{r.acc_micro:.4f}" if r.acc_micro is not None else "-"
         macro = f"{r.acc_macro:.4f}" if r.acc_macro is not None else "-"
         created = f"{r.created_at:%Y-%m-%d %H:%M:%S}"
-        cells = (r.id[:12], r.status, r.model_name[:28], r.scoring, r.formulation, r.k, r.n_questions)
+        cells = (
+            r.id[:12],
+            r.status,
+            r.model_name[:28],
+            r.scoring,
+            r.formulation,
+            r.k,
+            *_dtype_and_limit(r),
+            r.n_questions,
+        )
         print(_ROW.format(*cells, micro, macro, created, r.mlflow_run_id or "-"))
     return 0
 
@@ -63,7 +83,10 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
         f"model {run.model_name} ({run.model_revision or '-'}), {run.scoring}, {run.formulation}, k={run.k}"
     )
     print(f"data {run.data_fingerprint}  template {run.template_hash}  commit {run.git_commit or '-'}")
-    print(f"created {run.created_at}  finished {run.finished_at or '-'}  output {run.output_dir or '-'}")
+    finished = f"{run.finished_at:%Y-%m-%d %H:%M:%S} UTC" if run.finished_at else "-"
+    print(
+        f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC  finished {finished}  output {run.output_dir or '-'}"
+    )
     if run.record_json:
         from mmlu_track.results import Scores, table
 

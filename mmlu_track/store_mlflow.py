@@ -90,7 +90,8 @@ def params(record: dict[str, Any]) -> dict[str, str]:
         "prompt.template_hash": record["prompt"]["template_hash"],
     }
     out.update({f"version.{k}": v for k, v in record["versions"].items()})
-    return {k: str(v)[:6000] for k, v in out.items()}
+    # An unset value (no revision for a local model, no limit) is left out, not logged as "None".
+    return {k: str(v)[:6000] for k, v in out.items() if v is not None}
 
 
 # An unhealthy server must cost seconds, not MLflow's default of minutes of retries (only where the
@@ -140,6 +141,18 @@ def client_and_experiment(uri: str | None, experiment: str) -> tuple[Any, str]:
     return client, str(exp_id)
 
 
+def run_name(record: dict[str, Any]) -> str:
+    """A name that tells runs apart: model, formulation, k, scoring, dtype, limit, seed when sampled."""
+    cfg = record["config"]
+    parts = [record["model"]["name"], cfg["formulation"], f"k{cfg['k']}", cfg["scoring"]["method"]]
+    if cfg["scoring"].get("calibration", "none") != "none":
+        parts.append(f"cal-{cfg['scoring']['calibration']}")
+    parts.append(record["model"]["dtype"])
+    if cfg.get("limit") is not None:
+        parts += [f"limit{cfg['limit']}", f"seed{cfg['seed']}"]
+    return "-".join(str(p) for p in parts)
+
+
 def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
     """Fail fast on an HTTP tracking server that does not answer (MLflow itself retries for minutes)."""
     if uri and uri.startswith(("http://", "https://")):
@@ -167,8 +180,7 @@ def log_run(
         from mmlu_track.plots import subject_accuracy_png
 
         client, exp_id = client_and_experiment(uri, experiment)
-        cfg = record["config"]
-        name = f"{record['model']['name']}-{cfg['formulation']}-k{cfg['k']}-{cfg['scoring']['method']}"
+        name = run_name(record)
         tags = {
             RUN_ID_TAG: run_id,
             "git_commit": record.get("git_commit") or "unknown",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -92,6 +93,8 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
     assert p["data.fingerprint"] == out.record["data"]["fingerprint"]
     assert p["prompt.template_hash"] == out.record["prompt"]["template_hash"]
     assert p["version.transformers"] == out.record["versions"]["transformers"]
+    assert "model.revision" not in p  # unset: left out, never the string "None"
+    assert got.info.run_name == "tiny-random-llama-original-k2-logprob-float32-limit3-seed1234"
     assert t[RUN_ID_TAG] == out.run_id
     assert t[SWEEP_TAG] == "/sweeps/s1"
     assert "git_commit" in t
@@ -144,12 +147,16 @@ def test_runs_cli_lists_and_shows(sqlite_url: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert out.run_id[:12] in proc.stdout
     assert "tiny-random-llama" in proc.stdout
+    header, row = proc.stdout.splitlines()[:2]
+    assert header.split()[6:8] == ["dtype", "limit"]
+    assert row.split()[6:8] == ["float32", "3"]
     shown = subprocess.run(
         [sys.executable, "-m", "mmlu_track.runs", "--db", sqlite_url, "show", out.run_id[:12]],
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "micro average" in shown.stdout
+    assert re.search(r"created \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC  finished \d{4}-.* UTC", shown.stdout)
     assert out.record["data"]["fingerprint"] in shown.stdout
     missing = subprocess.run(
         [sys.executable, "-m", "mmlu_track.runs", "--db", sqlite_url, "show", "nope"],

@@ -69,3 +69,11 @@ def test_jsonl_round_trip(tmp_path: Path) -> None:
     results = [_r("anatomy", 0, True), _r("anatomy", 1, False, valid=False)]
     write_jsonl(tmp_path / "p.jsonl", results)
     assert read_jsonl(tmp_path / "p.jsonl") == results
+
+
+def test_subject_plot_order_is_fixed_by_category_then_subject() -> None:
+    from mmlu_track.plots import subject_order
+
+    order = subject_order(["virology", "anatomy", "college_physics", "philosophy", "abstract_algebra"])
+    assert order == subject_order(sorted(order))  # the accuracies (and the input order) do not matter
+    assert order[-2:] == ["college_physics", "abstract_algebra"]  # STEM first, at the top of the plot
