@@ -264,6 +264,11 @@ def log_to_mlflow(
                 "margin": doc["policy"]["margin"],
                 "alpha": doc["policy"]["alpha"],
             }
+            # The two runs' own MLflow ids, so a comparison leads to them (runs logged while MLflow
+            # was down have none until `runs sync`).
+            for side in ("baseline", "candidate"):
+                if doc[side]["mlflow_run_id"]:
+                    params[f"{side}_mlflow_run"] = doc[side]["mlflow_run_id"]
             client.log_batch(
                 rid,
                 metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()],

@@ -196,6 +196,7 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(tmp_path: Path
     assert row.mlflow_run_id is not None
     logged = client.get_run(row.mlflow_run_id)
     assert logged.data.metrics["compare/delta_micro"] == 0.0
+    assert logged.data.params["baseline_mlflow_run"] == mlflow_base  # a comparison leads to its runs
     assert {a.path for a in client.list_artifacts(row.mlflow_run_id)} == {
         "report.md",
         "report.json",
