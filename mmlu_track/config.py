@@ -130,7 +130,8 @@ class GateConfig:
     """A release policy. Pass when non-inferiority (margin δ) is shown and no drop is; fail as a
     regression when the overall drop is significant, as inconclusive when neither is shown; flag
     subjects significant after `correction` whose drop is >= `min_effect` (and fail on them too
-    when `fail_on_flagged_subjects`). `warn_only` always exits 0."""
+    when `fail_on_flagged_subjects`). `warn_only` always exits 0. `promote_alias`: on a pass, point
+    that alias of `registered_model` (default: the candidate's model name) at the candidate."""
 
     name: str
     alpha: float = 0.05
@@ -141,6 +142,8 @@ class GateConfig:
     warn_only: bool = False
     bootstrap_resamples: int = 2000
     seed: int = 0
+    promote_alias: str | None = None
+    registered_model: str | None = None
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,25 @@ def _truncated(run: Run) -> int:
     return int(record.get("prompt", {}).get("truncated", 0))
 
 
+def _promote(cand: Run, g: GateConfig, uri: str | None) -> str:
+    """Move the alias to the candidate that passed; a promotion asked for and not done is an error."""
+    from mmlu_track.store_mlflow import MlflowUnavailable, promote
+
+    assert g.promote_alias is not None
+    model = g.registered_model or cand.model_name
+    if not cand.mlflow_run_id:
+        raise ComparisonError(
+            f"cannot promote {model}@{g.promote_alias}: the candidate run {cand.id[:12]} is not in MLflow "
+            "(log it with `python -m mmlu_track.runs sync`, then compare again)"
+        )
+    source = json.loads(cand.record_json or "{}").get("model", {}).get("location") or cand.model_name
+    try:
+        version = promote(uri, model, g.promote_alias, cand.mlflow_run_id, str(source))
+    except MlflowUnavailable as err:
+        raise ComparisonError(str(err)) from err
+    return f"promoted: {model}@{g.promote_alias} -> version {version} (candidate run {cand.id[:12]})"
+
+
 def warn(message: str) -> None:
     print(f"mmlu_track: warning: {message}", file=sys.stderr)
 
@@ -262,6 +281,8 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
             )
             if mlflow_id:
                 store.set_comparison_mlflow(row.id, mlflow_id)
+        if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":
+            echo(_promote(cand, g, uri))
         return verdict.exit_code
     finally:
         store.close()

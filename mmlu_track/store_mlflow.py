@@ -213,3 +213,28 @@ def log_run(
         return str(rid)
     except Exception as err:  # MLflow raises many types for a broken store; all mean "not logged"
         raise MlflowUnavailable(f"logging to MLflow ({uri or 'default'}) failed: {err}") from err
+
+
+def promote(uri: str | None, model: str, alias: str, run_id: str, source: str) -> str:
+    """Point `model@alias` at a new version referring to the evaluated run (the model is
+    registered by reference: `source` is where its weights are; nothing is copied). Returns the
+    version. Raises `MlflowUnavailable` on failure."""
+    check_reachable(uri)
+    try:
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                client.get_registered_model(model)
+            except MlflowException:
+                client.create_registered_model(model)
+            version = client.create_model_version(model, source, run_id=run_id)
+            client.set_registered_model_alias(model, alias, version.version)
+        return str(version.version)
+    except Exception as err:  # MLflow raises many types; all mean "not promoted"
+        raise MlflowUnavailable(
+            f"promoting {model}@{alias} in MLflow ({uri or 'default'}) failed: {err}"
+        ) from err

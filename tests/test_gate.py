@@ -202,6 +202,23 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(tmp_path: Path
         "report.json",
         "deltas.png",
     }
+    # A pass promotes the candidate: the next gate's baseline by alias is the model that last passed.
+    store.set_mlflow_run(cand, client.create_run(exp).info.run_id)
+    promote = ("gate.promote_alias=champion", "gate.registered_model=mmlu-model")
+    promoted = _compare(
+        tmp_path, db, "baseline=models:/mmlu-model@champion", f"candidate={cand}", *promote,
+        "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}",
+    )  # fmt: skip
+    assert promoted.returncode == 0, promoted.stderr
+    assert "promoted: mmlu-model@champion -> version 2" in promoted.stdout
+    promoted_run = store.get(cand)
+    assert promoted_run is not None
+    assert client.get_model_version_by_alias("mmlu-model", "champion").run_id == promoted_run.mlflow_run_id
+    unlogged = synthetic_run(store, "m-new", _correct(10))
+    refused = _compare(tmp_path, db, f"baseline={cand}", f"candidate={unlogged}", promote[0],
+                       f"tracking.mlflow_uri={mlflow_uri}")  # fmt: skip
+    assert refused.returncode == 2
+    assert "cannot promote m-new@champion: the candidate run" in refused.stderr
     bad_alias = _compare(tmp_path, db, "baseline=models:/mmlu-model@nope", f"candidate={cand}",
                          f"tracking.mlflow_uri={mlflow_uri}")  # fmt: skip
     assert bad_alias.returncode == 2
