@@ -90,6 +90,18 @@ def _method_lines(comp: Comparison, gate_mode: bool) -> list[str]:
     return lines
 
 
+def _mlflow_links(base: Run, cand: Run, uri: str | None) -> list[str]:
+    """Links from the report to the two runs in the MLflow UI (a tracking server only)."""
+    if not (uri and uri.startswith(("http://", "https://"))):
+        return []
+    links = [
+        f"[{side} run]({uri.rstrip('/')}/#/runs/{run.mlflow_run_id})"
+        for side, run in (("baseline", base), ("candidate", cand))
+        if run.mlflow_run_id
+    ]
+    return ["", "MLflow: " + " · ".join(links)] if links else []
+
+
 def markdown(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: CompareConfig) -> str:
     """Verdict first, then the overall rows, then subjects sorted by Δ (flagged marked), full table folded."""
     s = comp.settings
@@ -107,6 +119,7 @@ def markdown(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: Comp
         f"**{title(base, cand, cfg.mode)}** — candidate run `{cand.id[:12]}` vs baseline `{base.id[:12]}`, "
         f"{comp.micro.n} paired questions, formulation `{cand.formulation}`, scoring `{cand.scoring}`, "
         f"k={base.k}{'' if base.k == cand.k else f'→{cand.k}'}{policy}.",
+        *_mlflow_links(base, cand, cfg.tracking.mlflow_uri),
         "",
         _HEADER,
         _row(comp.micro),

@@ -409,3 +409,19 @@ def test_an_unreadable_store_exits_2(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     helped = _compare(tmp_path, f"sqlite:///{bad}", "--help")
     assert helped.returncode == 0
+
+
+def test_report_links_both_runs_in_the_mlflow_ui(tmp_path: Path, db: str) -> None:
+    store = SqlStore(db)
+    base = synthetic_run(store, "m-base", _correct(40))
+    cand = synthetic_run(store, "m-cand", _correct(40))
+    store.set_mlflow_run(base, "b" * 32)
+    store.set_mlflow_run(cand, "c" * 32)
+    server = "http://mlflow.example:5000"
+    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}", f"tracking.mlflow_uri={server}")
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert (
+        f"MLflow: [baseline run]({server}/#/runs/{'b' * 32}) · [candidate run]({server}/#/runs/{'c' * 32})"
+        in md
+    )
