@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmlu_track.compare import Comparison, ComparisonError, Settings, compare, pair
+from mmlu_track.comparison import Comparison, ComparisonError, Settings, compare, pair
 from mmlu_track.config import CompareConfig, GateConfig
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from mmlu_track.compare import Comparison, ComparisonError, Settings, compare, delta, noninferiority, pair
+from mmlu_track.comparison import Comparison, ComparisonError, Settings, compare, delta, noninferiority, pair
 from mmlu_track.config import GateConfig
 from mmlu_track.gate import decide
 from mmlu_track.paired import critical_value, tango_interval, tango_statistic

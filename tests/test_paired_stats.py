@@ -14,7 +14,7 @@ from scipy import optimize, stats
 from statsmodels.stats.proportion import proportion_confint
 
 from mmlu_track import paired
-from mmlu_track.compare import Settings, compare
+from mmlu_track.comparison import Settings, compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from gate_simulation import characteristics

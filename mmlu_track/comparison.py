@@ -1,0 +1,266 @@
+"""Paired statistics between two runs over the same questions (no I/O, no policy).
+
+Per question, x and y in {0,1} are the baseline's and candidate's correctness, d = y - x;
+b = questions the candidate lost, c = questions it gained, n = questions, Δ = (c - b)/n.
+The formulas are in `paired.py`; this module applies them to groups of questions.
+- Intervals for Δ (micro, each category, each subject): Tango's score interval for paired
+  proportions, level 1 - α. Always inside [-1, 1], never a point: with no answer changed among n
+  it is ±z²/(n + z²).
+- Macro Δ_M = mean over subjects of Δ_k; its score interval uses Kish's effective sample size
+  (equal to the micro interval when subjects are equal in size).
+- Exact one-sided McNemar per group: b | b+c ~ Binomial(b+c, 1/2) under no change (scipy's
+  binomial tail, the value `scipy.stats.binomtest(b, b+c, alternative="greater")` gives).
+- Across subjects: Holm (default) or Benjamini-Hochberg (`statsmodels` multipletests).
+- Non-inferiority of the micro Δ against a margin δ: Tango's score test of H0: Δ <= -δ with an
+  exact unconditional critical value (its level holds at every n); when it is not shown, the
+  questions needed at the observed discordance (80 % power, no true change).
+- A subject-stratified paired bootstrap (`scipy.stats.bootstrap`, each subject resampled within
+  itself) gives a second interval for micro and macro, only where a percentile bootstrap is
+  sound: at least BOOTSTRAP_MIN_FLIPS changed answers and BOOTSTRAP_MIN_PER_SUBJECT questions in
+  every subject (with no flips it collapses to a point).
+
+`python -m mmlu_track.compare` is the command line (a shim into `gate.main`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy import stats
+
+from mmlu_track import paired
+from mmlu_track.results import QuestionResult
+from mmlu_track.subjects import CATEGORIES, category
+
+BOOTSTRAP_MIN_FLIPS = 20
+BOOTSTRAP_MIN_PER_SUBJECT = 10
+INTERVALS = "Tango score (micro, categories, subjects; macro at Kish's effective sample size)"
+
+
+class ComparisonError(ValueError):
+    """The two runs cannot be compared (different questions, settings, or unknown runs)."""
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Candidate minus baseline accuracy over one group of paired questions."""
+
+    name: str
+    n: int
+    baseline_acc: float
+    candidate_acc: float
+    delta: float
+    se: float  # sd(d)/sqrt(n): descriptive only, the intervals are score intervals
+    ci_low: float
+    ci_high: float
+    lost: int  # b: right in the baseline, wrong in the candidate
+    gained: int  # c
+    p_regression: float | None  # exact one-sided McNemar, b > c (None for macro)
+    p_improvement: float | None
+    p_regression_adj: float | None = None  # corrected across subjects
+    p_improvement_adj: float | None = None
+    flagged: bool = False  # significant after correction and a drop of at least min_effect
+    improved: bool = False
+
+
+@dataclass(frozen=True)
+class NonInferiority:
+    """Tango's score test of H0: Δ micro <= -margin, with an exact critical value."""
+
+    margin: float
+    lower_bound: float  # one-sided (1 - alpha) score lower limit of the micro Δ
+    p_value: float  # the larger of the asymptotic and the exact p-value (asymptotic when T >= t* + 1)
+    shown: bool
+    discordance: float  # share of questions whose correctness changed
+    questions_needed: int | None  # for 80 % power at this discordance if nothing changed; None if shown
+
+
+@dataclass(frozen=True)
+class Settings:
+    alpha: float = 0.05
+    margin: float = 0.01
+    min_effect: float = 0.05
+    correction: str = "holm"  # holm | fdr_bh
+    bootstrap_resamples: int = 2000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    settings: Settings
+    micro: Delta
+    macro: Delta
+    bootstrap: dict[str, tuple[float, float]] | None  # micro/macro percentile intervals, where sound
+    noninferiority: NonInferiority
+    subjects: tuple[Delta, ...]
+    categories: tuple[Delta, ...]
+    intervals: str = INTERVALS
+
+
+Pairs = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def pair(baseline: Sequence[QuestionResult], candidate: Sequence[QuestionResult]) -> Pairs:
+    """Per subject, aligned correctness arrays (x, y); refuses runs over different questions."""
+    base = {(r.subject, r.index): r for r in baseline}
+    cand = {(r.subject, r.index): r for r in candidate}
+    if base.keys() != cand.keys():
+        only_b, only_c = len(base.keys() - cand.keys()), len(cand.keys() - base.keys())
+        raise ComparisonError(
+            f"the runs scored different questions ({only_b} only in the baseline, "
+            f"{only_c} only in the candidate)"
+        )
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for key in sorted(base):
+        xs, ys = out.setdefault(key[0], ([], []))
+        xs.append(float(base[key].correct))
+        ys.append(float(cand[key].correct))
+    return {s: (np.array(x), np.array(y)) for s, (x, y) in out.items()}
+
+
+def _mcnemar(b: int, c: int) -> tuple[float, float]:
+    """One-sided exact p-values for a regression (b > c) and an improvement (c > b)."""
+    if b + c == 0:
+        return 1.0, 1.0
+    # P(B >= b) for B ~ Binomial(b + c, 1/2): binomtest(b, b + c, alternative="greater"), without
+    # its per-call overhead (the gate's simulations call this thousands of times).
+    return float(stats.binom.sf(b - 1, b + c, 0.5)), float(stats.binom.sf(c - 1, b + c, 0.5))
+
+
+def deltas(groups: Sequence[tuple[str, np.ndarray, np.ndarray]], alpha: float) -> list[Delta]:
+    """Δ of each (name, x, y) group with its two-sided (1 - alpha) score interval and McNemar
+    p-values; the intervals of all groups are solved together (one vectorised bisection)."""
+    counts = []
+    for _, x, y in groups:
+        d = y - x
+        counts.append((int(np.sum(d < 0)), int(np.sum(d > 0)), len(d)))
+    b, c, n = (np.array(v, dtype=float) for v in zip(*counts, strict=True))
+    lows, highs = paired.tango_interval(b, c, n, alpha)
+    out = []
+    for (name, x, y), (lost, gained, size), low, high in zip(groups, counts, lows, highs, strict=True):
+        se = float(np.std(y - x) / math.sqrt(size))  # = sqrt(b + c - (c - b)^2 / n) / n
+        p_reg, p_imp = _mcnemar(lost, gained)
+        est = (gained - lost) / size
+        out.append(
+            Delta(name, size, float(x.mean()), float(y.mean()), est, se, float(low), float(high),
+                  lost, gained, p_reg, p_imp)
+        )  # fmt: skip
+    return out
+
+
+def delta(name: str, x: np.ndarray, y: np.ndarray, alpha: float) -> Delta:
+    """Δ of one group (see `deltas`)."""
+    return deltas([(name, x, y)], alpha)[0]
+
+
+def _macro(subjects: Sequence[Delta], alpha: float) -> Delta:
+    k = len(subjects)
+    low, high = paired.macro_delta_interval(
+        [s.lost for s in subjects], [s.gained for s in subjects], [s.n for s in subjects], alpha
+    )
+    return Delta(
+        "macro",
+        sum(p.n for p in subjects),
+        sum(p.baseline_acc for p in subjects) / k,
+        sum(p.candidate_acc for p in subjects) / k,
+        sum(p.delta for p in subjects) / k,
+        math.sqrt(sum(p.se**2 for p in subjects)) / k,  # se_k^2 = var_k(d) / n_k
+        low,
+        high,
+        sum(p.lost for p in subjects),
+        sum(p.gained for p in subjects),
+        None,
+        None,
+    )
+
+
+def noninferiority(lost: int, gained: int, n: int, margin: float, alpha: float) -> NonInferiority:
+    """H0: Δ <= -margin against H1: Δ > -margin (see `paired.py`)."""
+    t = float(paired.tango_statistic(lost, gained, n, -margin))
+    crit = paired.critical_value(n, margin, alpha)
+    shown = t >= crit and t > float(stats.norm.ppf(1 - alpha))
+    p_value = float(stats.norm.sf(t))
+    if t < crit + 1:  # near the boundary report the exact p-value; far above it both are tiny
+        p_value = max(p_value, paired.exact_size(n, margin, t))
+    lower = float(paired.tango_limit(lost, gained, n, float(stats.norm.ppf(1 - alpha)), "lower"))
+    discordance = (lost + gained) / n
+    needed = None if shown else paired.questions_needed(discordance, margin, alpha) if margin > 0 else None
+    return NonInferiority(margin, lower, p_value, shown, discordance, needed)
+
+
+def _bootstrap(pairs: Pairs, settings: Settings) -> dict[str, tuple[float, float]] | None:
+    samples = tuple(y - x for x, y in pairs.values())
+    flips = sum(int(np.count_nonzero(s)) for s in samples)
+    if flips < BOOTSTRAP_MIN_FLIPS or min(len(s) for s in samples) < BOOTSTRAP_MIN_PER_SUBJECT:
+        return None
+    sizes = np.array([len(s) for s in samples])
+
+    def macro(*ds: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.asarray(np.mean([np.mean(d, axis=axis) for d in ds], axis=0))
+
+    def micro(*ds: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.asarray(np.sum([np.sum(d, axis=axis) for d in ds], axis=0) / sizes.sum())
+
+    out = {}
+    for name, statistic in (("micro", micro), ("macro", macro)):
+        with warnings.catch_warnings():
+            # Subjects where nothing changed are constant samples: harmless for percentile intervals.
+            warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+            res = stats.bootstrap(
+                samples,
+                statistic,
+                n_resamples=settings.bootstrap_resamples,
+                confidence_level=1 - settings.alpha,
+                method="percentile",
+                rng=np.random.default_rng(settings.seed),
+            )
+        out[name] = (float(res.confidence_interval.low), float(res.confidence_interval.high))
+    return out
+
+
+def compare(pairs: Pairs, settings: Settings) -> Comparison:
+    """All paired statistics for two runs; subjects flagged per `settings` (see module docs)."""
+    from statsmodels.stats.multitest import multipletests
+
+    if not pairs:
+        raise ComparisonError("no paired questions to compare")
+    a = settings.alpha
+    x_all = np.concatenate([x for x, _ in pairs.values()])
+    y_all = np.concatenate([y for _, y in pairs.values()])
+    by_cat: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    for s, (x, y) in pairs.items():
+        xs, ys = by_cat.setdefault(category(s), ([], []))
+        xs.append(x)
+        ys.append(y)
+    cats = [
+        (c, np.concatenate(by_cat[c][0]), np.concatenate(by_cat[c][1])) for c in CATEGORIES if c in by_cat
+    ]
+    everything = deltas([*((s, x, y) for s, (x, y) in pairs.items()), *cats, ("micro", x_all, y_all)], a)
+    subjects, categories, micro = everything[: len(pairs)], tuple(everything[len(pairs) : -1]), everything[-1]
+    adj_reg = multipletests([s.p_regression or 1.0 for s in subjects], alpha=a, method=settings.correction)[1]
+    adj_imp = multipletests([s.p_improvement or 1.0 for s in subjects], alpha=a, method=settings.correction)[
+        1
+    ]
+    subjects = [
+        replace(
+            s,
+            p_regression_adj=float(ar),
+            p_improvement_adj=float(ai),
+            flagged=bool(ar < a and -s.delta >= settings.min_effect),
+            improved=bool(ai < a and s.delta >= settings.min_effect),
+        )
+        for s, ar, ai in zip(subjects, adj_reg, adj_imp, strict=True)
+    ]
+    return Comparison(
+        settings=settings,
+        micro=micro,
+        macro=_macro(subjects, a),
+        bootstrap=_bootstrap(pairs, settings) if settings.bootstrap_resamples > 0 else None,
+        noninferiority=noninferiority(micro.lost, micro.gained, micro.n, settings.margin, a),
+        subjects=tuple(subjects),
+        categories=categories,
+    )
