@@ -81,7 +81,7 @@ def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str,
     args = [
         a
         for i, a in enumerate(argv)
-        if "=" in a and not a.startswith("-") and not argv[i - 1].startswith("-c")
+        if "=" in a and not a.startswith("-") and not (i > 0 and argv[i - 1].startswith("-c"))
     ]
     try:
         parsed = OverridesParser.create().parse_overrides(args)

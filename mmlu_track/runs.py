@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import DEFAULT_DB_URL
+from mmlu_track.store_sql import StoreError
 
 if TYPE_CHECKING:
     from mmlu_track.orm import Run
@@ -126,18 +127,18 @@ def _sync(store: SqlStore, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _db_upgrade(url: str) -> int:
-    from mmlu_track.store_sql import StoreError, make_engine, upgrade
+def _db_upgrade(url: str) -> None:
+    from mmlu_track.store_sql import db_error, open_engine, upgrade
 
-    engine = make_engine(url)
+    engine = open_engine(url)
     try:
         print(f"{url}: schema at {upgrade(engine, shared=True)}")
-    except StoreError as err:
-        print(f"mmlu_track.runs: error: {err}", file=sys.stderr)
-        return 2
+    except StoreError:
+        raise
+    except Exception as err:  # an unreachable server: the driver's own error type
+        raise db_error(url, err, "cannot be upgraded") from err
     finally:
         engine.dispose()
-    return 0
 
 
 COMMANDS = {"list": _list, "show": _show, "sync": _sync}
@@ -161,22 +162,24 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("db-upgrade", help="upgrade a shared (server) results database to this version's schema")
     args = parser.parse_args(argv)
 
-    if args.command == "db-upgrade":
-        return _db_upgrade(args.db)
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    from mmlu_track.store_sql import SqlStore, StoreError
+    from mmlu_track.store_sql import SqlStore
 
-    url = make_url(args.db)
-    local = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
-    if local and not Path(str(url.database)).expanduser().exists():  # reading must not create a store
-        print(f"mmlu_track.runs: no results database at {url.database}: no run recorded there yet",
-              file=sys.stderr)  # fmt: skip
-        return 0 if args.command == "list" else 2
     try:
+        if args.command == "db-upgrade":
+            _db_upgrade(args.db)
+            return 0
+        url = make_url(args.db)
+        local = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+        if local and not Path(str(url.database)).expanduser().exists():  # reading must not create a store
+            print(f"mmlu_track.runs: no results database at {url.database}: no run recorded there yet",
+                  file=sys.stderr)  # fmt: skip
+            return 0 if args.command == "list" else 2
         store = SqlStore(args.db)
-    except StoreError as err:
-        print(f"mmlu_track.runs: error: {err}", file=sys.stderr)
+    except (StoreError, ArgumentError) as err:
+        print(f"mmlu_track.runs: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
     try:
         return COMMANDS[args.command](store, args)

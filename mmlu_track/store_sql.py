@@ -55,14 +55,26 @@ def _alive(run: Run, now: datetime) -> bool:
     host, _, pid = run.owner.rpartition(":")
     if host == socket.gethostname() and pid.isdigit():
         try:
-            os.kill(int(pid), 0)
+            os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
         except ProcessLookupError:
             return False
         except PermissionError:
-            return True
+            pass  # it exists, owned by another user
         return True
     last = run.heartbeat_at or run.created_at
     return now - last < STALE_AFTER
+
+
+def busy_timeout() -> float:
+    """Seconds a SQLite writer waits for another one (`MMLU_TRACK_SQLITE_BUSY_TIMEOUT`, default 60)."""
+    raw = os.environ.get("MMLU_TRACK_SQLITE_BUSY_TIMEOUT", "60")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise StoreError(f"MMLU_TRACK_SQLITE_BUSY_TIMEOUT={raw!r} must be a number of seconds above 0")
+    return value
 
 
 def make_engine(url: str) -> Engine:
@@ -71,7 +83,7 @@ def make_engine(url: str) -> Engine:
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    busy = float(os.environ.get("MMLU_TRACK_SQLITE_BUSY_TIMEOUT", "60"))  # seconds to wait for a writer
+    busy = busy_timeout()
     engine = create_engine(url, connect_args={"timeout": busy})
 
     @event.listens_for(engine, "connect")
@@ -91,6 +103,16 @@ def make_engine(url: str) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def open_engine(url: str) -> Engine:
+    """`make_engine`, with a malformed URL or a missing driver as one-line `StoreError`."""
+    try:
+        return make_engine(url)
+    except StoreError:
+        raise
+    except Exception as err:
+        raise db_error(url, err, "cannot be opened") from err
 
 
 def upgrade(engine: Engine, *, shared: bool = False) -> str:
@@ -174,11 +196,12 @@ def _from_row(row: QuestionRow) -> QuestionResult:
     )  # fmt: skip
 
 
-def _db_error(url: str, err: Exception, what: str) -> StoreError:
+def db_error(url: str, err: Exception, what: str) -> StoreError:
     text = str(getattr(err, "orig", None) or err).splitlines()[0]
     if "locked" in text:
-        waited = os.environ.get("MMLU_TRACK_SQLITE_BUSY_TIMEOUT", "60")
-        return StoreError(f"the results database {url} stayed locked by another process (waited {waited} s)")
+        return StoreError(
+            f"the results database {url} stayed locked by another process (waited {busy_timeout():g} s)"
+        )
     if "readonly" in text:
         return StoreError(
             f"the results database {url} is read-only ({text}): make the file and its folder writable, "
@@ -190,17 +213,14 @@ def _db_error(url: str, err: Exception, what: str) -> StoreError:
 class SqlStore:
     def __init__(self, url: str) -> None:
         self.url = url
-        try:
-            self.engine = make_engine(url)
-        except Exception as err:  # a malformed URL or a missing driver
-            raise _db_error(url, err, "cannot be opened") from err
+        self.engine = open_engine(url)
         try:
             self.revision = upgrade(self.engine)
         except Exception as err:
             self.engine.dispose()  # a refused store keeps no connection open
             if isinstance(err, StoreError):
                 raise
-            raise _db_error(url, err, "cannot be opened") from err  # driver errors vary by backend
+            raise db_error(url, err, "cannot be opened") from err  # driver errors vary by backend
 
     @contextlib.contextmanager
     def _session(self, write: bool = False) -> Iterator[Session]:
@@ -213,7 +233,7 @@ class SqlStore:
                 else:
                     yield s
         except SQLAlchemyError as err:
-            raise _db_error(self.url, err, "failed") from err
+            raise db_error(self.url, err, "failed") from err
 
     def close(self) -> None:
         """Close pooled connections (servers such as PostgreSQL otherwise keep them open)."""

@@ -432,3 +432,21 @@ def test_an_unhealthy_mlflow_server_costs_seconds_and_names_it_in_the_hint(tmp_p
     assert time.monotonic() - start < 120
     assert f"sync --mlflow-uri '{uri}'" in proc.stderr
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_runs_command_bad_urls_and_settings_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mmlu_track.runs import main as runs_main
+
+    assert runs_main(["--db", "not a url", "list"]) == 2
+    assert "Could not parse SQLAlchemy URL" in capsys.readouterr().err
+    assert runs_main(["--db", "postgresql+psycopg://u@127.0.0.1:9/x", "db-upgrade"]) == 2  # nothing listens
+    assert "cannot be upgraded: connection failed" in capsys.readouterr().err
+    monkeypatch.setenv("MMLU_TRACK_SQLITE_BUSY_TIMEOUT", "soon")
+    db = tmp_path / "store.db"
+    db.write_bytes(b"")
+    assert runs_main(["--db", f"sqlite:///{db}", "list"]) == 2
+    assert (
+        "MMLU_TRACK_SQLITE_BUSY_TIMEOUT='soon' must be a number of seconds above 0" in capsys.readouterr().err
+    )
