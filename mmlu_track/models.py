@@ -183,9 +183,10 @@ def _load_gguf(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     key_dir, gguf, sha = _gguf_cache(cfg, Path(run.cache_dir).expanduser())
-    try:
-        tok = AutoTokenizer.from_pretrained(str(_converted_tokenizer(key_dir, gguf)))
-        model = AutoModelForCausalLM.from_pretrained(str(_converted_model(key_dir, gguf)), dtype=dtype)
+    tok_dir, model_dir = _converted_tokenizer(key_dir, gguf), _converted_model(key_dir, gguf)
+    try:  # only reading the cached copy: a failure here means the copy, not the GGUF, is bad
+        tok = AutoTokenizer.from_pretrained(str(tok_dir))
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
     except Exception as err:  # safetensors, JSON and OS errors alike: the cached copy is damaged
         raise ModelError(
             f"the converted copy of {gguf.name} in {key_dir} cannot be read ({str(err).splitlines()[0]}); "
