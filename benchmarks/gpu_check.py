@@ -17,10 +17,10 @@ import time
 import numpy as np
 import torch
 
-from mmlu_track import models, prompts
 from mmlu_track.config import eval_config_from_dict
-from mmlu_track.data import load_subjects, subsample
-from mmlu_track.scoring import score_logprob
+from mmlu_track.eval import models, prompts
+from mmlu_track.eval.data import load_subjects, subsample
+from mmlu_track.eval.scoring import score_logprob
 
 SUBJECTS = ["abstract_algebra", "college_physics", "high_school_us_history", "marketing", "professional_law"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from mmlu_track.orm import Base
+from mmlu_track.store.orm import Base
 
 config = context.config
 target_metadata = Base.metadata

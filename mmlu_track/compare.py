@@ -1,9 +1,6 @@
-"""`python -m mmlu_track.compare`: the release gate's command line; everything is in `gate.py`.
+"""`python -m mmlu_track.compare`: the release gate's command line (see `cli.compare_main`)."""
 
-A shim of its own, so that the statistics (`comparison.py`) never import the gate that uses them.
-"""
-
-from mmlu_track.gate import main
+from mmlu_track.cli import compare_main
 
 if __name__ == "__main__":
-    main()
+    compare_main()

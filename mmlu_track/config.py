@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from mmlu_track.subjects import SUBJECTS
+from mmlu_track.eval.subjects import SUBJECTS
 
 ModelSource = Literal["hub", "gguf", "tiny"]
 DataSource = Literal["packaged", "hub", "local"]

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import DEFAULT_DB_URL
-from mmlu_track.store_sql import StoreError
+from mmlu_track.store.sql import StoreError
 
 if TYPE_CHECKING:
-    from mmlu_track.orm import Run
-    from mmlu_track.store_sql import SqlStore
+    from mmlu_track.store.orm import Run
+    from mmlu_track.store.sql import SqlStore
 
 _ROW = "{:<12} {:<9} {:<28} {:<8} {:<9} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<19}  {}"
 
@@ -89,7 +89,7 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
         f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC  finished {finished}  output {run.output_dir or '-'}"
     )
     if run.record_json:
-        from mmlu_track.results import Scores, table
+        from mmlu_track.eval.results import Scores, table
 
         print(table(Scores.from_json(json.loads(run.record_json)["scores"])))
     else:
@@ -105,7 +105,7 @@ def _recorded(run: Run, key: str) -> str | None:
 
 
 def _sync(store: SqlStore, args: argparse.Namespace) -> int:
-    from mmlu_track.pipeline import log_to_mlflow
+    from mmlu_track.eval.pipeline import log_to_mlflow
 
     pending = store.runs(limit=10_000, unsynced=True)
     failed = 0
@@ -128,7 +128,7 @@ def _sync(store: SqlStore, args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(url: str) -> None:
-    from mmlu_track.store_sql import db_error, open_engine, upgrade
+    from mmlu_track.store.sql import db_error, open_engine, upgrade
 
     engine = open_engine(url)
     try:
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from mmlu_track.store_sql import SqlStore
+    from mmlu_track.store.sql import SqlStore
 
     try:
         if args.command == "db-upgrade":

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
-from mmlu_track.__main__ import plain
+from mmlu_track.cli import plain
 from mmlu_track.config import EvalConfig, eval_config_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def tiny_cfg(cache_dir: Path) -> EvalConfig:
 
 @pytest.fixture(scope="session")
 def tiny_lm(tiny_cfg: EvalConfig) -> Any:
-    from mmlu_track import models
+    from mmlu_track.eval import models
 
     return models.load(tiny_cfg)
 
@@ -87,8 +87,8 @@ def synthetic_run(
 ) -> str:
     """A finished run written straight into a store, with the given correctness per question."""
     from mmlu_track.config import to_dict
-    from mmlu_track.results import QuestionResult, aggregate
-    from mmlu_track.store_sql import RunMeta
+    from mmlu_track.eval.results import QuestionResult, aggregate
+    from mmlu_track.store.sql import RunMeta
 
     cfg = compose_eval(
         ["model=tiny", f"k={k}", f"formulation={formulation}", f"scoring.calibration={calibration}"]

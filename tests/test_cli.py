@@ -51,7 +51,7 @@ def test_end_to_end_run_writes_results_and_is_reproducible(tmp_path: Path) -> No
     # Recorded with the default tracking: the project's SQLite file and MLflow's default store.
     from mlflow.tracking import MlflowClient
 
-    from mmlu_track.store_sql import SqlStore
+    from mmlu_track.store.sql import SqlStore
 
     store = SqlStore(f"sqlite:///{tmp_path / 'mmlu_track.db'}")
     stored = store.runs()
@@ -103,7 +103,7 @@ def test_multirun_gives_one_output_per_job(tmp_path: Path) -> None:
     records = sorted((tmp_path / "sweep").glob("*/results.json"))
     assert len(records) == 2
     assert sorted(json.loads(p.read_text())["config"]["k"] for p in records) == [0, 1]
-    from mmlu_track.store_sql import SqlStore
+    from mmlu_track.store.sql import SqlStore
 
     sweeps = {r.sweep for r in SqlStore(f"sqlite:///{tmp_path / 'mmlu_track.db'}").runs()}
     assert sweeps == {str((tmp_path / "sweep").resolve())}

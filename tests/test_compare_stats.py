@@ -11,15 +11,15 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from mmlu_track.comparison import Comparison, ComparisonError, Settings, compare, delta, noninferiority, pair
 from mmlu_track.config import GateConfig
-from mmlu_track.gate import decide
+from mmlu_track.eval.results import QuestionResult
+from mmlu_track.gate.run import decide
+from mmlu_track.gate.stats import Comparison, ComparisonError, compare, delta, noninferiority, pair
 from mmlu_track.paired import critical_value, tango_interval, tango_statistic
-from mmlu_track.results import QuestionResult
 
 Z95 = float(stats.norm.ppf(0.975))
 GATE = GateConfig(name="default")
-FAST = Settings(bootstrap_resamples=0)
+FAST = GateConfig(name="test", bootstrap_resamples=0)
 
 
 def _qr(subject: str, i: int, ok: bool) -> QuestionResult:
@@ -66,7 +66,7 @@ def test_macro_correction_bootstrap_and_categories() -> None:
             flip = bool(rng.random() < (0.3 if s == "virology" and ok else 0.05))
             base.append(_qr(s, i, ok))
             cand.append(_qr(s, i, ok != flip))
-    comp = compare(pair(base, cand), Settings(bootstrap_resamples=500, seed=3))
+    comp = compare(pair(base, cand), GateConfig(name="test", bootstrap_resamples=500, seed=3))
     per = {d.name: d for d in comp.subjects}
     assert comp.macro.delta == pytest.approx(np.mean([d.delta for d in comp.subjects]))
     assert comp.macro.se == pytest.approx(math.sqrt(sum(d.se**2 for d in comp.subjects)) / 4)
@@ -87,7 +87,7 @@ def test_macro_correction_bootstrap_and_categories() -> None:
 def test_identical_runs_are_no_change_but_few_questions_show_nothing() -> None:
     def same(per_subject: int) -> Comparison:
         runs = [_qr(s, i, i % 3 == 0) for s in ("anatomy", "virology") for i in range(per_subject)]
-        return compare(pair(runs, runs), Settings(bootstrap_resamples=200))
+        return compare(pair(runs, runs), GateConfig(name="test", bootstrap_resamples=200))
 
     small = same(30)
     assert small.micro.delta == 0.0
@@ -145,7 +145,7 @@ def _simulate(
 
 def _gate(pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[str, int]:
     # category() needs real subject names: map the simulated strata onto them.
-    from mmlu_track.subjects import SUBJECTS
+    from mmlu_track.eval.subjects import SUBJECTS
 
     named = {SUBJECTS[i]: v for i, v in enumerate(pairs.values())}
     comp = compare(named, FAST)

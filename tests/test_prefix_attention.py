@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from mmlu_track import prefix_attention, prompts
 from mmlu_track.config import DataConfig
-from mmlu_track.data import LETTERS, load_subjects
-from mmlu_track.prefix_attention import SharedPrefix, Unsupported, attention, use_shared_prefix
-from mmlu_track.scoring import _score_with_prefix
+from mmlu_track.eval import prefix_attention, prompts
+from mmlu_track.eval.data import LETTERS, load_subjects
+from mmlu_track.eval.prefix_attention import SharedPrefix, Unsupported, attention, use_shared_prefix
+from mmlu_track.eval.scoring import _score_with_prefix
 
 
 class _Layer(torch.nn.Module):

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from mmlu_track import models, prompts
 from mmlu_track.config import ScoringConfig
-from mmlu_track.data import LETTERS, load_subjects
-from mmlu_track.scoring import score_logprob
+from mmlu_track.eval import models, prompts
+from mmlu_track.eval.data import LETTERS, load_subjects
+from mmlu_track.eval.scoring import score_logprob
 
 from .conftest import compose_eval
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mmlu_track.results import Accuracy, QuestionResult, aggregate, read_jsonl, table, write_jsonl
+from mmlu_track.eval.results import Accuracy, QuestionResult, aggregate, read_jsonl, table, write_jsonl
 
 
 def _r(subject: str, index: int, correct: bool, valid: bool = True) -> QuestionResult:
@@ -72,7 +72,7 @@ def test_jsonl_round_trip(tmp_path: Path) -> None:
 
 
 def test_subject_plot_order_is_fixed_by_category_then_subject() -> None:
-    from mmlu_track.plots import subject_order
+    from mmlu_track.store.plots import subject_order
 
     order = subject_order(["virology", "anatomy", "college_physics", "philosophy", "abstract_algebra"])
     assert order == subject_order(sorted(order))  # the accuracies (and the input order) do not matter

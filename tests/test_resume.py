@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mmlu_track.orm import Run, SubjectScore
-from mmlu_track.pipeline import run
-from mmlu_track.store_sql import SqlStore
+from mmlu_track.eval.pipeline import run
+from mmlu_track.store.orm import Run, SubjectScore
+from mmlu_track.store.sql import SqlStore
 
 from .conftest import tiny_run_cfg
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from mmlu_track import prompts
 from mmlu_track.config import DataConfig, ScoringConfig
-from mmlu_track.data import LETTERS, load_subjects
-from mmlu_track.scoring import (
+from mmlu_track.eval import prompts
+from mmlu_track.eval.data import LETTERS, load_subjects
+from mmlu_track.eval.scoring import (
     _letter_sequences,
     _score_sequences,
     _shared_prefix,

@@ -17,10 +17,10 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from mmlu_track.orm import Base
-from mmlu_track.pipeline import run
+from mmlu_track.eval.pipeline import run
 from mmlu_track.runs import main as runs_main
-from mmlu_track.store_sql import SqlStore, StoreError
+from mmlu_track.store.orm import Base
+from mmlu_track.store.sql import SqlStore, StoreError
 
 from .conftest import tiny_run_cfg
 
@@ -78,7 +78,7 @@ def postgres_url() -> Iterator[str]:
 def test_store_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
     from alembic import command
 
-    from mmlu_track.store_sql import MIGRATIONS_DIR
+    from mmlu_track.store.sql import MIGRATIONS_DIR
 
     store = SqlStore(postgres_url)
     with store.engine.connect() as conn:

@@ -15,9 +15,9 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 
-from mmlu_track.orm import Base, QuestionRow, Run, SubjectScore
-from mmlu_track.pipeline import run
-from mmlu_track.store_sql import (
+from mmlu_track.eval.pipeline import run
+from mmlu_track.store.orm import Base, QuestionRow, Run, SubjectScore
+from mmlu_track.store.sql import (
     MIGRATIONS_DIR,
     STALE_AFTER,
     RunInProgress,
@@ -184,7 +184,7 @@ def test_two_identical_runs_started_together_never_share_a_run(tmp_path: Path) -
     SqlStore(url)
     code = (
         "import sys, time\n"
-        "from mmlu_track.store_sql import SqlStore, RunInProgress, RunMeta\n"
+        "from mmlu_track.store.sql import SqlStore, RunInProgress, RunMeta\n"
         "meta = RunMeta('same', 'm', 'r', 'logprob', 'original', 5, 'f'*64, 't', None, {}, 10, None, None)\n"
         f"store = SqlStore({url!r})\n"
         "try:\n"

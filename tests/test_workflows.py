@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mmlu_track.store_sql import SqlStore
+from mmlu_track.store.sql import SqlStore
 
 from .conftest import ROOT, synthetic_run
 

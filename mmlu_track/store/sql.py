@@ -24,9 +24,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from mmlu_track.orm import ComparisonRow, QuestionRow, Run, SubjectScore
+from mmlu_track.eval.results import Accuracy, QuestionResult
 from mmlu_track.resources import MIGRATIONS_DIR
-from mmlu_track.results import Accuracy, QuestionResult
+from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, SubjectScore
 
 UNFINISHED = ("running", "failed")
 

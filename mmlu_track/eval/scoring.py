@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from mmlu_track.config import ScoringConfig
-from mmlu_track.data import LETTERS
-from mmlu_track.models import LoadedModel
+from mmlu_track.eval.data import LETTERS
+from mmlu_track.eval.models import LoadedModel
 
 Progress = Callable[[int], None]
 
@@ -237,7 +237,7 @@ def _score_with_prefix(
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
-    from mmlu_track import prefix_attention
+    from mmlu_track.eval import prefix_attention
 
     device = lm.info.device
     n = len(prefix_ids)

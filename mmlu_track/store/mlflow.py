@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from mmlu_track.results import QuestionResult, Scores, write_jsonl
+from mmlu_track.eval.results import QuestionResult, Scores, write_jsonl
 
 SWEEP_TAG = "mmlu_track.sweep"
 RUN_ID_TAG = "mmlu_track.run_id"
@@ -177,7 +177,7 @@ def log_run(
     try:
         from mlflow.entities import Metric, Param, RunTag
 
-        from mmlu_track.plots import subject_accuracy_png
+        from mmlu_track.store.plots import subject_accuracy_png
 
         client, exp_id = client_and_experiment(uri, experiment)
         name = run_name(record)

@@ -33,8 +33,9 @@ import numpy as np
 from scipy import stats
 
 from mmlu_track import paired
-from mmlu_track.results import QuestionResult
-from mmlu_track.subjects import CATEGORIES, category
+from mmlu_track.config import GateConfig
+from mmlu_track.eval.results import QuestionResult
+from mmlu_track.eval.subjects import CATEGORIES, category
 
 BOOTSTRAP_MIN_FLIPS = 20
 BOOTSTRAP_MIN_PER_SUBJECT = 10
@@ -80,18 +81,8 @@ class NonInferiority:
 
 
 @dataclass(frozen=True)
-class Settings:
-    alpha: float = 0.05
-    margin: float = 0.01
-    min_effect: float = 0.05
-    correction: str = "holm"  # holm | fdr_bh
-    bootstrap_resamples: int = 2000
-    seed: int = 0
-
-
-@dataclass(frozen=True)
 class Comparison:
-    settings: Settings
+    settings: GateConfig  # its alpha, margin, min_effect, correction and bootstrap settings
     micro: Delta
     macro: Delta
     bootstrap: dict[str, tuple[float, float]] | None  # micro/macro percentile intervals, where sound
@@ -192,7 +183,7 @@ def noninferiority(lost: int, gained: int, n: int, margin: float, alpha: float) 
     return NonInferiority(margin, lower, p_value, shown, discordance, needed)
 
 
-def _bootstrap(pairs: Pairs, settings: Settings) -> dict[str, tuple[float, float]] | None:
+def _bootstrap(pairs: Pairs, settings: GateConfig) -> dict[str, tuple[float, float]] | None:
     samples = tuple(y - x for x, y in pairs.values())
     flips = sum(int(np.count_nonzero(s)) for s in samples)
     if flips < BOOTSTRAP_MIN_FLIPS or min(len(s) for s in samples) < BOOTSTRAP_MIN_PER_SUBJECT:
@@ -222,7 +213,7 @@ def _bootstrap(pairs: Pairs, settings: Settings) -> dict[str, tuple[float, float
     return out
 
 
-def compare(pairs: Pairs, settings: Settings) -> Comparison:
+def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
     """All paired statistics for two runs; subjects flagged per `settings` (see module docs)."""
     from statsmodels.stats.multitest import multipletests
 

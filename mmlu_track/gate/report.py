@@ -8,12 +8,12 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmlu_track.comparison import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta
+from mmlu_track.gate.stats import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta
 
 if TYPE_CHECKING:
     from mmlu_track.config import CompareConfig
-    from mmlu_track.gate import Verdict
-    from mmlu_track.orm import Run
+    from mmlu_track.gate.policy import Verdict
+    from mmlu_track.store.orm import Run
 
 ICONS = {
     "pass": "✅ PASS",
@@ -241,7 +241,7 @@ def log_to_mlflow(
     experiment: str,
 ) -> str | None:
     """Log the comparison as an MLflow run; on failure warn and return None (the SQL row stays)."""
-    from mmlu_track.store_mlflow import check_reachable, client_and_experiment
+    from mmlu_track.store.mlflow import check_reachable, client_and_experiment
 
     try:
         check_reachable(uri)

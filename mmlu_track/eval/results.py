@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mmlu_track.data import LETTERS
-from mmlu_track.subjects import CATEGORIES, SUBCATEGORY, category
+from mmlu_track.eval.data import LETTERS
+from mmlu_track.eval.subjects import CATEGORIES, SUBCATEGORY, category
 
 
 @dataclass(frozen=True)

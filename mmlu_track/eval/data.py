@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mmlu_track.config import DataConfig
-from mmlu_track.subjects import SUBJECTS
+from mmlu_track.eval.subjects import SUBJECTS
 
 SPLITS = ("dev", "test")
 LETTERS = ("A", "B", "C", "D")

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mmlu_track import models, prompts, provenance
 from mmlu_track.config import EvalConfig, identity_dict, to_dict
-from mmlu_track.data import Question, fingerprint, load_subjects, subsample
-from mmlu_track.results import QuestionResult, Scores, aggregate, table, write_jsonl
-from mmlu_track.scoring import SCORERS, Score, calibrated_predictions
+from mmlu_track.eval import models, prompts, provenance
+from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
+from mmlu_track.eval.results import QuestionResult, Scores, aggregate, table, write_jsonl
+from mmlu_track.eval.scoring import SCORERS, Score, calibrated_predictions
 
 if TYPE_CHECKING:
-    from mmlu_track.store_sql import SqlStore
+    from mmlu_track.store.sql import SqlStore
 
 RESULTS_FILE = "results.json"
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -181,7 +181,7 @@ def run(
     sweep: str | None = None,
 ) -> RunOutput:
     """Evaluate `cfg.model`, record the run in the SQL store and MLflow, write files to `output_dir`."""
-    from mmlu_track.store_sql import SqlStore
+    from mmlu_track.store.sql import SqlStore
 
     store = SqlStore(cfg.tracking.db_url)  # fail before any work when the database is unusable
     try:
@@ -195,7 +195,7 @@ def _run(
 ) -> RunOutput:
     from tqdm import tqdm
 
-    from mmlu_track.store_sql import RunMeta, StoreError
+    from mmlu_track.store.sql import RunMeta, StoreError
 
     started = time.time()
     seeds = provenance.set_seeds(cfg.seed)
@@ -355,7 +355,7 @@ def log_to_mlflow(
     echo: Echo,
 ) -> str | None:
     """Log to MLflow and store the MLflow run id; on failure warn and leave the run unsynced."""
-    from mmlu_track.store_mlflow import MlflowUnavailable, log_run
+    from mmlu_track.store.mlflow import MlflowUnavailable, log_run
 
     try:
         mlflow_id = log_run(record, results, uri=uri, experiment=experiment, run_id=run_id, sweep=sweep)

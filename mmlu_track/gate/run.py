@@ -12,123 +12,18 @@ import json
 import os
 import sys
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmlu_track.comparison import Comparison, ComparisonError, Settings, compare, pair
-from mmlu_track.config import CompareConfig, GateConfig
+from mmlu_track.config import CompareConfig, CompareMode, GateConfig
+from mmlu_track.gate.policy import analysis, check_comparable, decide, differences
+from mmlu_track.gate.stats import ComparisonError, compare, pair
 
 if TYPE_CHECKING:
-    from mmlu_track.orm import Run
-    from mmlu_track.store_sql import SqlStore
-
-EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
-Mode = str  # gate | fewshot_gap (CompareConfig.mode)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What the gate decided and why. `headline` is the report's first line."""
-
-    status: str  # pass | regression | inconclusive | analysis
-    headline: str
-    reasons: tuple[str, ...]
-    exit_code: int
-
-
-def _pts(x: float) -> str:
-    return f"{100 * x:+.2f} pts"
-
-
-def decide(comp: Comparison, gate: GateConfig) -> Verdict:
-    """Apply a policy to a comparison (see `GateConfig`).
-
-    regression: a drop is shown (exact McNemar on all questions, or a flagged subject under a policy
-    that fails on them). pass: non-inferiority at δ is shown and no drop is. inconclusive: neither
-    is shown; the data cannot tell, and the gate still fails unless the policy only warns.
-    """
-    ni, micro, a = comp.noninferiority, comp.micro, gate.alpha
-    delta_txt = f"δ = {100 * gate.margin:.1f} pts"
-    ni_line = (
-        f"non-inferiority at {delta_txt} {'shown' if ni.shown else 'not shown'}: one-sided "
-        f"{100 * (1 - a):.0f}% lower bound of Δ micro {_pts(ni.lower_bound)} (p = {ni.p_value:.3g}), "
-        f"{micro.lost} lost and {micro.gained} gained of {micro.n} questions"
-    )
-    drops = []
-    if micro.p_regression is not None and micro.p_regression < a:
-        drops.append(
-            f"significant overall drop: Δ micro {_pts(micro.delta)}, {micro.lost} lost vs {micro.gained} "
-            f"gained (exact McNemar p = {micro.p_regression:.3g})"
-        )
-    flagged = [s.name for s in comp.subjects if s.flagged]
-    if flagged and gate.fail_on_flagged_subjects:
-        drops.append(f"{len(flagged)} subject(s) regressed significantly: {', '.join(flagged)}")
-    fail = EXIT_PASS if gate.warn_only else EXIT_REGRESSION
-    if drops:
-        return Verdict("regression", drops[0], (*drops, ni_line), fail)
-    if ni.shown:
-        return Verdict("pass", f"non-inferiority shown at {delta_txt}, no drop shown", (ni_line,), EXIT_PASS)
-    need = (
-        f"about {ni.questions_needed:,} questions would be needed at the observed "
-        f"{100 * ni.discordance:.1f}% of changed answers (80% power if nothing changed)"
-        if ni.questions_needed is not None
-        else "a margin of 0 cannot be shown"
-    )
-    headline = f"too few questions to tell: neither non-inferiority at {delta_txt} nor a drop is shown"
-    return Verdict("inconclusive", headline, (ni_line, need), fail)
-
-
-def analysis(comp: Comparison) -> Verdict:
-    m = comp.micro
-    headline = (
-        f"few-shot gap Δ micro {_pts(m.delta)} [{_pts(m.ci_low)}, {_pts(m.ci_high)}], "
-        f"{sum(s.improved for s in comp.subjects)} subject(s) gain and "
-        f"{sum(s.flagged for s in comp.subjects)} lose significantly"
-    )
-    return Verdict("analysis", headline, (), EXIT_PASS)
-
-
-def _scoring_key(run: Run) -> tuple[str, str]:
-    cfg = json.loads(run.config_json)
-    return cfg["scoring"]["method"], cfg["scoring"].get("calibration", "none")
-
-
-def differences(base: Run, cand: Run, mode: Mode) -> list[str]:
-    """Why two runs cannot be compared in `mode` (empty: they can). The one definition of
-    "comparable": the gate checks it, and a model name resolves to its newest run passing it."""
-    checks: list[tuple[str, object, object]] = [
-        ("questions (data fingerprint)", base.data_fingerprint, cand.data_fingerprint),
-        ("formulation", base.formulation, cand.formulation),
-        ("scoring (method, calibration)", _scoring_key(base), _scoring_key(cand)),
-    ]
-    if mode == "gate":
-        checks.append(("k", base.k, cand.k))
-    else:  # fewshot_gap: the same model and questions, only k differs
-        checks.append(
-            ("model", (base.model_name, base.model_revision), (cand.model_name, cand.model_revision))
-        )
-    out = [f"{what} differs (baseline {b}, candidate {c})" for what, b, c in checks if b != c]
-    if mode == "gate" and base.k != cand.k:
-        out = [
-            f"{o}; to measure the few-shot gap between them, add mode=fewshot_gap"
-            if o.startswith("k ")
-            else o
-            for o in out
-        ]
-    if mode == "fewshot_gap" and base.k == cand.k:
-        out.append(f"mode=fewshot_gap needs two different k, both runs have k={base.k}")
-    return out
-
-
-def check_comparable(base: Run, cand: Run, mode: Mode) -> None:
-    """Refuse unfinished runs and pairs whose differences are not the thing being compared."""
-    for run, side in ((base, "baseline"), (cand, "candidate")):
-        if run.status != "finished":
-            raise ComparisonError(f"the {side} run {run.id} is {run.status}, not finished")
-    if problems := differences(base, cand, mode):
-        raise ComparisonError(f"runs are not comparable: {problems[0]}")
+    from mmlu_track.store.orm import Run
+    from mmlu_track.store.sql import SqlStore
 
 
 def _alias_run_id(ref: str, mlflow_uri: str | None) -> str:
@@ -157,7 +52,7 @@ def _by_id(store: SqlStore, ref: str) -> Run | None:
 
 
 def resolve(
-    store: SqlStore, ref: str, other: tuple[Run, str] | None, mode: Mode, mlflow_uri: str | None
+    store: SqlStore, ref: str, other: tuple[Run, str] | None, mode: CompareMode, mlflow_uri: str | None
 ) -> Run:
     """A run from a SQL id or prefix, an MLflow run id, `models:/<name>@<alias>`, or a model name.
 
@@ -202,7 +97,7 @@ def _truncated(run: Run) -> int:
 
 def _promote(cand: Run, g: GateConfig, uri: str | None) -> str:
     """Move the alias to the candidate that passed; a promotion asked for and not done is an error."""
-    from mmlu_track.store_mlflow import MlflowUnavailable, promote
+    from mmlu_track.store.mlflow import MlflowUnavailable, promote
 
     assert g.promote_alias is not None
     model = g.registered_model or cand.model_name
@@ -225,9 +120,9 @@ def warn(message: str) -> None:
 
 def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
     """Run one comparison end to end; return the exit code."""
-    from mmlu_track import report
-    from mmlu_track.orm import ComparisonRow
-    from mmlu_track.store_sql import SqlStore
+    from mmlu_track.gate import report
+    from mmlu_track.store.orm import ComparisonRow
+    from mmlu_track.store.sql import SqlStore
 
     store = SqlStore(cfg.tracking.db_url)
     try:
@@ -243,8 +138,7 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
         if base.id == cand.id:
             warn(f"baseline and candidate are the same run ({base.id[:12]}): the comparison shows nothing")
         g = cfg.gate
-        settings = Settings(g.alpha, g.margin, g.min_effect, g.correction, g.bootstrap_resamples, g.seed)
-        comp = compare(pair(store.question_results(base.id), store.question_results(cand.id)), settings)
+        comp = compare(pair(store.question_results(base.id), store.question_results(cand.id)), g)
         verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
         sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))
         notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]
@@ -286,50 +180,3 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
         return verdict.exit_code
     finally:
         store.close()
-
-
-def _raw_refs(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Run references as typed: Hydra reads `baseline=8809` as an int and `1e5` as a float."""
-    for key in ("baseline", "candidate"):
-        if raw.get(key) is None or isinstance(raw[key], str):
-            continue
-        for override in overrides:
-            name, sep, value = override.partition("=")
-            if sep and name.lstrip("+~") == key:
-                raw[key] = value.strip().strip("'\"")
-    return raw
-
-
-def main() -> None:
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import DictConfig
-    from omegaconf.errors import OmegaConfBaseException
-
-    from mmlu_track.__main__ import (
-        _fail,
-        check_writable_cwd,
-        config_message,
-        hydra_exit_codes,
-        plain,
-    )
-    from mmlu_track.config import ConfigError, compare_config_from_dict
-    from mmlu_track.resources import CONF_DIR
-    from mmlu_track.store_sql import StoreError
-
-    codes: list[int] = []
-
-    @hydra.main(config_path=str(CONF_DIR), config_name="compare", version_base="1.3")
-    def app(cfg: DictConfig) -> None:
-        try:
-            raw = _raw_refs(plain(cfg), list(HydraConfig.get().overrides.task))
-            compare_cfg = compare_config_from_dict(raw)
-            codes.append(execute(compare_cfg, Path(HydraConfig.get().runtime.output_dir)))
-        except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError) as err:
-            _fail(config_message(err))
-
-    check_writable_cwd(sys.argv[1:])
-    with hydra_exit_codes("interrupted; no verdict"):
-        app()
-    # The verdict's code leaves only here: any exit 1 from inside Hydra is a usage error, not a verdict.
-    sys.exit(max(codes, default=EXIT_PASS))

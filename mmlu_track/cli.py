@@ -1,0 +1,188 @@
+"""The entry points: Hydra composes a config, it becomes a typed dataclass here, errors become exit codes.
+
+    python -m mmlu_track ...           (`mmlu-track`)          `main`: one evaluation (or a sweep, -m)
+    python -m mmlu_track.compare ...   (`mmlu-track-compare`)  `compare_main`: the release gate
+
+The DictConfig stops in this module: nothing below it imports hydra or omegaconf. Exit codes: 0
+done (or the gate passed), 1 only a gate's regression or inconclusive verdict, 2 any unusable
+input (Hydra's own usage errors included), 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+from mmlu_track.resources import CONF_DIR
+
+
+def plain(cfg: Any) -> dict[str, Any]:
+    """A composed DictConfig as plain, resolved Python values (raises on a missing `???`)."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    assert isinstance(raw, dict)
+    return {str(k): v for k, v in raw.items()}
+
+
+@contextmanager
+def hydra_exit_codes(interrupted: str) -> Iterator[None]:
+    """Hydra exits 1 on a bad override or config name, the code that means "regression": make it 2.
+    Ctrl-C ends with one line (`interrupted`) and the shell's code for SIGINT, 130."""
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code == 1:
+            raise SystemExit(2) from None
+        raise
+    except KeyboardInterrupt:
+        print(f"mmlu_track: {interrupted}", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def config_message(err: Exception) -> str:
+    """One line for a configuration error, naming the full key (OmegaConf's first line may not)."""
+    from omegaconf.errors import MissingMandatoryValue
+
+    if isinstance(err, MissingMandatoryValue) and getattr(err, "full_key", None):
+        return f"Missing mandatory value: {err.full_key}"
+    return str(err).splitlines()[0]
+
+
+def fail(message: str) -> NoReturn:
+    one_line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    print(f"mmlu_track: error: {one_line}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_writable_cwd(argv: list[str]) -> None:
+    """Hydra creates the output folder before any of our code runs, and its failure is a stack
+    trace: refuse a read-only working directory up front, in one line."""
+    if any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in argv):
+        return
+    cwd = os.getcwd()
+    if not os.access(cwd, os.W_OK):
+        fail(
+            f"the working directory {cwd} is not writable (outputs/ and the default results database go "
+            "there): run from a writable folder, or set hydra.run.dir=DIR and tracking.db_url=URL"
+        )
+
+
+def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str, Any]], object]) -> None:
+    """With -m, compose and check every job's config before the first job starts (Hydra's own
+    sweepers stop a sweep at its first bad job, after the jobs before it have run)."""
+    if not {"-m", "--multirun"} & set(argv):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mmlu_track.config import ConfigError
+
+    # Overrides only: options with values (-cd DIR, --config-name X) are Hydra's, not the job's.
+    args = [
+        a
+        for i, a in enumerate(argv)
+        if "=" in a and not a.startswith("-") and not (i > 0 and argv[i - 1].startswith("-c"))
+    ]
+    try:
+        parsed = OverridesParser.create().parse_overrides(args)
+        jobs = BasicSweeper.split_arguments(parsed, None)[0]
+        swept_keys = {o.get_key_element() for o in parsed if o.is_sweep_override()}
+    except HydraException:
+        return  # Hydra reports a malformed sweep itself
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for number, job in enumerate(jobs, 1):
+            own = [o for o in job if not o.lstrip("+~").startswith("hydra")]
+            try:
+                check(plain(compose(config_name=config_name, overrides=own)))
+            except (ConfigError, OmegaConfBaseException, HydraException) as err:
+                swept = " ".join(o for o in own if o.split("=", 1)[0] in swept_keys)
+                fail(f"sweep job {number} of {len(jobs)} ({swept}): {config_message(err)}; no job was run")
+
+
+def main() -> None:
+    if not (CONF_DIR / "eval.yaml").is_file():
+        fail(f"config folder {CONF_DIR} is missing: reinstall mmlu_track (its wheel ships conf/)")
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mmlu_track.config import ConfigError, eval_config_from_dict
+    from mmlu_track.eval.data import DataError
+
+    @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base="1.3")
+    def app(cfg: DictConfig) -> float:
+        try:
+            eval_cfg = eval_config_from_dict(plain(cfg))
+        except (ConfigError, OmegaConfBaseException) as err:
+            fail(config_message(err))
+        from hydra.types import RunMode
+
+        from mmlu_track.eval.models import ModelError
+        from mmlu_track.eval.pipeline import TruncationError, run
+        from mmlu_track.store.sql import StoreError
+
+        hydra_cfg = HydraConfig.get()
+        # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
+        sweep = str(Path(hydra_cfg.sweep.dir).resolve()) if hydra_cfg.mode == RunMode.MULTIRUN else None
+        try:
+            out = run(eval_cfg, Path(hydra_cfg.runtime.output_dir), sweep=sweep)
+        except (DataError, ModelError, StoreError, TruncationError) as err:
+            fail(str(err))
+        return out.scores.micro.acc
+
+    check_writable_cwd(sys.argv[1:])
+    validate_sweep(sys.argv[1:], "eval", eval_config_from_dict)
+    with hydra_exit_codes("interrupted; run the same command to resume"):
+        app()
+
+
+def _raw_refs(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Run references as typed: Hydra reads `baseline=8809` as an int and `1e5` as a float."""
+    for key in ("baseline", "candidate"):
+        if raw.get(key) is None or isinstance(raw[key], str):
+            continue
+        for override in overrides:
+            name, sep, value = override.partition("=")
+            if sep and name.lstrip("+~") == key:
+                raw[key] = value.strip().strip("'\"")
+    return raw
+
+
+def compare_main() -> None:
+    """`python -m mmlu_track.compare`: exit 0 pass, 1 regression or inconclusive, 2 unusable input."""
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mmlu_track.config import ConfigError, compare_config_from_dict
+    from mmlu_track.gate.policy import EXIT_PASS
+    from mmlu_track.gate.run import execute
+    from mmlu_track.gate.stats import ComparisonError
+    from mmlu_track.store.sql import StoreError
+
+    codes: list[int] = []
+
+    @hydra.main(config_path=str(CONF_DIR), config_name="compare", version_base="1.3")
+    def app(cfg: DictConfig) -> None:
+        try:
+            raw = _raw_refs(plain(cfg), list(HydraConfig.get().overrides.task))
+            compare_cfg = compare_config_from_dict(raw)
+            codes.append(execute(compare_cfg, Path(HydraConfig.get().runtime.output_dir)))
+        except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError) as err:
+            fail(config_message(err))
+
+    check_writable_cwd(sys.argv[1:])
+    with hydra_exit_codes("interrupted; no verdict"):
+        app()
+    # The verdict's code leaves only here: any exit 1 from inside Hydra is a usage error, not a verdict.
+    sys.exit(max(codes, default=EXIT_PASS))
