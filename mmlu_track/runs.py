@@ -9,7 +9,6 @@ python -m mmlu_track.runs --db URL db-upgrade # migrate a shared server database
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -27,11 +26,14 @@ _ROW = "{:<12} {:<9} {:<28} {:<8} {:<9} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<
 
 def _dtype_and_limit(run: Run) -> tuple[str, str]:
     """What tells two runs of one model apart beyond the columns: the dtype it ran in, the limit."""
-    config = json.loads(run.config_json)
-    record = json.loads(run.record_json) if run.record_json else {}
-    dtype = record.get("model", {}).get("dtype") or config.get("dtype") or "-"
-    limit = config.get("limit")
-    return str(dtype), "all" if limit is None else str(limit)
+    from mmlu_track.store.sql import config_of, record_of
+
+    try:
+        config, record = config_of(run), record_of(run)
+    except StoreError:
+        return "?", "?"  # recorded by an incompatible version: listed, not fatal
+    dtype = record.start.model.dtype if record else config.dtype
+    return dtype, "all" if config.limit is None else str(config.limit)
 
 
 def _list(store: SqlStore, args: argparse.Namespace) -> int:
@@ -88,43 +90,40 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     print(
         f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC  finished {finished}  output {run.output_dir or '-'}"
     )
-    if run.record_json:
-        from mmlu_track.eval.results import Scores, table
+    from mmlu_track.store.sql import record_of
 
-        print(table(Scores.from_json(json.loads(run.record_json)["scores"])))
+    if record := record_of(run):
+        from mmlu_track.eval.results import table
+
+        print(table(record.scores))
     else:
         done = {r.subject for r in store.question_results(run.id)}
         print(f"unfinished: {len(done)} subjects committed")
     return 0
 
 
-def _recorded(run: Run, key: str) -> str | None:
-    """The MLflow setting a run was started with (its config's `tracking` section)."""
-    value = json.loads(run.config_json).get("tracking", {}).get(key)
-    return str(value) if value else None
-
-
 def _sync(store: SqlStore, args: argparse.Namespace) -> int:
-    from mmlu_track.eval.pipeline import log_to_mlflow
+    from mmlu_track.store.mlflow import sync
+    from mmlu_track.store.sql import config_of, record_of
 
     pending = store.runs(limit=10_000, unsynced=True)
-    failed = 0
+    logged = 0
     for run in pending:
-        assert run.record_json is not None
-        ok = log_to_mlflow(
-            store,
-            run.id,
-            record=json.loads(run.record_json),
-            results=store.question_results(run.id),
-            # Each run goes where it was meant to go unless the command says otherwise.
-            uri=args.mlflow_uri or _recorded(run, "mlflow_uri"),
-            experiment=args.experiment or _recorded(run, "experiment") or "mmlu_track",
-            sweep=run.sweep,
-            echo=print,
-        )
-        failed += ok is None
-    print(f"{len(pending) - failed} of {len(pending)} unsynced runs logged to MLflow")
-    return 1 if failed else 0
+        record = record_of(run)
+        assert record is not None  # finished
+        tracking = config_of(run).tracking
+        # Each run goes where it was meant to go unless the command says otherwise.
+        uri = args.mlflow_uri or tracking.mlflow_uri
+        experiment = args.experiment or tracking.experiment
+        mlflow_id = sync(
+            store, record, store.question_results(run.id), uri=uri, experiment=experiment,
+            existing=run.mlflow_run_id, warn=lambda m: print(f"mmlu_track: warning: {m}", file=sys.stderr),
+        )  # fmt: skip
+        if mlflow_id:
+            logged += 1
+            print(f"run {run.id[:12]} -> MLflow run {mlflow_id} (experiment {experiment!r})")
+    print(f"{logged} of {len(pending)} unsynced runs logged to MLflow")
+    return 0 if logged == len(pending) else 1
 
 
 def _db_upgrade(url: str) -> None:
@@ -183,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[args.command](store, args)
+    except StoreError as err:
+        print(f"mmlu_track.runs: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
     finally:
         store.close()
 

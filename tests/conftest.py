@@ -12,6 +12,8 @@ from hydra import compose, initialize_config_dir
 
 from mmlu_track.cli import plain
 from mmlu_track.config import EvalConfig, eval_config_from_dict
+from mmlu_track.eval.results import Scores
+from mmlu_track.store.record import RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
@@ -110,5 +112,18 @@ def synthetic_run(
         ]
         store.save_subject(run_id, subject, rows)
         results += rows
-    store.finish(run_id, {"scores": aggregate(results).to_json()})
+    store.finish(synthetic_record(run_id, cfg, model, fingerprint, aggregate(results)))
     return str(run_id)
+
+
+def synthetic_record(run_id: str, cfg: EvalConfig, model: str, fingerprint: str, scores: Scores) -> RunRecord:
+    """A complete record for a run whose results were written straight into a store."""
+    from mmlu_track.store.record import DataInfo, HostInfo, ModelInfo, RunStart, Timing
+
+    info = ModelInfo(model, "tiny", model, "r1", None, "float32", "cpu", 2048, False, 49152, 1)
+    start = RunStart(
+        config=cfg, model=info, data=DataInfo("packaged", None, fingerprint, "d", scores.micro.n),
+        template_hash="t", example_prompt="?", seeds={"python": cfg.seed}, versions={}, git_commit=None,
+        host=HostInfo("test", "test", ()),
+    )  # fmt: skip
+    return RunRecord(run_id, start, {cfg.k: scores.micro.n}, 0, 0, 0, Timing(0, 0, 0, 0, 0, 0, 0), scores)

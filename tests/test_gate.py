@@ -180,7 +180,7 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(tmp_path: Path
     base = synthetic_run(store, "m-base", _correct(10))
     cand = synthetic_run(store, "m-cand", _correct(10))
     mlflow_base = client.create_run(exp).info.run_id
-    store.set_mlflow_run(base, mlflow_base)
+    store.set_mlflow_run(base, mlflow_base, synced=True)
     client.create_registered_model("mmlu-model")
     version = client.create_model_version("mmlu-model", f"runs:/{mlflow_base}/model", run_id=mlflow_base)
     client.set_registered_model_alias("mmlu-model", "champion", version.version)
@@ -203,7 +203,7 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(tmp_path: Path
         "deltas.png",
     }
     # A pass promotes the candidate: the next gate's baseline by alias is the model that last passed.
-    store.set_mlflow_run(cand, client.create_run(exp).info.run_id)
+    store.set_mlflow_run(cand, client.create_run(exp).info.run_id, synced=True)
     promote = ("gate.promote_alias=champion", "gate.registered_model=mmlu-model")
     promoted = _compare(
         tmp_path, db, "baseline=models:/mmlu-model@champion", f"candidate={cand}", *promote,
@@ -415,8 +415,8 @@ def test_report_links_both_runs_in_the_mlflow_ui(tmp_path: Path, db: str) -> Non
     store = SqlStore(db)
     base = synthetic_run(store, "m-base", _correct(40))
     cand = synthetic_run(store, "m-cand", _correct(40))
-    store.set_mlflow_run(base, "b" * 32)
-    store.set_mlflow_run(cand, "c" * 32)
+    store.set_mlflow_run(base, "b" * 32, synced=True)
+    store.set_mlflow_run(cand, "c" * 32, synced=True)
     server = "http://mlflow.example:5000"
     proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}", f"tracking.mlflow_uri={server}")
     assert proc.returncode == 0, proc.stderr

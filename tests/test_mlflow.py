@@ -90,9 +90,9 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
     assert p["scoring"] == "logprob"
     assert p["formulation"] == "original"
     assert p["k"] == "2"
-    assert p["data.fingerprint"] == out.record["data"]["fingerprint"]
-    assert p["prompt.template_hash"] == out.record["prompt"]["template_hash"]
-    assert p["version.transformers"] == out.record["versions"]["transformers"]
+    assert p["data.fingerprint"] == out.record.start.data.fingerprint
+    assert p["prompt.template_hash"] == out.record.start.template_hash
+    assert p["version.transformers"] == out.record.start.versions["transformers"]
     assert "model.revision" not in p  # unset: left out, never the string "None"
     assert got.info.run_name == "tiny-random-llama-original-k2-logprob-float32-limit3-seed1234"
     assert t[RUN_ID_TAG] == out.run_id
@@ -157,7 +157,7 @@ def test_runs_cli_lists_and_shows(sqlite_url: str, tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "micro average" in shown.stdout
     assert re.search(r"created \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC  finished \d{4}-.* UTC", shown.stdout)
-    assert out.record["data"]["fingerprint"] in shown.stdout
+    assert out.record.start.data.fingerprint in shown.stdout
     missing = subprocess.run(
         [sys.executable, "-m", "mmlu_track.runs", "--db", sqlite_url, "show", "nope"],
         capture_output=True, text=True, check=False, timeout=120,

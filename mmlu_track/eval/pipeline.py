@@ -1,8 +1,10 @@
-"""One evaluation, stage by stage: config -> data -> prompts -> scoring -> results -> stores.
+"""One evaluation, stage by stage: config -> plan (data, prompts) -> scoring -> results -> stores.
 
 No Hydra here: `run` takes a validated `EvalConfig` and the folder to write into. Each subject is
-committed to the SQL store as soon as it is scored; an unfinished run with the same identity is
-resumed, so a killed evaluation loses at most the subject in progress.
+committed to the SQL store as soon as it is scored, and its accuracy goes to the run's live MLflow
+run; an unfinished run with the same identity is resumed (the same SQL run and MLflow run), so a
+killed evaluation loses at most the subject in progress. The finished run is one typed
+`RunRecord`: results.json, the SQL store and MLflow all get that record.
 """
 
 from __future__ import annotations
@@ -11,24 +13,30 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mmlu_track.config import EvalConfig, identity_dict, to_dict
+from mmlu_track.config import EvalConfig, to_dict
 from mmlu_track.eval import models, prompts, provenance
-from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
-from mmlu_track.eval.results import QuestionResult, Scores, aggregate, table, write_jsonl
-from mmlu_track.eval.scoring import SCORERS, Score, calibrated_predictions
+from mmlu_track.eval.plan import Plan, TruncationError, fits_check, identity, plan, render
+from mmlu_track.eval.results import Accuracy, QuestionResult, Scores, aggregate, table, write_jsonl
+from mmlu_track.eval.scoring import SCORERS, Score, calibrate
+from mmlu_track.store.record import DataInfo, HostInfo, RunRecord, RunStart, Timing
 
 if TYPE_CHECKING:
+    from mmlu_track.store.mlflow import LiveRun
     from mmlu_track.store.sql import SqlStore
+
+__all__ = ["RunOutput", "TruncationError", "run"]
 
 RESULTS_FILE = "results.json"
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -40,21 +48,13 @@ class RunOutput:
     run_id: str
     results: list[QuestionResult]
     scores: Scores
-    record: dict[str, Any]
+    record: RunRecord
     output_dir: Path
     mlflow_run_id: str | None
 
 
-def _fits_check(lm: models.LoadedModel, reserve: int) -> Callable[[str], bool]:
-    limit = lm.info.max_length - reserve
-
-    def fits(text: str) -> bool:
-        # A token covers at least one UTF-8 byte: short texts fit without tokenizing them.
-        if len(text.encode()) + 1 <= limit:
-            return True
-        return len(lm.encode(text)) <= limit
-
-    return fits
+def warn(message: str) -> None:
+    print(f"mmlu_track: warning: {message}", file=sys.stderr)
 
 
 def _to_results(
@@ -63,10 +63,8 @@ def _to_results(
     predictions: list[int | None] = [s.prediction for s in scores]
     margins: list[float | None] = [None] * len(scores)
     if scores and scores[0].logprobs is not None:
-        matrix = np.array([s.logprobs for s in scores], dtype=np.float64)
-        if calibration == "mean":
-            matrix = matrix - matrix.mean(axis=0, keepdims=True)
-        predictions = [int(p) for p in calibrated_predictions(matrix, "none")]
+        matrix = calibrate(np.array([s.logprobs for s in scores], dtype=np.float64), calibration)
+        predictions = [int(p) for p in np.argmax(matrix, axis=1)]
         top2 = np.sort(matrix, axis=1)[:, -2:]
         margins = [float(m) for m in top2[:, 1] - top2[:, 0]]
     return [
@@ -108,68 +106,24 @@ def _own_folder(output_dir: Path, run_id: str) -> Path:
     return output_dir
 
 
-def _identity(cfg: EvalConfig, info: models.ModelInfo, data_fp: str) -> str:
-    """Hash of everything that determines a run's results: settings, weights, questions, template."""
-    # The dtype actually used: `auto` means fp32 on a CPU and bf16 on a GPU, different results.
-    ident = {
-        "config": {**identity_dict(cfg), "dtype": info.dtype},
-        "weights": [info.location, info.revision, info.weights_sha256],
-        "data": data_fp,
-        "template": prompts.template_hash(cfg.formulation),
-    }
-    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, `kill`) unwinds like Ctrl-C, so the run is marked and its MLflow
+    run ends KILLED; only where nobody else (a launcher) handles SIGTERM already."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
 
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
 
-class TruncationError(ValueError):
-    """Prompts do not fit the context even with no shots, and truncation was not allowed."""
-
-
-def _render(
-    cfg: EvalConfig,
-    plan: _Plan,
-    lm: models.LoadedModel,
-    fits: Callable[[str], bool],
-) -> dict[str, list[prompts.Prompt]]:
-    """Every subject's prompts, shots dropped until each fits; refuse any that never fits."""
-    out = {
-        s: [prompts.fit(cfg.formulation, plan.shots[s], q, fits) for q in qs]
-        for s, qs in plan.questions.items()
-    }
-    too_long = [p for ps in out.values() for p in ps if p.shots_used == 0 and not fits(p.text)]
-    if too_long and not cfg.allow_truncation:
-        longest = max(too_long, key=lambda p: len(p.text))
-        n_tokens = len(lm.encode(longest.text))
-        raise TruncationError(
-            f"{len(too_long)} of {sum(map(len, out.values()))} prompts do not fit the model's context "
-            f"({lm.info.max_length} tokens) even with 0 shots, e.g. {longest.question.subject} question "
-            f"{longest.question.index} ({n_tokens} tokens); raise max_length, or set allow_truncation=true "
-            "to score their last tokens"
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class _Plan:
-    questions: dict[str, tuple[Question, ...]]  # per subject, the test questions to score
-    shots: dict[str, tuple[Question, ...]]
-    fingerprint: str
-    dev_fingerprint: str
-
-    @property
-    def all_questions(self) -> list[Question]:
-        return [q for qs in self.questions.values() for q in qs]
-
-
-def _plan(cfg: EvalConfig) -> _Plan:
-    data = load_subjects(cfg.data, cfg.subjects)
-    chosen = {s: subsample(d.test, cfg.limit, cfg.seed) for s, d in data.items()}
-    shots = {s: prompts.select_shots(d.dev, cfg.k, cfg.shot_selection, cfg.seed) for s, d in data.items()}
-    return _Plan(
-        questions=chosen,
-        shots=shots,
-        fingerprint=fingerprint(q for qs in chosen.values() for q in qs),
-        dev_fingerprint=fingerprint(q for s in shots.values() for q in s),
-    )
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def run(
@@ -185,82 +139,163 @@ def run(
 
     store = SqlStore(cfg.tracking.db_url)  # fail before any work when the database is unusable
     try:
-        return _run(cfg, output_dir, store, progress=progress, echo=echo, sweep=sweep)
+        with _sigterm_as_exit():
+            return _run(cfg, output_dir, store, progress=progress, echo=echo, sweep=sweep)
     finally:
         store.close()
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    lm: models.LoadedModel
+    plan: Plan
+    rendered: dict[str, list[prompts.Prompt]]
+    start: RunStart
+    identity: str
+    data_s: float
+    model_load_s: float
+
+
+def _prepare(cfg: EvalConfig, sweep: str | None) -> _Prepared:
+    """Everything before the run is recorded; refuses prompts that can never fit."""
+    t0 = time.time()
+    seeds = provenance.set_seeds(cfg.seed)
+    the_plan = plan(cfg)
+    t1 = time.time()
+    lm = models.load(cfg)
+    t2 = time.time()
+    fits = fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
+    rendered = render(cfg, the_plan, lm, fits)
+    first = the_plan.all_questions[0]
+    host = provenance.host()
+    start = RunStart(
+        config=cfg,
+        model=lm.info,
+        data=DataInfo(
+            source=cfg.data.source,
+            path=cfg.data.path,
+            fingerprint=the_plan.fingerprint,
+            dev_fingerprint=the_plan.dev_fingerprint,
+            n_questions=len(the_plan.all_questions),
+        ),
+        template_hash=prompts.template_hash(cfg.formulation),
+        example_prompt=rendered[first.subject][0].text,
+        seeds=seeds,
+        versions=provenance.versions(),
+        git_commit=provenance.git_commit(),
+        host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"])),
+        sweep=sweep,
+    )
+    ident = identity(cfg, lm.info, the_plan.fingerprint)
+    if not cfg.tracking.resume:  # a fresh identity of the same length (the column holds 64 characters)
+        ident = hashlib.sha256(f"{ident}-{time.time_ns()}".encode()).hexdigest()
+    return _Prepared(lm, the_plan, rendered, start, ident, t1 - t0, t2 - t1)
+
+
+def _open_mlflow(cfg: EvalConfig, store: SqlStore, run_id: str, start: RunStart) -> LiveRun | None:
+    """The run's live MLflow run (the same one when resuming), or None when tracking.mlflow=false."""
+    if not cfg.tracking.mlflow:
+        return None
+    from mmlu_track.store.mlflow import LiveRun
+
+    live = LiveRun(cfg.tracking.mlflow_uri, cfg.tracking.experiment, warn)
+    stored = store.get(run_id)
+    if live.open(run_id, start, stored.mlflow_run_id if stored else None):
+        assert live.id is not None
+        store.set_mlflow_run(run_id, live.id, synced=False)
+    return live
+
+
+@dataclass
+class _Counts:
+    multi_pass: int = 0
+    prefix_fallbacks: int = 0
+    forwarded: int = 0
+
+
+def _score(
+    cfg: EvalConfig,
+    prep: _Prepared,
+    store: SqlStore,
+    run_id: str,
+    *,
+    done: dict[str, list[QuestionResult]],
+    live: LiveRun | None,
+    progress: bool,
+) -> tuple[list[QuestionResult], _Counts]:
+    """Score each subject not yet committed; commit it, and log it to the live MLflow run."""
+    from tqdm import tqdm
+
+    scorer = SCORERS[cfg.scoring.method]
+    counts = _Counts()
+    results: list[QuestionResult] = []
+    total = len(prep.plan.all_questions)
+    with tqdm(total=total, desc="MMLU", unit="q", disable=not progress, file=sys.stderr) as bar:
+        for subject, qs in prep.plan.questions.items():
+            if len(done.get(subject, ())) == len(qs):
+                results.extend(done[subject])
+                bar.update(len(qs))
+                continue
+            bar.set_postfix_str(subject)
+            rendered = prep.rendered[subject]
+            scores = scorer(
+                prep.lm,
+                [p.text for p in rendered],
+                cfg.scoring,
+                cfg.batch_size,
+                bar.update,
+                prefixes=[p.prefix for p in rendered],
+                max_tokens=cfg.batch_tokens,
+            )
+            counts.multi_pass += sum(s.multi_pass for s in scores)
+            counts.prefix_fallbacks += sum(s.prefix_fallback for s in scores)
+            counts.forwarded += sum(s.forwarded for s in scores)
+            subject_results = _to_results(rendered, scores, cfg.scoring.calibration)
+            store.save_subject(run_id, subject, subject_results)
+            results.extend(subject_results)
+            if live is not None:
+                acc = Accuracy.of([r.correct for r in subject_results])
+                so_far = Accuracy.of([r.correct for r in results])
+                live.subject_done(subject, acc, len({r.subject for r in results}), so_far)
+    return results, counts
 
 
 def _run(
     cfg: EvalConfig, output_dir: Path, store: SqlStore, *, progress: bool, echo: Echo, sweep: str | None
 ) -> RunOutput:
-    from tqdm import tqdm
-
     from mmlu_track.store.sql import RunMeta, StoreError
 
     started = time.time()
-    seeds = provenance.set_seeds(cfg.seed)
-    plan = _plan(cfg)
-    questions = plan.all_questions
-    t_load = time.time()
-    lm = models.load(cfg)
-    loaded = time.time()
-    fits = _fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
-    rendered_all = _render(cfg, plan, lm, fits)  # refuses before the run is recorded
-    git = provenance.git_commit()
-    identity = _identity(cfg, lm.info, plan.fingerprint)
+    prep = _prepare(cfg, sweep)
+    start = prep.start
     meta = RunMeta(
-        # resume=false: a fresh identity of the same length (the column holds 64 characters)
-        identity=identity
-        if cfg.tracking.resume
-        else hashlib.sha256(f"{identity}-{time.time_ns()}".encode()).hexdigest(),
-        model_name=lm.info.name,
-        model_revision=lm.info.revision or lm.info.weights_sha256,
+        identity=prep.identity,
+        model_name=start.model.name,
+        model_revision=start.model.revision or start.model.weights_sha256,
         scoring=cfg.scoring.method,
         formulation=cfg.formulation,
         k=cfg.k,
-        data_fingerprint=plan.fingerprint,
-        template_hash=prompts.template_hash(cfg.formulation),
-        git_commit=git,
+        data_fingerprint=start.data.fingerprint,
+        template_hash=start.template_hash,
+        git_commit=start.git_commit,
         config=to_dict(cfg),
-        n_questions=len(questions),
+        n_questions=start.data.n_questions,
         output_dir=str(output_dir),
         sweep=sweep,
     )
     run_id, done = store.start_or_resume(meta)
     if done:
-        left = len(plan.questions) - len(done)
+        left = len(prep.plan.questions) - len(done)
         echo(f"resuming run {run_id}: {len(done)} subjects already done, {left} to go")
-    scorer = SCORERS[cfg.scoring.method]
-
-    results: list[QuestionResult] = []
-    multi_pass = prefix_fallbacks = forwarded = 0
+    live = _open_mlflow(cfg, store, run_id, start)
+    scoring_started = time.time()
     try:
-        with tqdm(total=len(questions), desc="MMLU", unit="q", disable=not progress, file=sys.stderr) as bar:
-            for subject, qs in plan.questions.items():
-                if len(done.get(subject, ())) == len(qs):
-                    results.extend(done[subject])
-                    bar.update(len(qs))
-                    continue
-                bar.set_postfix_str(subject)
-                rendered = rendered_all[subject]
-                scores = scorer(
-                    lm,
-                    [p.text for p in rendered],
-                    cfg.scoring,
-                    cfg.batch_size,
-                    bar.update,
-                    prefixes=[p.prefix for p in rendered],
-                    max_tokens=cfg.batch_tokens,
-                )
-                multi_pass += sum(s.multi_pass for s in scores)
-                prefix_fallbacks += sum(s.prefix_fallback for s in scores)
-                forwarded += sum(s.forwarded for s in scores)
-                subject_results = _to_results(rendered, scores, cfg.scoring.calibration)
-                store.save_subject(run_id, subject, subject_results)
-                results.extend(subject_results)
+        results, counts = _score(cfg, prep, store, run_id, done=done, live=live, progress=progress)
     except BaseException as err:
         with contextlib.suppress(StoreError):  # the database itself may be what failed
             store.mark(run_id, "failed")  # still resumable: its committed subjects are kept
+        if live is not None:
+            live.end("KILLED" if isinstance(err, KeyboardInterrupt | SystemExit) else "FAILED")
         if isinstance(err, StoreError):
             raise StoreError(
                 f"{err}; the subjects committed so far are kept: run the same command to resume"
@@ -270,103 +305,61 @@ def _run(
     if truncated := sum(r.truncated for r in results):
         echo(f"warning: {truncated} prompts were truncated to their last tokens (allow_truncation=true)")
 
+    resumed = sum(map(len, done.values()))
+    scored_now = len(results) - resumed
     agg = aggregate(results)
-    first = questions[0]
-    record: dict[str, Any] = {
-        "schema_version": 1,
-        "run_id": run_id,
-        "config": to_dict(cfg),
-        "model": asdict(lm.info),
-        "data": {
-            "source": cfg.data.source,
-            "path": cfg.data.path,
-            "fingerprint": plan.fingerprint,
-            "dev_fingerprint": plan.dev_fingerprint,
-            "n_questions": len(questions),
-        },
-        "prompt": {
-            "formulation": cfg.formulation,
-            "template_hash": meta.template_hash,
-            "k": cfg.k,
-            "shots_used": dict(sorted(Counter(r.shots_used for r in results).items())),
-            "truncated": sum(r.truncated for r in results),
-            "example": prompts.fit(cfg.formulation, plan.shots[first.subject], first, fits).text,
-        },
-        "scoring": {
-            **to_dict(cfg.scoring),
-            "multi_pass": multi_pass,
-            "prefix_fallbacks": prefix_fallbacks,
-            "invalid": agg.invalid,
-        },
-        "seeds": seeds,
-        "versions": provenance.versions(),
-        "git_commit": git,
-        "host": provenance.host(),
-        "timing": {
-            "data_s": round(t_load - started, 3),
-            "model_load_s": round(loaded - t_load, 3),
-            "scoring_s": round(finished - loaded, 3),
-            "questions_per_s": round(
-                (len(questions) - sum(map(len, done.values()))) / max(finished - loaded, 1e-9), 3
-            ),
-            "resumed_subjects": len(done),
-            "tokens_forwarded": forwarded,
-            "total_s": round(time.time() - started, 3),
-        },
-        "scores": agg.to_json(),
-    }
+    record = RunRecord(
+        run_id=run_id,
+        start=start,
+        shots_used=dict(Counter(r.shots_used for r in results)),
+        truncated=truncated,
+        multi_pass=counts.multi_pass,
+        prefix_fallbacks=counts.prefix_fallbacks,
+        timing=Timing(
+            data_s=round(prep.data_s, 3),
+            model_load_s=round(prep.model_load_s, 3),
+            scoring_s=round(finished - scoring_started, 3),
+            questions_per_s=round(scored_now / max(finished - scoring_started, 1e-9), 3),
+            resumed_subjects=len(done),
+            tokens_forwarded=counts.forwarded,
+            total_s=round(time.time() - started, 3),
+        ),
+        scores=agg,
+    )
     output_dir = _own_folder(output_dir, run_id)
     write_jsonl(output_dir / PREDICTIONS_FILE, results)
-    _write_json(output_dir / RESULTS_FILE, record)
-    store.finish(run_id, record, str(output_dir))
+    _write_json(output_dir / RESULTS_FILE, record.to_json())
+    store.finish(record, str(output_dir))
     echo(table(agg))
-    resumed = sum(map(len, done.values()))
-    scored = (
-        f"{len(questions)} questions" if not resumed else f"{len(questions) - resumed} questions scored now"
-    )
+    scored = f"{len(results)} questions" if not resumed else f"{scored_now} questions scored now"
     echo(
-        f"{scored} in {finished - loaded:.1f} s ({record['timing']['questions_per_s']:.2f} q/s)"
+        f"{scored} in {finished - scoring_started:.1f} s ({record.timing.questions_per_s:.2f} q/s)"
         f"{f', {resumed} resumed from the store' if resumed else ''}; results in {output_dir}; run {run_id}"
     )
-    mlflow_id = None
-    if cfg.tracking.mlflow:
-        mlflow_id = log_to_mlflow(
-            store,
-            run_id,
-            record=record,
-            results=results,
-            uri=cfg.tracking.mlflow_uri,
-            experiment=cfg.tracking.experiment,
-            sweep=sweep,
-            echo=echo,
-        )
+    mlflow_id = _finish_mlflow(cfg, store, record, results, live)
+    if mlflow_id:
+        echo(f"MLflow run {mlflow_id} (experiment {cfg.tracking.experiment!r})")
     return RunOutput(run_id, results, agg, record, output_dir, mlflow_id)
 
 
-def log_to_mlflow(
+def _finish_mlflow(
+    cfg: EvalConfig,
     store: SqlStore,
-    run_id: str,
-    *,
-    record: dict[str, Any],
+    record: RunRecord,
     results: Sequence[QuestionResult],
-    uri: str | None,
-    experiment: str,
-    sweep: str | None,
-    echo: Echo,
+    live: LiveRun | None,
 ) -> str | None:
-    """Log to MLflow and store the MLflow run id; on failure warn and leave the run unsynced."""
-    from mmlu_track.store.mlflow import MlflowUnavailable, log_run
-
-    try:
-        mlflow_id = log_run(record, results, uri=uri, experiment=experiment, run_id=run_id, sweep=sweep)
-    except MlflowUnavailable as err:
-        print(
-            f"mmlu_track: warning: {err}. The run is saved in the SQL store ({store.url}); "
-            f"log it to MLflow later with: python -m mmlu_track.runs --db '{store.url}' sync"
-            + (f" --mlflow-uri '{uri}'" if uri else ""),
-            file=sys.stderr,
-        )
+    """Complete the live MLflow run; if MLflow failed on the way, one more try in one go (it may be
+    back), else a warning naming the `runs sync` command. The SQL run is finished either way."""
+    if live is None:
         return None
-    store.set_mlflow_run(run_id, mlflow_id)
-    echo(f"MLflow run {mlflow_id} (experiment {experiment!r})")
-    return mlflow_id
+    if live.finish(record, results):
+        assert live.id is not None
+        store.set_mlflow_run(record.run_id, live.id, synced=True)
+        return live.id
+    from mmlu_track.store.mlflow import sync
+
+    t = cfg.tracking
+    return sync(
+        store, record, results, uri=t.mlflow_uri, experiment=t.experiment, existing=live.id, warn=warn
+    )

@@ -395,14 +395,19 @@ SCORERS: dict[str, Scorer] = {
 }
 
 
-def calibrated_predictions(logprobs: np.ndarray, method: str) -> np.ndarray:
-    """Predictions from an (n, 4) log-prob matrix of one subject.
+def calibrate(logprobs: np.ndarray, method: str) -> np.ndarray:
+    """One subject's (n, 4) log-prob matrix as the argmax should see it.
 
-    `none`: argmax. `mean`: argmax after subtracting each letter's mean log-prob over the
-    subject's questions, which removes a model's constant preference for some letters.
+    `none`: unchanged. `mean`: each letter's mean log-prob over the subject's questions subtracted,
+    which removes a model's constant preference for some letters.
     """
     if method == "none":
-        return np.asarray(np.argmax(logprobs, axis=1))
+        return logprobs
     if method == "mean":
-        return np.asarray(np.argmax(logprobs - logprobs.mean(axis=0, keepdims=True), axis=1))
+        return np.asarray(logprobs - logprobs.mean(axis=0, keepdims=True))
     raise ValueError(f"unknown calibration {method!r}")
+
+
+def calibrated_predictions(logprobs: np.ndarray, method: str) -> np.ndarray:
+    """Predictions (argmax) from one subject's (n, 4) log-prob matrix after `calibrate`."""
+    return np.asarray(np.argmax(calibrate(logprobs, method), axis=1))

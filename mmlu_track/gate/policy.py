@@ -8,12 +8,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import CompareMode, GateConfig
 from mmlu_track.gate.stats import Comparison, ComparisonError
+from mmlu_track.store.sql import config_of
 
 if TYPE_CHECKING:
     from mmlu_track.store.orm import Run
@@ -84,8 +84,8 @@ def analysis(comp: Comparison) -> Verdict:
 
 
 def _scoring_key(run: Run) -> tuple[str, str]:
-    cfg = json.loads(run.config_json)
-    return cfg["scoring"]["method"], cfg["scoring"].get("calibration", "none")
+    scoring = config_of(run).scoring
+    return scoring.method, scoring.calibration
 
 
 def differences(base: Run, cand: Run, mode: CompareMode) -> list[str]:

@@ -1,10 +1,9 @@
-"""Reports of a comparison: console table, Markdown (verdict first), JSON, PNG; MLflow logging."""
+"""Reports of a comparison, rendered only (no I/O beyond the PNG file asked for): console table,
+Markdown (verdict first), JSON, PNG."""
 
 from __future__ import annotations
 
 import dataclasses
-import sys
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -229,68 +228,3 @@ def deltas_png(comp: Comparison, path: Path, heading: str, margin_line: bool = T
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def log_to_mlflow(
-    comp: Comparison,
-    verdict: Verdict,
-    *,
-    doc: dict[str, Any],
-    output_dir: Path,
-    uri: str | None,
-    experiment: str,
-) -> str | None:
-    """Log the comparison as an MLflow run; on failure warn and return None (the SQL row stays)."""
-    from mmlu_track.store.mlflow import check_reachable, client_and_experiment
-
-    try:
-        check_reachable(uri)
-        from mlflow.entities import Metric, Param
-
-        client, exp_id = client_and_experiment(uri, experiment)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            run = client.create_run(
-                exp_id,
-                run_name=f"{doc['candidate']['model']} {doc['candidate']['id'][:8]} vs "
-                f"{doc['baseline']['model']} {doc['baseline']['id'][:8]}",
-                tags={"mmlu_track.kind": "comparison", "verdict": verdict.status},
-            )
-            rid = run.info.run_id
-            ts = int(run.info.start_time)
-            metrics = {
-                "compare/delta_micro": comp.micro.delta,
-                "compare/delta_macro": comp.macro.delta,
-                "compare/ci_low_micro": comp.micro.ci_low,
-                "compare/ci_high_micro": comp.micro.ci_high,
-                "compare/p_regression": comp.micro.p_regression or 1.0,
-                "compare/p_noninferiority": comp.noninferiority.p_value,
-                "compare/noninferiority_lower_bound": comp.noninferiority.lower_bound,
-                "compare/n_flagged": float(sum(d.flagged for d in comp.subjects)),
-                "compare/exit_code": float(verdict.exit_code),
-            }
-            params = {
-                "baseline_run": doc["baseline"]["id"],
-                "candidate_run": doc["candidate"]["id"],
-                "mode": doc["mode"],
-                "policy": doc["policy"]["name"],
-                "margin": doc["policy"]["margin"],
-                "alpha": doc["policy"]["alpha"],
-            }
-            # The two runs' own MLflow ids, so a comparison leads to them (runs logged while MLflow
-            # was down have none until `runs sync`).
-            for side in ("baseline", "candidate"):
-                if doc[side]["mlflow_run_id"]:
-                    params[f"{side}_mlflow_run"] = doc[side]["mlflow_run_id"]
-            client.log_batch(
-                rid,
-                metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()],
-                params=[Param(k, str(v)) for k, v in params.items()],
-            )
-            for name in ("report.md", "report.json", "deltas.png"):
-                client.log_artifact(rid, str(output_dir / name))
-            client.set_terminated(rid)
-        return str(rid)
-    except Exception as err:  # MlflowUnavailable or MLflow's own errors: logging never costs the verdict
-        print(f"mmlu_track: warning: comparison not logged to MLflow: {err}", file=sys.stderr)
-        return None

@@ -18,28 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import CompareConfig, CompareMode, GateConfig
-from mmlu_track.gate.policy import analysis, check_comparable, decide, differences
-from mmlu_track.gate.stats import ComparisonError, compare, pair
+from mmlu_track.gate.policy import Verdict, analysis, check_comparable, decide, differences
+from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair
+from mmlu_track.store.sql import record_of
 
 if TYPE_CHECKING:
     from mmlu_track.store.orm import Run
     from mmlu_track.store.sql import SqlStore
-
-
-def _alias_run_id(ref: str, mlflow_uri: str | None) -> str:
-    name, _, alias = ref.removeprefix("models:/").partition("@")
-    if not alias:
-        raise ComparisonError(f"{ref!r}: write a registered model alias as models:/<name>@<alias>")
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    try:
-        version = MlflowClient(tracking_uri=mlflow_uri).get_model_version_by_alias(name, alias)
-    except MlflowException as err:
-        raise ComparisonError(f"no MLflow model version for {ref}: {err.message}") from err
-    if not version.run_id:
-        raise ComparisonError(f"the model version behind {ref} has no run id")
-    return str(version.run_id)
 
 
 def _by_id(store: SqlStore, ref: str) -> Run | None:
@@ -60,7 +45,12 @@ def resolve(
     its side, "baseline" or "candidate"), to its newest run comparable with that one.
     """
     if ref.startswith("models:/"):
-        ref = _alias_run_id(ref, mlflow_uri)
+        from mmlu_track.store.mlflow import alias_run_id
+
+        try:
+            ref = alias_run_id(mlflow_uri, ref)
+        except LookupError as err:
+            raise ComparisonError(str(err)) from err
     run = _by_id(store, ref)
     if run is not None:
         return run
@@ -91,8 +81,8 @@ def _looks_like_id(store: SqlStore, ref: str) -> bool:
 
 
 def _truncated(run: Run) -> int:
-    record = json.loads(run.record_json or "{}")
-    return int(record.get("prompt", {}).get("truncated", 0))
+    record = record_of(run)
+    return record.truncated if record else 0
 
 
 def _promote(cand: Run, g: GateConfig, uri: str | None) -> str:
@@ -106,12 +96,58 @@ def _promote(cand: Run, g: GateConfig, uri: str | None) -> str:
             f"cannot promote {model}@{g.promote_alias}: the candidate run {cand.id[:12]} is not in MLflow "
             "(log it with `python -m mmlu_track.runs sync`, then compare again)"
         )
-    source = json.loads(cand.record_json or "{}").get("model", {}).get("location") or cand.model_name
+    record = record_of(cand)
+    source = record.start.model.location if record else cand.model_name
     try:
         version = promote(uri, model, g.promote_alias, cand.mlflow_run_id, str(source))
     except MlflowUnavailable as err:
         raise ComparisonError(str(err)) from err
     return f"promoted: {model}@{g.promote_alias} -> version {version} (candidate run {cand.id[:12]})"
+
+
+def _log_comparison(
+    comp: Comparison, verdict: Verdict, doc: dict[str, Any], output_dir: Path, cfg: CompareConfig
+) -> str | None:
+    """The comparison as an MLflow run, linked to both runs' own MLflow runs; None (warned) on failure:
+    logging never costs the verdict."""
+    from mmlu_track.store.mlflow import MlflowUnavailable, log_comparison
+
+    base, cand = doc["baseline"], doc["candidate"]
+    metrics = {
+        "compare/delta_micro": comp.micro.delta,
+        "compare/delta_macro": comp.macro.delta,
+        "compare/ci_low_micro": comp.micro.ci_low,
+        "compare/ci_high_micro": comp.micro.ci_high,
+        "compare/p_regression": comp.micro.p_regression or 1.0,
+        "compare/p_noninferiority": comp.noninferiority.p_value,
+        "compare/noninferiority_lower_bound": comp.noninferiority.lower_bound,
+        "compare/n_flagged": float(sum(d.flagged for d in comp.subjects)),
+        "compare/exit_code": float(verdict.exit_code),
+    }
+    params = {
+        "baseline_run": base["id"],
+        "candidate_run": cand["id"],
+        "mode": cfg.mode,
+        "policy": cfg.gate.name,
+        "margin": str(cfg.gate.margin),
+        "alpha": str(cfg.gate.alpha),
+    }
+    # Runs logged while MLflow was down have no MLflow id until `runs sync`.
+    params.update({f"{side}_mlflow_run": doc[side]["mlflow_run_id"] for side in ("baseline", "candidate")
+                   if doc[side]["mlflow_run_id"]})  # fmt: skip
+    try:
+        return log_comparison(
+            uri=cfg.tracking.mlflow_uri,
+            experiment=cfg.compare_experiment,
+            name=f"{cand['model']} {cand['id'][:8]} vs {base['model']} {base['id'][:8]}",
+            run_tags={"verdict": verdict.status},
+            run_params=params,
+            run_metrics=metrics,
+            files=[output_dir / name for name in ("report.md", "report.json", "deltas.png")],
+        )
+    except MlflowUnavailable as err:
+        warn(f"comparison not logged to MLflow: {err}")
+        return None
 
 
 def warn(message: str) -> None:
@@ -169,12 +205,8 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
             created_at=datetime.now(UTC).replace(tzinfo=None),
         )  # fmt: skip
         store.save_comparison(row)
-        if cfg.tracking.mlflow:
-            mlflow_id = report.log_to_mlflow(
-                comp, verdict, doc=doc, output_dir=output_dir, uri=uri, experiment=cfg.compare_experiment
-            )
-            if mlflow_id:
-                store.set_comparison_mlflow(row.id, mlflow_id)
+        if cfg.tracking.mlflow and (mlflow_id := _log_comparison(comp, verdict, doc, output_dir, cfg)):
+            store.set_comparison_mlflow(row.id, mlflow_id)
         if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":
             echo(_promote(cand, g, uri))
         return verdict.exit_code

@@ -1,7 +1,14 @@
-"""Logging a finished run to MLflow (params, tags, metrics, artifacts) from its stored record.
+"""MLflow, driven from here only: live evaluation runs, their later sync, comparisons, promotion.
 
-Everything logged is rebuilt from the run's `results.json` record and its per-question results,
-so a run saved while MLflow was unreachable can be logged later (`python -m mmlu_track.runs sync`).
+An evaluation's MLflow run opens when scoring starts (`LiveRun.open`: params and tags from the
+`RunStart`), takes each subject's accuracy as that subject is committed (`subject_done`: a run a
+user can watch in the UI), and ends FINISHED with every metric and artifact (`finish`), or
+FAILED / KILLED (`end`). A resumed evaluation reopens the same MLflow run.
+
+MLflow being unreachable costs nothing: the first failure is one warning, later calls are
+skipped, the SQL store keeps the run, and `python -m mmlu_track.runs sync` logs it when MLflow is
+back (`log_run`: open + finish, reusing the run's MLflow id where it exists). The SQL store marks a
+run synced only when `finish` succeeded.
 """
 
 from __future__ import annotations
@@ -13,14 +20,20 @@ import re
 import tempfile
 import urllib.request
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from mmlu_track.eval.results import QuestionResult, Scores, write_jsonl
+from mmlu_track.eval.results import Accuracy, QuestionResult, write_jsonl
+from mmlu_track.store.record import RunRecord, RunStart
+
+if TYPE_CHECKING:
+    from mmlu_track.store.sql import SqlStore
 
 SWEEP_TAG = "mmlu_track.sweep"
 RUN_ID_TAG = "mmlu_track.run_id"
+KIND_TAG = "mmlu_track.kind"
+Warn = Callable[[str], None]
 
 
 class MlflowUnavailable(RuntimeError):
@@ -35,63 +48,80 @@ def metric_key(*parts: str) -> str:
     return "/".join(cleaned)
 
 
-def metrics(record: dict[str, Any]) -> dict[str, float]:
-    scores = Scores.from_json(record["scores"])
+def subject_metrics(subject: str, acc: Accuracy) -> dict[str, float]:
+    out = {metric_key("acc", subject): acc.acc}
+    if acc.stderr is not None:
+        out[metric_key("stderr", subject)] = acc.stderr
+    return out
+
+
+def metrics(record: RunRecord) -> dict[str, float]:
+    scores = record.scores
     out: dict[str, float] = {
         "acc_micro": scores.micro.acc,
         "acc_macro": scores.macro.acc,
         "invalid": float(scores.invalid),
         "n_questions": float(scores.micro.n),
-        "questions_per_s": float(record["timing"]["questions_per_s"]),
+        "questions_per_s": record.timing.questions_per_s,
     }
     if scores.micro.stderr is not None:
         out["stderr_micro"] = scores.micro.stderr
     if scores.macro.stderr is not None:
         out["stderr_macro"] = scores.macro.stderr
-    for group, table in (
-        ("", scores.subjects),
-        ("category", scores.categories),
-        ("subcategory", scores.subcategories),
-    ):
+    for subject, a in scores.subjects.items():
+        out.update(subject_metrics(subject, a))
+    for group, table in (("category", scores.categories), ("subcategory", scores.subcategories)):
         for name, a in table.items():
-            parts = (group, name) if group else (name,)
-            out[metric_key("acc", *parts)] = a.acc
+            out[metric_key("acc", group, name)] = a.acc
             if a.stderr is not None:
-                out[metric_key("stderr", *parts)] = a.stderr
+                out[metric_key("stderr", group, name)] = a.stderr
     return out
 
 
-def params(record: dict[str, Any]) -> dict[str, str]:
-    cfg = record["config"]
-    model = record["model"]
-    subjects = cfg["subjects"]
-    out = {
-        "model.name": model["name"],
-        "model.source": model["source"],
-        "model.location": model["location"],
-        "model.revision": model["revision"],
-        "model.weights_sha256": model["weights_sha256"],
-        "model.add_bos": model["add_bos"],
-        "model.max_length": model["max_length"],
-        "dtype": model["dtype"],  # resolved: `auto` is recorded as what it ran in
-        "scoring": cfg["scoring"]["method"],
-        "scoring.calibration": cfg["scoring"]["calibration"],
-        "scoring.max_new_tokens": cfg["scoring"]["max_new_tokens"],
-        "formulation": cfg["formulation"],
-        "k": cfg["k"],
-        "shot_selection": cfg["shot_selection"],
-        "seed": cfg["seed"],
-        "limit": cfg["limit"],
-        "subjects": "all" if len(subjects) == 57 else ",".join(subjects),
-        "batch_size": cfg["batch_size"],
-        "batch_tokens": cfg.get("batch_tokens"),
-        "data.source": record["data"]["source"],
-        "data.fingerprint": record["data"]["fingerprint"],
-        "prompt.template_hash": record["prompt"]["template_hash"],
+def params(start: RunStart) -> dict[str, str]:
+    cfg, model = start.config, start.model
+    out: dict[str, object] = {
+        "model.name": model.name,
+        "model.source": model.source,
+        "model.location": model.location,
+        "model.revision": model.revision,
+        "model.weights_sha256": model.weights_sha256,
+        "model.add_bos": model.add_bos,
+        "model.max_length": model.max_length,
+        "dtype": model.dtype,  # resolved: `auto` is recorded as what it ran in
+        "scoring": cfg.scoring.method,
+        "scoring.calibration": cfg.scoring.calibration,
+        "scoring.max_new_tokens": cfg.scoring.max_new_tokens,
+        "formulation": cfg.formulation,
+        "k": cfg.k,
+        "shot_selection": cfg.shot_selection,
+        "seed": cfg.seed,
+        "limit": cfg.limit,
+        "subjects": "all" if len(cfg.subjects) == 57 else ",".join(cfg.subjects),
+        "batch_size": cfg.batch_size,
+        "batch_tokens": cfg.batch_tokens,
+        "data.source": start.data.source,
+        "data.fingerprint": start.data.fingerprint,
+        "data.n_questions": start.data.n_questions,
+        "prompt.template_hash": start.template_hash,
     }
-    out.update({f"version.{k}": v for k, v in record["versions"].items()})
+    out.update({f"version.{k}": v for k, v in start.versions.items()})
     # An unset value (no revision for a local model, no limit) is left out, not logged as "None".
     return {k: str(v)[:6000] for k, v in out.items() if v is not None}
+
+
+def tags(run_id: str, start: RunStart) -> dict[str, str]:
+    out = {
+        RUN_ID_TAG: run_id,
+        KIND_TAG: "evaluation",
+        "git_commit": start.git_commit or "unknown",
+        "host": start.host.hostname,
+        "device": start.model.device,
+        "model": start.model.name,
+    }
+    if start.sweep:
+        out[SWEEP_TAG] = start.sweep
+    return out
 
 
 # An unhealthy server must cost seconds, not MLflow's default of minutes of retries (only where the
@@ -141,18 +171,6 @@ def client_and_experiment(uri: str | None, experiment: str) -> tuple[Any, str]:
     return client, str(exp_id)
 
 
-def run_name(record: dict[str, Any]) -> str:
-    """A name that tells runs apart: model, formulation, k, scoring, dtype, limit, seed when sampled."""
-    cfg = record["config"]
-    parts = [record["model"]["name"], cfg["formulation"], f"k{cfg['k']}", cfg["scoring"]["method"]]
-    if cfg["scoring"].get("calibration", "none") != "none":
-        parts.append(f"cal-{cfg['scoring']['calibration']}")
-    parts.append(record["model"]["dtype"])
-    if cfg.get("limit") is not None:
-        parts += [f"limit{cfg['limit']}", f"seed{cfg['seed']}"]
-    return "-".join(str(p) for p in parts)
-
-
 def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
     """Fail fast on an HTTP tracking server that does not answer (MLflow itself retries for minutes)."""
     if uri and uri.startswith(("http://", "https://")):
@@ -163,56 +181,196 @@ def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
             raise MlflowUnavailable(f"MLflow server {uri} is unreachable: {err}") from err
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
+        yield
+
+
+class LiveRun:
+    """One evaluation's MLflow run, kept in step with it. No method raises: the first failure is
+    reported through `warn` and turns the rest into no-ops (`broken`)."""
+
+    def __init__(self, uri: str | None, experiment: str, warn: Warn) -> None:
+        self.uri, self.experiment, self._warn = uri, experiment, warn
+        self.client: Any = None
+        self.id: str | None = None
+        self.broken = False
+        self._logged: set[str] = set()  # metric keys this process has logged
+
+    def _call(self, what: str, fn: Callable[[], None]) -> bool:
+        if self.broken:
+            return False
+        try:
+            with _quiet():
+                fn()
+        except Exception as err:  # MLflow raises many types for a broken store; all mean "not logged"
+            self.broken = True
+            self._warn(f"{what} in MLflow ({self.uri or 'default'}) failed: {str(err).splitlines()[0]}")
+            return False
+        return True
+
+    def open(self, run_id: str, start: RunStart, existing: str | None = None) -> str | None:
+        """Open (or reopen, for a resumed evaluation) the run; its MLflow id, or None when down."""
+
+        def go() -> None:
+            check_reachable(self.uri)
+            self.client, exp_id = client_and_experiment(self.uri, self.experiment)
+            from mlflow.entities import Param, RunStatus, RunTag
+            from mlflow.exceptions import MlflowException
+
+            if existing:
+                with contextlib.suppress(MlflowException):  # gone, or another server: a new run then
+                    self.client.update_run(existing, status=RunStatus.to_string(RunStatus.RUNNING))
+                    self.id = existing
+                    return
+            new = self.client.create_run(exp_id, run_name=start.name, tags=tags(run_id, start))
+            self.id = str(new.info.run_id)
+            self.client.log_batch(
+                self.id,
+                params=[Param(k, v) for k, v in params(start).items()],
+                tags=[RunTag(k, v) for k, v in tags(run_id, start).items()],
+            )
+
+        self._call("opening the run", go)
+        return self.id if not self.broken else None
+
+    def _log_metrics(self, values: Mapping[str, float], step: int = 0) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        self.client.log_batch(self.id, metrics=[Metric(k, float(v), ts, step) for k, v in values.items()])
+        self._logged.update(values)
+
+    def subject_done(self, subject: str, acc: Accuracy, subjects_done: int, so_far: Accuracy) -> None:
+        """A subject's accuracy, and the running micro accuracy at step = subjects done."""
+        if self.id is None:
+            return
+        self._call("logging a subject", lambda: self._log_metrics(subject_metrics(subject, acc)))
+        progress = {"progress/acc_micro": so_far.acc, "progress/questions": float(so_far.n)}
+        self._call("logging progress", lambda: self._log_metrics(progress, step=subjects_done))
+
+    def finish(self, record: RunRecord, results: Sequence[QuestionResult]) -> bool:
+        """Every metric not yet logged here, the artifacts, status FINISHED. True when all went in."""
+        if self.id is None:
+            return False
+
+        def go() -> None:
+            from mmlu_track.store.plots import subject_accuracy_png
+
+            self._log_metrics({k: v for k, v in metrics(record).items() if k not in self._logged})
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp)
+                doc = record.to_json()
+                (out / "results.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False))
+                write_jsonl(out / "predictions.jsonl", results)
+                (out / "config.json").write_text(json.dumps(doc["config"], indent=2))
+                (out / "example_prompt.txt").write_text(record.start.example_prompt)
+                subject_accuracy_png(record.scores, out / "subject_accuracy.png", record.start.name)
+                self.client.log_artifacts(self.id, str(out))
+            self.client.set_terminated(self.id, status="FINISHED")
+
+        return self._call("logging the results", go)
+
+    def end(self, status: Literal["FAILED", "KILLED"]) -> None:
+        if self.id is not None:
+            self._call("ending the run", lambda: self.client.set_terminated(self.id, status=status))
+
+
 def log_run(
-    record: dict[str, Any],
+    record: RunRecord,
     results: Sequence[QuestionResult],
     *,
     uri: str | None,
     experiment: str,
-    run_id: str,
-    sweep: str | None,
+    existing: str | None,
 ) -> str:
-    """Log one finished run; return the MLflow run id. Raises `MlflowUnavailable` on failure."""
+    """Log a finished run in one go (`runs sync`); its MLflow id. Raises `MlflowUnavailable`."""
+    errors: list[str] = []
+    live = LiveRun(uri, experiment, errors.append)
+    live.open(record.run_id, record.start, existing)
+    if not live.finish(record, results):
+        raise MlflowUnavailable(errors[0] if errors else "logging to MLflow failed")
+    assert live.id is not None
+    return live.id
+
+
+def sync(
+    store: SqlStore,
+    record: RunRecord,
+    results: Sequence[QuestionResult],
+    *,
+    uri: str | None,
+    experiment: str,
+    existing: str | None,
+    warn: Warn,
+) -> str | None:
+    """Log a finished run in one go and mark it synced in the SQL store; its MLflow id, or None after
+    a warning that names the command to retry with."""
+    try:
+        mlflow_id = log_run(record, results, uri=uri, experiment=experiment, existing=existing)
+    except MlflowUnavailable as err:
+        warn(
+            f"{err}. The run is saved in the SQL store ({store.url}); log it to MLflow later with: "
+            f"python -m mmlu_track.runs --db '{store.url}' sync" + (f" --mlflow-uri '{uri}'" if uri else "")
+        )
+        return None
+    store.set_mlflow_run(record.run_id, mlflow_id, synced=True)
+    return mlflow_id
+
+
+def log_comparison(
+    *,
+    uri: str | None,
+    experiment: str,
+    name: str,
+    run_tags: Mapping[str, str],
+    run_params: Mapping[str, str],
+    run_metrics: Mapping[str, float],
+    files: Sequence[Path],
+) -> str:
+    """Log a comparison of two runs as its own MLflow run; its id. Raises `MlflowUnavailable`."""
     check_reachable(uri)
     try:
-        from mlflow.entities import Metric, Param, RunTag
-
-        from mmlu_track.store.plots import subject_accuracy_png
+        from mlflow.entities import Metric, Param
 
         client, exp_id = client_and_experiment(uri, experiment)
-        name = run_name(record)
-        tags = {
-            RUN_ID_TAG: run_id,
-            "git_commit": record.get("git_commit") or "unknown",
-            "host": record["host"]["hostname"],
-            "device": record["model"]["device"],
-            "model": record["model"]["name"],
-        }
-        if sweep:
-            tags[SWEEP_TAG] = sweep
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
-            run = client.create_run(exp_id, run_name=name, tags=tags)
+        with _quiet():
+            run = client.create_run(exp_id, run_name=name, tags={KIND_TAG: "comparison", **run_tags})
             rid = run.info.run_id
             ts = int(run.info.start_time)
             client.log_batch(
                 rid,
-                metrics=[Metric(k, v, ts, 0) for k, v in metrics(record).items()],
-                params=[Param(k, v) for k, v in params(record).items()],
-                tags=[RunTag(k, v) for k, v in tags.items()],
+                metrics=[Metric(k, float(v), ts, 0) for k, v in run_metrics.items()],
+                params=[Param(k, v) for k, v in run_params.items()],
             )
-            with tempfile.TemporaryDirectory() as tmp:
-                out = Path(tmp)
-                (out / "results.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
-                write_jsonl(out / "predictions.jsonl", results)
-                (out / "config.json").write_text(json.dumps(record["config"], indent=2))
-                (out / "example_prompt.txt").write_text(record["prompt"]["example"])
-                subject_accuracy_png(Scores.from_json(record["scores"]), out / "subject_accuracy.png", name)
-                client.log_artifacts(rid, str(out))
+            for path in files:
+                client.log_artifact(rid, str(path))
             client.set_terminated(rid)
         return str(rid)
-    except Exception as err:  # MLflow raises many types for a broken store; all mean "not logged"
+    except Exception as err:
         raise MlflowUnavailable(f"logging to MLflow ({uri or 'default'}) failed: {err}") from err
+
+
+def alias_run_id(uri: str | None, ref: str) -> str:
+    """The MLflow run id behind `models:/<name>@<alias>`. Raises `LookupError` with one line."""
+    name, _, alias = ref.removeprefix("models:/").partition("@")
+    if not alias:
+        raise LookupError(f"{ref!r}: write a registered model alias as models:/<name>@<alias>")
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        with _quiet():
+            version = MlflowClient(tracking_uri=uri).get_model_version_by_alias(name, alias)
+    except MlflowException as err:
+        raise LookupError(f"no MLflow model version for {ref}: {err.message}") from err
+    if not version.run_id:
+        raise LookupError(f"the model version behind {ref} has no run id")
+    return str(version.run_id)
 
 
 def promote(uri: str | None, model: str, alias: str, run_id: str, source: str) -> str:

@@ -33,7 +33,8 @@ class Run(Base):
     n_questions: Mapped[int] = mapped_column(Integer)
     acc_micro: Mapped[float | None] = mapped_column(Float)
     acc_macro: Mapped[float | None] = mapped_column(Float)
-    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))  # opened when scoring starts
+    mlflow_synced_at: Mapped[datetime | None] = mapped_column(DateTime)  # when it was completely logged
     output_dir: Mapped[str | None] = mapped_column(Text)
     sweep: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime)

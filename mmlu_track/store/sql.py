@@ -24,9 +24,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from mmlu_track.config import ConfigError, EvalConfig, eval_config_from_dict
 from mmlu_track.eval.results import Accuracy, QuestionResult
 from mmlu_track.resources import MIGRATIONS_DIR
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, SubjectScore
+from mmlu_track.store.record import RecordError, RunRecord
 
 UNFINISHED = ("running", "failed")
 
@@ -210,6 +212,24 @@ def db_error(url: str, err: Exception, what: str) -> StoreError:
     return StoreError(f"the results database {url} {what}: {text}")
 
 
+def record_of(run: Run) -> RunRecord | None:
+    """A finished run's typed record (None while it is unfinished)."""
+    if not run.record_json:
+        return None
+    try:
+        return RunRecord.from_json(json.loads(run.record_json))
+    except (ValueError, RecordError) as err:
+        raise StoreError(f"run {run.id}: {err}") from err
+
+
+def config_of(run: Run) -> EvalConfig:
+    """The settings a run was started with."""
+    try:
+        return eval_config_from_dict(json.loads(run.config_json))
+    except (ValueError, ConfigError) as err:
+        raise StoreError(f"run {run.id} was recorded with settings this version cannot read: {err}") from err
+
+
 class SqlStore:
     def __init__(self, url: str) -> None:
         self.url = url
@@ -306,29 +326,32 @@ class SqlStore:
                 )
             )
 
-    def finish(self, run_id: str, record: dict[str, Any], output_dir: str | None = None) -> None:
+    def finish(self, record: RunRecord, output_dir: str | None = None) -> None:
         with self._session(write=True) as s:
-            run = s.get_one(Run, run_id)
+            run = s.get_one(Run, record.run_id)
             run.status = "finished"
             if output_dir is not None:
                 run.output_dir = output_dir
             run.finished_at = _now()
-            run.record_json = json.dumps(record)
-            run.acc_micro = record["scores"]["micro"]["acc"]
-            run.acc_macro = record["scores"]["macro"]["acc"]
+            run.record_json = json.dumps(record.to_json())
+            run.acc_micro = record.scores.micro.acc
+            run.acc_macro = record.scores.macro.acc
 
     def mark(self, run_id: str, status: str) -> None:
         with self._session(write=True) as s:
             s.get_one(Run, run_id).status = status
 
-    def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None:
+    def set_mlflow_run(self, run_id: str, mlflow_run_id: str, *, synced: bool) -> None:
+        """The MLflow run this run logs to; `synced` once everything is logged there."""
         with self._session(write=True) as s:
-            s.get_one(Run, run_id).mlflow_run_id = mlflow_run_id
+            run = s.get_one(Run, run_id)
+            run.mlflow_run_id = mlflow_run_id
+            run.mlflow_synced_at = _now() if synced else None
 
     def runs(self, limit: int = 50, unsynced: bool = False) -> list[Run]:
         query = select(Run).order_by(Run.created_at.desc()).limit(limit)
         if unsynced:
-            query = query.where(Run.status == "finished", Run.mlflow_run_id.is_(None))
+            query = query.where(Run.status == "finished", Run.mlflow_synced_at.is_(None))
         with self._session() as s:
             return list(s.scalars(query))
 

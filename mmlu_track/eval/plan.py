@@ -1,0 +1,97 @@
+"""What one evaluation will score, before anything is recorded: the questions and shots, every
+prompt rendered to fit the model's context, and the run's identity.
+
+Shots are dropped from a prompt (last first) until it fits; a prompt that does not fit even with
+no shots refuses the run (`TruncationError`) unless `allow_truncation` lets the scorer keep its
+last tokens. The identity hashes everything that determines the results (settings, the weights
+and the dtype they ran in, the questions, the template), so an unfinished run is resumed only by
+an evaluation that would produce the same results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mmlu_track.config import EvalConfig, identity_dict
+from mmlu_track.eval import models, prompts
+from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
+from mmlu_track.store.record import ModelInfo
+
+
+def fits_check(lm: models.LoadedModel, reserve: int) -> Callable[[str], bool]:
+    limit = lm.info.max_length - reserve
+
+    def fits(text: str) -> bool:
+        # A token covers at least one UTF-8 byte: short texts fit without tokenizing them.
+        if len(text.encode()) + 1 <= limit:
+            return True
+        return len(lm.encode(text)) <= limit
+
+    return fits
+
+
+def identity(cfg: EvalConfig, info: ModelInfo, data_fp: str) -> str:
+    """Hash of everything that determines a run's results: settings, weights, questions, template."""
+    # The dtype actually used: `auto` means fp32 on a CPU and bf16 on a GPU, different results.
+    ident = {
+        "config": {**identity_dict(cfg), "dtype": info.dtype},
+        "weights": [info.location, info.revision, info.weights_sha256],
+        "data": data_fp,
+        "template": prompts.template_hash(cfg.formulation),
+    }
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+class TruncationError(ValueError):
+    """Prompts do not fit the context even with no shots, and truncation was not allowed."""
+
+
+def render(
+    cfg: EvalConfig,
+    plan: Plan,
+    lm: models.LoadedModel,
+    fits: Callable[[str], bool],
+) -> dict[str, list[prompts.Prompt]]:
+    """Every subject's prompts, shots dropped until each fits; refuse any that never fits."""
+    out = {
+        s: [prompts.fit(cfg.formulation, plan.shots[s], q, fits) for q in qs]
+        for s, qs in plan.questions.items()
+    }
+    too_long = [p for ps in out.values() for p in ps if p.shots_used == 0 and not fits(p.text)]
+    if too_long and not cfg.allow_truncation:
+        longest = max(too_long, key=lambda p: len(p.text))
+        n_tokens = len(lm.encode(longest.text))
+        raise TruncationError(
+            f"{len(too_long)} of {sum(map(len, out.values()))} prompts do not fit the model's context "
+            f"({lm.info.max_length} tokens) even with 0 shots, e.g. {longest.question.subject} question "
+            f"{longest.question.index} ({n_tokens} tokens); raise max_length, or set allow_truncation=true "
+            "to score their last tokens"
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    questions: dict[str, tuple[Question, ...]]  # per subject, the test questions to score
+    shots: dict[str, tuple[Question, ...]]
+    fingerprint: str
+    dev_fingerprint: str
+
+    @property
+    def all_questions(self) -> list[Question]:
+        return [q for qs in self.questions.values() for q in qs]
+
+
+def plan(cfg: EvalConfig) -> Plan:
+    data = load_subjects(cfg.data, cfg.subjects)
+    chosen = {s: subsample(d.test, cfg.limit, cfg.seed) for s, d in data.items()}
+    shots = {s: prompts.select_shots(d.dev, cfg.k, cfg.shot_selection, cfg.seed) for s, d in data.items()}
+    return Plan(
+        questions=chosen,
+        shots=shots,
+        fingerprint=fingerprint(q for qs in chosen.values() for q in qs),
+        dev_fingerprint=fingerprint(q for s in shots.values() for q in s),
+    )
