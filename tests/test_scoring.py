@@ -16,7 +16,7 @@ from mmlu_track.eval.scoring import (
     _letter_sequences,
     _score_sequences,
     _shared_prefix,
-    calibrated_predictions,
+    calibrate,
     parse_generation,
     run_batches,
     score_generate,
@@ -136,10 +136,10 @@ def test_mean_calibration_removes_a_constant_letter_bias() -> None:
     # The model prefers A by +5 everywhere; the underlying signal picks the diagonal.
     signal = np.eye(4) * 1.0
     biased = signal + np.array([5.0, 0.0, 0.0, 0.0])
-    assert calibrated_predictions(biased, "none").tolist() == [0, 0, 0, 0]
-    assert calibrated_predictions(biased, "mean").tolist() == [0, 1, 2, 3]
+    assert np.argmax(calibrate(biased, "none"), axis=1).tolist() == [0, 0, 0, 0]
+    assert np.argmax(calibrate(biased, "mean"), axis=1).tolist() == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="unknown calibration"):
-        calibrated_predictions(biased, "platt")
+        calibrate(biased, "platt")
 
 
 @pytest.fixture(scope="module")

@@ -406,8 +406,3 @@ def calibrate(logprobs: np.ndarray, method: str) -> np.ndarray:
     if method == "mean":
         return np.asarray(logprobs - logprobs.mean(axis=0, keepdims=True))
     raise ValueError(f"unknown calibration {method!r}")
-
-
-def calibrated_predictions(logprobs: np.ndarray, method: str) -> np.ndarray:
-    """Predictions (argmax) from one subject's (n, 4) log-prob matrix after `calibrate`."""
-    return np.asarray(np.argmax(calibrate(logprobs, method), axis=1))

@@ -207,7 +207,10 @@ class LiveRun:
                 fn()
         except Exception as err:  # MLflow raises many types for a broken store; all mean "not logged"
             self.broken = True
-            self._warn(f"{what} in MLflow ({self.uri or 'default'}) failed: {str(err).splitlines()[0]}")
+            self._warn(
+                f"{what} in MLflow ({self.uri or 'default'}) failed: {str(err).splitlines()[0]}; "
+                "the evaluation goes on without it"
+            )
             return False
         return True
 
