@@ -34,7 +34,7 @@ from mmlu_track.store.record import DataInfo, HostInfo, RunRecord, RunStart, Tim
 
 if TYPE_CHECKING:
     from mmlu_track.store.mlflow import LiveRun
-    from mmlu_track.store.sql import SqlStore
+    from mmlu_track.store.sql import RunMeta, SqlStore
 
 __all__ = ["RunOutput", "TruncationError", "run"]
 
@@ -192,6 +192,28 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> _Prepared:
     return _Prepared(lm, the_plan, rendered, start, ident, t1 - t0, t2 - t1)
 
 
+def _meta(prep: _Prepared, output_dir: Path) -> RunMeta:
+    """The SQL store's columns of the run, to find it again (resume) and to select it (the gate)."""
+    from mmlu_track.store.sql import RunMeta
+
+    start, cfg = prep.start, prep.start.config
+    return RunMeta(
+        identity=prep.identity,
+        model_name=start.model.name,
+        model_revision=start.model.revision or start.model.weights_sha256,
+        scoring=cfg.scoring.method,
+        formulation=cfg.formulation,
+        k=cfg.k,
+        data_fingerprint=start.data.fingerprint,
+        template_hash=start.template_hash,
+        git_commit=start.git_commit,
+        config=to_dict(cfg),
+        n_questions=start.data.n_questions,
+        output_dir=str(output_dir),
+        sweep=start.sweep,
+    )
+
+
 def _open_mlflow(cfg: EvalConfig, store: SqlStore, run_id: str, start: RunStart) -> LiveRun | None:
     """The run's live MLflow run (the same one when resuming), or None when tracking.mlflow=false."""
     if not cfg.tracking.mlflow:
@@ -263,27 +285,12 @@ def _score(
 def _run(
     cfg: EvalConfig, output_dir: Path, store: SqlStore, *, progress: bool, echo: Echo, sweep: str | None
 ) -> RunOutput:
-    from mmlu_track.store.sql import RunMeta, StoreError
+    from mmlu_track.store.sql import StoreError
 
     started = time.time()
     prep = _prepare(cfg, sweep)
     start = prep.start
-    meta = RunMeta(
-        identity=prep.identity,
-        model_name=start.model.name,
-        model_revision=start.model.revision or start.model.weights_sha256,
-        scoring=cfg.scoring.method,
-        formulation=cfg.formulation,
-        k=cfg.k,
-        data_fingerprint=start.data.fingerprint,
-        template_hash=start.template_hash,
-        git_commit=start.git_commit,
-        config=to_dict(cfg),
-        n_questions=start.data.n_questions,
-        output_dir=str(output_dir),
-        sweep=sweep,
-    )
-    run_id, done = store.start_or_resume(meta)
+    run_id, done = store.start_or_resume(_meta(prep, output_dir))
     if done:
         left = len(prep.plan.questions) - len(done)
         echo(f"resuming run {run_id}: {len(done)} subjects already done, {left} to go")
