@@ -11,6 +11,7 @@ input (Hydra's own usage errors included), 130 Ctrl-C.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,17 +31,20 @@ def plain(cfg: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def hydra_exit_codes(interrupted: str) -> Iterator[None]:
+def hydra_exit_codes(then: str) -> Iterator[None]:
     """Hydra exits 1 on a bad override or config name, the code that means "regression": make it 2.
-    Ctrl-C ends with one line (`interrupted`) and the shell's code for SIGINT, 130."""
+    Ctrl-C and SIGTERM (which the pipeline turns into exit 143) end with one line saying what
+    `then` happens, and the shell's codes 130 and 143."""
     try:
         yield
     except SystemExit as exc:
         if exc.code == 1:
             raise SystemExit(2) from None
+        if exc.code == 128 + signal.SIGTERM:
+            print(f"mmlu_track: terminated (SIGTERM); {then}", file=sys.stderr)
         raise
     except KeyboardInterrupt:
-        print(f"mmlu_track: {interrupted}", file=sys.stderr)
+        print(f"mmlu_track: interrupted; {then}", file=sys.stderr)
         raise SystemExit(130) from None
 
 
@@ -119,7 +123,7 @@ def main() -> None:
     from mmlu_track.eval.data import DataError
 
     @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base="1.3")
-    def app(cfg: DictConfig) -> float:
+    def app(cfg: DictConfig) -> float | None:
         try:
             eval_cfg = eval_config_from_dict(plain(cfg))
         except (ConfigError, OmegaConfBaseException) as err:
@@ -128,7 +132,7 @@ def main() -> None:
 
         from mmlu_track.eval.models import ModelError
         from mmlu_track.eval.pipeline import TruncationError, run
-        from mmlu_track.store.sql import StoreError
+        from mmlu_track.store.db import StoreError
 
         hydra_cfg = HydraConfig.get()
         # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
@@ -137,11 +141,11 @@ def main() -> None:
             out = run(eval_cfg, Path(hydra_cfg.runtime.output_dir), sweep=sweep)
         except (DataError, ModelError, StoreError, TruncationError) as err:
             fail(str(err))
-        return out.scores.micro.acc
+        return out.scores.micro.acc if out.scores else None
 
     check_writable_cwd(sys.argv[1:])
     validate_sweep(sys.argv[1:], "eval", eval_config_from_dict)
-    with hydra_exit_codes("interrupted; run the same command to resume"):
+    with hydra_exit_codes("run the same command to resume"):
         app()
 
 
@@ -168,7 +172,7 @@ def compare_main() -> None:
     from mmlu_track.gate.policy import EXIT_PASS
     from mmlu_track.gate.run import execute
     from mmlu_track.gate.stats import ComparisonError
-    from mmlu_track.store.sql import StoreError
+    from mmlu_track.store.db import StoreError
 
     codes: list[int] = []
 
@@ -182,7 +186,7 @@ def compare_main() -> None:
             fail(config_message(err))
 
     check_writable_cwd(sys.argv[1:])
-    with hydra_exit_codes("interrupted; no verdict"):
+    with hydra_exit_codes("no verdict"):
         app()
     # The verdict's code leaves only here: any exit 1 from inside Hydra is a usage error, not a verdict.
     sys.exit(max(codes, default=EXIT_PASS))

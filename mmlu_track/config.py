@@ -119,6 +119,8 @@ class EvalConfig:
     max_length: int | None = None
     allow_truncation: bool = False
     cache_dir: str = "~/.cache/mmlu_track"
+    shards: int = 1
+    shard: int = 0
 
 
 CompareMode = Literal["gate", "fewshot_gap"]
@@ -266,6 +268,14 @@ def _check_values(cfg: EvalConfig) -> None:
         )
     if cfg.limit is not None and cfg.limit < 1:
         raise ConfigError(f"limit={cfg.limit} must be >= 1, or null for every question")
+    if cfg.shards < 1:
+        raise ConfigError(f"shards={cfg.shards} must be >= 1")
+    if not 0 <= cfg.shard < cfg.shards:
+        raise ConfigError(f"shard={cfg.shard} must be in 0..{cfg.shards - 1} (shards={cfg.shards})")
+    if cfg.shards > 1 and not cfg.tracking.resume:
+        raise ConfigError(
+            "shards > 1 needs tracking.resume=true: the shards find their one run by its identity"
+        )
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size={cfg.batch_size} must be >= 1")
     if cfg.batch_tokens is not None and cfg.batch_tokens < 1:
@@ -313,9 +323,10 @@ def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
 def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
     """The settings that determine a run's results (not where it is cached or recorded, nor how
     it is batched: scores do not depend on batching, so a run that ran out of memory can be
-    resumed with smaller batches; nor whether truncation was allowed, which only permits)."""
+    resumed with smaller batches; nor whether truncation was allowed, which only permits; nor how
+    it is sharded: all shards of a run write into that one run)."""
     out = to_dict(cfg)
-    for key in ("tracking", "cache_dir", "batch_size", "batch_tokens", "allow_truncation"):
+    for key in ("tracking", "cache_dir", "batch_size", "batch_tokens", "allow_truncation", "shards", "shard"):
         out.pop(key)
     return out
 

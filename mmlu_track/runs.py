@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import DEFAULT_DB_URL
-from mmlu_track.store.sql import StoreError
+from mmlu_track.store.db import StoreError
 
 if TYPE_CHECKING:
     from mmlu_track.store.orm import Run
@@ -127,7 +127,7 @@ def _sync(store: SqlStore, args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(url: str) -> None:
-    from mmlu_track.store.sql import db_error, open_engine, upgrade
+    from mmlu_track.store.db import db_error, open_engine, upgrade
 
     engine = open_engine(url)
     try:

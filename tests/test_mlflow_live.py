@@ -63,7 +63,8 @@ def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run
     mlflow_id = live.info.run_id
     first.send_signal(signal.SIGTERM)  # what a scheduler or `kill` sends
     _, stderr = first.communicate(timeout=60)
-    assert first.returncode != 0
+    assert first.returncode == 143
+    assert "mmlu_track: terminated (SIGTERM); run the same command to resume" in stderr
     killed = client.get_run(mlflow_id)
     assert killed.info.status == "KILLED", stderr
     store = SqlStore(db)

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from mmlu_track.eval.pipeline import run
-from mmlu_track.store.orm import Run, SubjectScore
+from mmlu_track.store.orm import QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 
 from .conftest import tiny_run_cfg
@@ -40,7 +40,7 @@ def _start(db: str, out: Path, *batching: str) -> subprocess.Popen[str]:
 
 def _committed_subjects(store: SqlStore) -> int:
     with Session(store.engine) as s:
-        return int(s.scalar(select(func.count()).select_from(SubjectScore)) or 0)
+        return int(s.scalar(select(func.count(QuestionRow.subject.distinct()))) or 0)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
@@ -66,7 +66,7 @@ def test_killed_run_resumes_and_equals_an_uninterrupted_run(tmp_path: Path, sig:
     second = _start(db, tmp_path / "second", "batch_size=2", "batch_tokens=null")
     stdout, stderr = second.communicate(timeout=300)
     assert second.returncode == 0, stderr
-    assert f"resuming run {killed.id}: {done_before} subjects already done" in stdout
+    assert f"resuming run {killed.id}: {100 * done_before} of 400 questions were committed" in stdout
 
     reference = run(
         tiny_run_cfg(f"sqlite:///{tmp_path / 'ref.db'}", *ARGS),

@@ -16,16 +16,10 @@ from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 
 from mmlu_track.eval.pipeline import run
-from mmlu_track.store.orm import Base, QuestionRow, Run, SubjectScore
-from mmlu_track.store.sql import (
-    MIGRATIONS_DIR,
-    STALE_AFTER,
-    RunInProgress,
-    RunMeta,
-    SqlStore,
-    StoreError,
-    make_engine,
-)
+from mmlu_track.resources import MIGRATIONS_DIR
+from mmlu_track.store.db import StoreError, make_engine
+from mmlu_track.store.orm import Base, QuestionRow, Run, RunShard, SubjectScore
+from mmlu_track.store.sql import STALE_AFTER, RunInProgress, RunMeta, SqlStore
 
 from .conftest import tiny_run_cfg
 
@@ -154,8 +148,9 @@ def _meta(identity: str = "same-settings") -> RunMeta:
 
 
 def _set_owner(store: SqlStore, run_id: str, owner: str, heartbeat: datetime) -> None:
+    """Pretend another process holds the run's (only) shard."""
     with Session(store.engine) as s, s.begin():
-        row = s.get_one(Run, run_id)
+        row = s.get_one(RunShard, (run_id, 1, 0))
         row.owner, row.heartbeat_at = owner, heartbeat
 
 

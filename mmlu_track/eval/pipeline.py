@@ -11,50 +11,60 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
-import os
-import signal
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mmlu_track.config import EvalConfig, to_dict
 from mmlu_track.eval import models, prompts, provenance
-from mmlu_track.eval.plan import Plan, TruncationError, fits_check, identity, plan, render
+from mmlu_track.eval.outputs import (
+    PREDICTIONS_FILE,
+    RESULTS_FILE,
+    finish_mlflow,
+    open_mlflow,
+    own_folder,
+    sigterm_as_exit,
+    write_json,
+)
+from mmlu_track.eval.plan import (
+    Plan,
+    TruncationError,
+    Unit,
+    assign,
+    fits_check,
+    identity,
+    plan,
+    render,
+    units,
+)
 from mmlu_track.eval.results import Accuracy, QuestionResult, Scores, aggregate, table, write_jsonl
 from mmlu_track.eval.scoring import SCORERS, Score, calibrate
 from mmlu_track.store.record import DataInfo, HostInfo, RunRecord, RunStart, Timing
+from mmlu_track.store.sql import RunMeta, Shard, SqlStore
 
 if TYPE_CHECKING:
     from mmlu_track.store.mlflow import LiveRun
-    from mmlu_track.store.sql import RunMeta, SqlStore
 
 __all__ = ["RunOutput", "TruncationError", "run"]
 
-RESULTS_FILE = "results.json"
-PREDICTIONS_FILE = "predictions.jsonl"
 Echo = Callable[[str], None]
+Done = dict[str, list[QuestionResult]]  # committed questions by subject
 
 
 @dataclass(frozen=True)
 class RunOutput:
     run_id: str
     results: list[QuestionResult]
-    scores: Scores
-    record: RunRecord
+    scores: Scores | None  # None for a shard that had no unit to score
+    record: RunRecord | None  # None for a shard that did not finalize its run (`results`: its own)
     output_dir: Path
     mlflow_run_id: str | None
-
-
-def warn(message: str) -> None:
-    print(f"mmlu_track: warning: {message}", file=sys.stderr)
 
 
 def _to_results(
@@ -85,47 +95,6 @@ def _to_results(
     ]
 
 
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)  # never a half-written results.json
-
-
-def _own_folder(output_dir: Path, run_id: str) -> Path:
-    """`output_dir`, or a subfolder of it when another run's results are already there."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    existing = output_dir / RESULTS_FILE
-    if existing.is_file():
-        try:
-            other = json.loads(existing.read_text(encoding="utf-8")).get("run_id")
-        except (OSError, ValueError):
-            other = None
-        if other != run_id:
-            output_dir = output_dir / f"run-{run_id[:12]}"
-            output_dir.mkdir(parents=True, exist_ok=True)
-    return output_dir
-
-
-@contextlib.contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
-    """SIGTERM (a scheduler's stop, `kill`) unwinds like Ctrl-C, so the run is marked and its MLflow
-    run ends KILLED; only where nobody else (a launcher) handles SIGTERM already."""
-    if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-
-    def stop(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def run(
     cfg: EvalConfig,
     output_dir: Path,
@@ -134,12 +103,11 @@ def run(
     echo: Echo = print,
     sweep: str | None = None,
 ) -> RunOutput:
-    """Evaluate `cfg.model`, record the run in the SQL store and MLflow, write files to `output_dir`."""
-    from mmlu_track.store.sql import SqlStore
-
+    """Evaluate `cfg.model` (this process's shard of it), record the run in the SQL store and MLflow,
+    write files to `output_dir`."""
     store = SqlStore(cfg.tracking.db_url)  # fail before any work when the database is unusable
     try:
-        with _sigterm_as_exit():
+        with sigterm_as_exit():
             return _run(cfg, output_dir, store, progress=progress, echo=echo, sweep=sweep)
     finally:
         store.close()
@@ -194,8 +162,6 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> _Prepared:
 
 def _meta(prep: _Prepared, output_dir: Path) -> RunMeta:
     """The SQL store's columns of the run, to find it again (resume) and to select it (the gate)."""
-    from mmlu_track.store.sql import RunMeta
-
     start, cfg = prep.start, prep.start.config
     return RunMeta(
         identity=prep.identity,
@@ -214,25 +180,18 @@ def _meta(prep: _Prepared, output_dir: Path) -> RunMeta:
     )
 
 
-def _open_mlflow(cfg: EvalConfig, store: SqlStore, run_id: str, start: RunStart) -> LiveRun | None:
-    """The run's live MLflow run (the same one when resuming), or None when tracking.mlflow=false."""
-    if not cfg.tracking.mlflow:
-        return None
-    from mmlu_track.store.mlflow import LiveRun
-
-    live = LiveRun(cfg.tracking.mlflow_uri, cfg.tracking.experiment, warn)
-    stored = store.get(run_id)
-    if live.open(run_id, start, stored.mlflow_run_id if stored else None):
-        assert live.id is not None
-        store.set_mlflow_run(run_id, live.id, synced=False)
-    return live
-
-
 @dataclass
 class _Counts:
     multi_pass: int = 0
     prefix_fallbacks: int = 0
     forwarded: int = 0
+
+
+def _committed(unit: Unit, prep: _Prepared, done: Done) -> list[QuestionResult] | None:
+    """The unit's committed results in plan order, or None when it is not (all) committed."""
+    have = {r.index: r for r in done.get(unit.subject, ())}
+    want = [q.index for q in prep.plan.questions[unit.subject][unit.start : unit.stop]]
+    return [have[i] for i in want] if all(i in have for i in want) else None
 
 
 def _score(
@@ -241,25 +200,29 @@ def _score(
     store: SqlStore,
     run_id: str,
     *,
-    done: dict[str, list[QuestionResult]],
+    done: Done,
     live: LiveRun | None,
     progress: bool,
-) -> tuple[list[QuestionResult], _Counts]:
-    """Score each subject not yet committed; commit it, and log it to the live MLflow run."""
+) -> tuple[dict[Unit, list[QuestionResult]], _Counts]:
+    """Score this shard's units not yet committed; commit each; a subject complete in this process
+    goes to the live MLflow run. Returns every unit this process holds results of."""
     from tqdm import tqdm
 
     scorer = SCORERS[cfg.scoring.method]
     counts = _Counts()
-    results: list[QuestionResult] = []
-    total = len(prep.plan.all_questions)
+    shard = Shard(cfg.shard, cfg.shards)
+    everything = units(cfg, prep.rendered)
+    mine = assign(everything, cfg.shards)[cfg.shard]
+    held: dict[Unit, list[QuestionResult]] = {}
+    total = sum(u.stop - u.start for u in mine)
     with tqdm(total=total, desc="MMLU", unit="q", disable=not progress, file=sys.stderr) as bar:
-        for subject, qs in prep.plan.questions.items():
-            if len(done.get(subject, ())) == len(qs):
-                results.extend(done[subject])
-                bar.update(len(qs))
+        for unit in mine:
+            if (committed := _committed(unit, prep, done)) is not None:
+                held[unit] = committed
+                bar.update(len(committed))
                 continue
-            bar.set_postfix_str(subject)
-            rendered = prep.rendered[subject]
+            bar.set_postfix_str(unit.subject)
+            rendered = prep.rendered[unit.subject][unit.start : unit.stop]
             scores = scorer(
                 prep.lm,
                 [p.text for p in rendered],
@@ -272,48 +235,71 @@ def _score(
             counts.multi_pass += sum(s.multi_pass for s in scores)
             counts.prefix_fallbacks += sum(s.prefix_fallback for s in scores)
             counts.forwarded += sum(s.forwarded for s in scores)
-            subject_results = _to_results(rendered, scores, cfg.scoring.calibration)
-            store.save_subject(run_id, subject, subject_results)
-            results.extend(subject_results)
-            if live is not None:
-                acc = Accuracy.of([r.correct for r in subject_results])
-                so_far = Accuracy.of([r.correct for r in results])
-                live.subject_done(subject, acc, len({r.subject for r in results}), so_far)
-    return results, counts
+            held[unit] = _to_results(rendered, scores, cfg.scoring.calibration)
+            store.save_unit(run_id, held[unit], shard)
+            subject_units = [u for u in everything if u.subject == unit.subject]
+            if live is not None and all(u in held for u in subject_units):
+                subject = [r for u in subject_units for r in held[u]]
+                so_far = [r for rs in held.values() for r in rs]
+                subjects = len({r.subject for r in so_far})
+                live.subject_done(unit.subject, _acc(subject), subjects, _acc(so_far))
+    return held, counts
+
+
+def _acc(results: Sequence[QuestionResult]) -> Accuracy:
+    return Accuracy.of([r.correct for r in results])
+
+
+def _all_results(prep: _Prepared, store: SqlStore, run_id: str) -> list[QuestionResult]:
+    """Every committed question of the run, in plan order (the finalizing shard's view)."""
+    by_key = {(r.subject, r.index): r for r in store.question_results(run_id)}
+    return [by_key[(q.subject, q.index)] for q in prep.plan.all_questions]
 
 
 def _run(
     cfg: EvalConfig, output_dir: Path, store: SqlStore, *, progress: bool, echo: Echo, sweep: str | None
 ) -> RunOutput:
-    from mmlu_track.store.sql import StoreError
+    from mmlu_track.store.db import StoreError
 
     started = time.time()
     prep = _prepare(cfg, sweep)
     start = prep.start
-    run_id, done = store.start_or_resume(_meta(prep, output_dir))
+    shard = Shard(cfg.shard, cfg.shards)
+    run_id, done = store.start_or_resume(_meta(prep, output_dir), shard)
+    sharded = f" ({shard})" if cfg.shards > 1 else ""
     if done:
-        left = len(prep.plan.questions) - len(done)
-        echo(f"resuming run {run_id}: {len(done)} subjects already done, {left} to go")
-    live = _open_mlflow(cfg, store, run_id, start)
+        n_done = sum(map(len, done.values()))
+        echo(f"resuming run {run_id}{sharded}: {n_done} of {start.data.n_questions} questions were committed")
+    # One MLflow run per run: a sharded run reaches MLflow once, from the shard that finalizes it.
+    live = open_mlflow(cfg, store, run_id, start) if cfg.shards == 1 else None
     scoring_started = time.time()
     try:
-        results, counts = _score(cfg, prep, store, run_id, done=done, live=live, progress=progress)
+        held, counts = _score(cfg, prep, store, run_id, done=done, live=live, progress=progress)
     except BaseException as err:
         with contextlib.suppress(StoreError):  # the database itself may be what failed
-            store.mark(run_id, "failed")  # still resumable: its committed subjects are kept
+            store.end_shard(run_id, shard, "failed")
+            if cfg.shards == 1:
+                store.mark(run_id, "failed")  # still resumable: its committed questions are kept
         if live is not None:
             live.end("KILLED" if isinstance(err, KeyboardInterrupt | SystemExit) else "FAILED")
         if isinstance(err, StoreError):
             raise StoreError(
-                f"{err}; the subjects committed so far are kept: run the same command to resume"
+                f"{err}; the questions committed so far are kept: run the same command to resume"
             ) from err
         raise
     finished = time.time()
+    mine = [r for rs in held.values() for r in rs]
+    scored_now = sum(len(rs) for u, rs in held.items() if _committed(u, prep, done) is None)
+    store.end_shard(run_id, shard, "done")
+    if not store.claim_finalization(run_id, start.data.n_questions):
+        echo(
+            f"run {run_id}{sharded}: {len(held)} units ({len(mine)} questions, {scored_now} scored now) "
+            "committed; the shard that commits the run's last unit finalizes it"
+        )
+        return RunOutput(run_id, mine, aggregate(mine) if mine else None, None, output_dir, None)
+    results = _all_results(prep, store, run_id) if cfg.shards > 1 else mine
     if truncated := sum(r.truncated for r in results):
         echo(f"warning: {truncated} prompts were truncated to their last tokens (allow_truncation=true)")
-
-    resumed = sum(map(len, done.values()))
-    scored_now = len(results) - resumed
     agg = aggregate(results)
     record = RunRecord(
         run_id=run_id,
@@ -327,46 +313,29 @@ def _run(
             model_load_s=round(prep.model_load_s, 3),
             scoring_s=round(finished - scoring_started, 3),
             questions_per_s=round(scored_now / max(finished - scoring_started, 1e-9), 3),
-            resumed_subjects=len(done),
+            resumed_subjects=len({r.subject for rs in done.values() for r in rs}),
             tokens_forwarded=counts.forwarded,
             total_s=round(time.time() - started, 3),
         ),
         scores=agg,
     )
-    output_dir = _own_folder(output_dir, run_id)
+    output_dir = own_folder(output_dir, run_id)
     write_jsonl(output_dir / PREDICTIONS_FILE, results)
-    _write_json(output_dir / RESULTS_FILE, record.to_json())
+    write_json(output_dir / RESULTS_FILE, record.to_json())
     store.finish(record, str(output_dir))
     echo(table(agg))
-    scored = f"{len(results)} questions" if not resumed else f"{scored_now} questions scored now"
+    scored = (
+        f"{len(results)} questions" if len(results) == scored_now else f"{scored_now} questions scored now"
+    )
+    others = len(results) - scored_now
     echo(
         f"{scored} in {finished - scoring_started:.1f} s ({record.timing.questions_per_s:.2f} q/s)"
-        f"{f', {resumed} resumed from the store' if resumed else ''}; results in {output_dir}; run {run_id}"
+        f"{f', {others} committed before or by other shards' if others else ''}; results in {output_dir}; "
+        f"run {run_id}"
     )
-    mlflow_id = _finish_mlflow(cfg, store, record, results, live)
+    if live is None and cfg.tracking.mlflow:
+        live = open_mlflow(cfg, store, run_id, start)
+    mlflow_id = finish_mlflow(cfg, store, record, results, live)
     if mlflow_id:
         echo(f"MLflow run {mlflow_id} (experiment {cfg.tracking.experiment!r})")
     return RunOutput(run_id, results, agg, record, output_dir, mlflow_id)
-
-
-def _finish_mlflow(
-    cfg: EvalConfig,
-    store: SqlStore,
-    record: RunRecord,
-    results: Sequence[QuestionResult],
-    live: LiveRun | None,
-) -> str | None:
-    """Complete the live MLflow run; if MLflow failed on the way, one more try in one go (it may be
-    back), else a warning naming the `runs sync` command. The SQL run is finished either way."""
-    if live is None:
-        return None
-    if live.finish(record, results):
-        assert live.id is not None
-        store.set_mlflow_run(record.run_id, live.id, synced=True)
-        return live.id
-    from mmlu_track.store.mlflow import sync
-
-    t = cfg.tracking
-    return sync(
-        store, record, results, uri=t.mlflow_uri, experiment=t.experiment, existing=live.id, warn=warn
-    )

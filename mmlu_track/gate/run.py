@@ -45,7 +45,7 @@ def resolve(
     its side, "baseline" or "candidate"), to its newest run comparable with that one.
     """
     if ref.startswith("models:/"):
-        from mmlu_track.store.mlflow import alias_run_id
+        from mmlu_track.store.registry import alias_run_id
 
         try:
             ref = alias_run_id(mlflow_uri, ref)
@@ -87,7 +87,8 @@ def _truncated(run: Run) -> int:
 
 def _promote(cand: Run, g: GateConfig, uri: str | None) -> str:
     """Move the alias to the candidate that passed; a promotion asked for and not done is an error."""
-    from mmlu_track.store.mlflow import MlflowUnavailable, promote
+    from mmlu_track.store.mlflow import MlflowUnavailable
+    from mmlu_track.store.registry import promote
 
     assert g.promote_alias is not None
     model = g.registered_model or cand.model_name

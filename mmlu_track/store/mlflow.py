@@ -21,6 +21,7 @@ import tempfile
 import urllib.request
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -182,7 +183,7 @@ def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
         yield
@@ -203,7 +204,7 @@ class LiveRun:
         if self.broken:
             return False
         try:
-            with _quiet():
+            with quiet():
                 fn()
         except Exception as err:  # MLflow raises many types for a broken store; all mean "not logged"
             self.broken = True
@@ -214,8 +215,11 @@ class LiveRun:
             return False
         return True
 
-    def open(self, run_id: str, start: RunStart, existing: str | None = None) -> str | None:
-        """Open (or reopen, for a resumed evaluation) the run; its MLflow id, or None when down."""
+    def open(
+        self, run_id: str, start: RunStart, existing: str | None = None, started: datetime | None = None
+    ) -> str | None:
+        """Open (or reopen, for a resumed evaluation) the run, started at `started` (default now);
+        its MLflow id, or None when down."""
 
         def go() -> None:
             check_reachable(self.uri)
@@ -228,7 +232,12 @@ class LiveRun:
                     self.client.update_run(existing, status=RunStatus.to_string(RunStatus.RUNNING))
                     self.id = existing
                     return
-            new = self.client.create_run(exp_id, run_name=start.name, tags=tags(run_id, start))
+            new = self.client.create_run(
+                exp_id,
+                run_name=start.name,
+                tags=tags(run_id, start),
+                start_time=int(started.timestamp() * 1000) if started else None,
+            )
             self.id = str(new.info.run_id)
             self.client.log_batch(
                 self.id,
@@ -341,7 +350,7 @@ def log_comparison(
         from mlflow.entities import Metric, Param
 
         client, exp_id = client_and_experiment(uri, experiment)
-        with _quiet():
+        with quiet():
             run = client.create_run(exp_id, run_name=name, tags={KIND_TAG: "comparison", **run_tags})
             rid = run.info.run_id
             ts = int(run.info.start_time)
@@ -356,46 +365,3 @@ def log_comparison(
         return str(rid)
     except Exception as err:
         raise MlflowUnavailable(f"logging to MLflow ({uri or 'default'}) failed: {err}") from err
-
-
-def alias_run_id(uri: str | None, ref: str) -> str:
-    """The MLflow run id behind `models:/<name>@<alias>`. Raises `LookupError` with one line."""
-    name, _, alias = ref.removeprefix("models:/").partition("@")
-    if not alias:
-        raise LookupError(f"{ref!r}: write a registered model alias as models:/<name>@<alias>")
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    try:
-        with _quiet():
-            version = MlflowClient(tracking_uri=uri).get_model_version_by_alias(name, alias)
-    except MlflowException as err:
-        raise LookupError(f"no MLflow model version for {ref}: {err.message}") from err
-    if not version.run_id:
-        raise LookupError(f"the model version behind {ref} has no run id")
-    return str(version.run_id)
-
-
-def promote(uri: str | None, model: str, alias: str, run_id: str, source: str) -> str:
-    """Point `model@alias` at a new version referring to the evaluated run (the model is
-    registered by reference: `source` is where its weights are; nothing is copied). Returns the
-    version. Raises `MlflowUnavailable` on failure."""
-    check_reachable(uri)
-    try:
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=uri)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                client.get_registered_model(model)
-            except MlflowException:
-                client.create_registered_model(model)
-            version = client.create_model_version(model, source, run_id=run_id)
-            client.set_registered_model_alias(model, alias, version.version)
-        return str(version.version)
-    except Exception as err:  # MLflow raises many types; all mean "not promoted"
-        raise MlflowUnavailable(
-            f"promoting {model}@{alias} in MLflow ({uri or 'default'}) failed: {err}"
-        ) from err

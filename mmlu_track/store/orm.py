@@ -19,7 +19,7 @@ class Run(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     identity: Mapped[str] = mapped_column(String(64), index=True)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # running | finished | failed
+    status: Mapped[str] = mapped_column(String(16), index=True)  # running | finalizing | finished | failed
     model_name: Mapped[str] = mapped_column(String(255), index=True)
     model_revision: Mapped[str | None] = mapped_column(String(255))
     scoring: Mapped[str] = mapped_column(String(32))
@@ -39,7 +39,20 @@ class Run(Base):
     sweep: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
-    owner: Mapped[str | None] = mapped_column(String(255))  # host:pid of the process evaluating it
+    owner: Mapped[str | None] = mapped_column(String(255))  # host:pid that last claimed or finalizes it
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last commit
+
+
+class RunShard(Base):
+    """One shard of a run and the process scoring it (an unsharded run has one: shards=1, shard=0)."""
+
+    __tablename__ = "run_shards"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    shards: Mapped[int] = mapped_column(Integer, primary_key=True)
+    shard: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))  # running | done | failed
+    owner: Mapped[str | None] = mapped_column(String(255))  # host:pid
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last commit
 
 

@@ -9,32 +9,25 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import socket
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, delete, event, select
-from sqlalchemy.engine import make_url
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from mmlu_track.config import ConfigError, EvalConfig, eval_config_from_dict
-from mmlu_track.eval.results import Accuracy, QuestionResult
-from mmlu_track.resources import MIGRATIONS_DIR
-from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, SubjectScore
+from mmlu_track.eval.results import QuestionResult
+from mmlu_track.store.db import StoreError, db_error, open_engine, upgrade
+from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
 from mmlu_track.store.record import RecordError, RunRecord
 
-UNFINISHED = ("running", "failed")
-
-
-class StoreError(RuntimeError):
-    """The database cannot be used (unreachable, or its schema is not one this code knows)."""
+UNFINISHED = ("running", "failed", "finalizing")
 
 
 class RunInProgress(StoreError):
@@ -50,11 +43,11 @@ def current_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _alive(run: Run, now: datetime) -> bool:
-    """Is the process recorded as evaluating `run` still there?"""
-    if run.status != "running" or not run.owner:
-        return False  # failed, or recorded before owners were (then resumable, as always)
-    host, _, pid = run.owner.rpartition(":")
+def _alive(owner: str | None, last_commit: datetime, now: datetime) -> bool:
+    """Is the process `owner` (host:pid) still there? On another host: has it committed lately?"""
+    if not owner:
+        return False  # recorded before owners were: resumable, as always
+    host, _, pid = owner.rpartition(":")
     if host == socket.gethostname() and pid.isdigit():
         try:
             os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
@@ -63,96 +56,18 @@ def _alive(run: Run, now: datetime) -> bool:
         except PermissionError:
             pass  # it exists, owned by another user
         return True
-    last = run.heartbeat_at or run.created_at
-    return now - last < STALE_AFTER
+    return now - last_commit < STALE_AFTER
 
 
-def busy_timeout() -> float:
-    """Seconds a SQLite writer waits for another one (`MMLU_TRACK_SQLITE_BUSY_TIMEOUT`, default 60)."""
-    raw = os.environ.get("MMLU_TRACK_SQLITE_BUSY_TIMEOUT", "60")
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise StoreError(f"MMLU_TRACK_SQLITE_BUSY_TIMEOUT={raw!r} must be a number of seconds above 0")
-    return value
+@dataclass(frozen=True)
+class Shard:
+    """Which part of a run's work this process scores (`shards=count shard=index`)."""
 
+    index: int = 0
+    count: int = 1
 
-def make_engine(url: str) -> Engine:
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    busy = busy_timeout()
-    engine = create_engine(url, connect_args={"timeout": busy})
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # Let SQLAlchemy, not pysqlite, decide when transactions begin (see "begin" below).
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout={int(busy * 1000)}")  # wait for other writers instead of failing
-        cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        # Take the write lock up front: concurrent writers (and concurrent Alembic upgrades)
-        # queue on busy_timeout instead of failing on a read-to-write lock upgrade.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
-
-
-def open_engine(url: str) -> Engine:
-    """`make_engine`, with a malformed URL or a missing driver as one-line `StoreError`."""
-    try:
-        return make_engine(url)
-    except StoreError:
-        raise
-    except Exception as err:
-        raise db_error(url, err, "cannot be opened") from err
-
-
-def upgrade(engine: Engine, *, shared: bool = False) -> str:
-    """Bring the database to the newest migration; return that revision.
-
-    Policy (as MLflow's): an embedded SQLite file and an empty database are upgraded here; a server
-    database (PostgreSQL, ...) at an older revision is refused unless `shared` (the explicit
-    `runs db-upgrade` command), so one newer client never migrates a store older clients still use.
-    """
-    # Alembic narrates every step (its imports too) at INFO, which Hydra's logging setup would print.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    from alembic import command
-    from alembic.config import Config
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    head = ScriptDirectory.from_config(cfg).get_current_head()
-    with engine.connect() as conn:
-        current = MigrationContext.configure(conn).get_current_revision()
-    known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
-    if current is not None and current not in known:
-        raise StoreError(
-            f"database schema {current} is newer than this mmlu_track (head {head}): upgrade mmlu_track"
-        )
-    if current not in (None, head) and engine.dialect.name != "sqlite" and not shared:
-        raise StoreError(
-            f"the results database {engine.url.render_as_string(hide_password=True)} has schema {current}, "
-            f"this mmlu_track needs {head}: upgrade it once with "
-            "`python -m mmlu_track.runs --db URL db-upgrade` (clients older than this one then refuse it)"
-        )
-    if current != head:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
-    assert head is not None
-    return head
+    def __str__(self) -> str:
+        return f"shard {self.index} of {self.count}"
 
 
 @dataclass(frozen=True)
@@ -196,20 +111,6 @@ def _from_row(row: QuestionRow) -> QuestionResult:
         logprobs=None if lps[0] is None else (lps[0], lps[1], lps[2], lps[3]),  # type: ignore[arg-type]
         generated=row.generated, prediction=row.prediction, gold=row.gold, margin=row.margin,
     )  # fmt: skip
-
-
-def db_error(url: str, err: Exception, what: str) -> StoreError:
-    text = str(getattr(err, "orig", None) or err).splitlines()[0]
-    if "locked" in text:
-        return StoreError(
-            f"the results database {url} stayed locked by another process (waited {busy_timeout():g} s)"
-        )
-    if "readonly" in text:
-        return StoreError(
-            f"the results database {url} is read-only ({text}): make the file and its folder writable, "
-            "or point tracking.db_url elsewhere"
-        )
-    return StoreError(f"the results database {url} {what}: {text}")
 
 
 def record_of(run: Run) -> RunRecord | None:
@@ -259,15 +160,22 @@ class SqlStore:
         """Close pooled connections (servers such as PostgreSQL otherwise keep them open)."""
         self.engine.dispose()
 
-    def start_or_resume(self, meta: RunMeta) -> tuple[str, dict[str, list[QuestionResult]]]:
-        """The newest unfinished run with the same identity and its committed subjects, or a new run.
+    def start_or_resume(
+        self, meta: RunMeta, shard: Shard = Shard()
+    ) -> tuple[str, dict[str, list[QuestionResult]]]:
+        """The newest unfinished run with the same identity and its committed questions by subject,
+        or a new run; this process takes `shard` of it.
 
         Atomic: the lookup and the claim happen in one transaction holding the write lock (SQLite)
-        or the row lock (other servers), so two processes never both take one run; a run whose
-        owner is alive is refused (`RunInProgress`), one whose owner died is resumed.
+        or an advisory lock on the identity and the run's row lock (PostgreSQL), so two processes
+        never create one run twice nor both take one shard. A shard whose process is alive is
+        refused (`RunInProgress`); one whose process died is taken over. Other shards of the same
+        run are claimed by their own processes at the same time.
         """
         now = _now()
         with self._session(write=True) as s:
+            if self.engine.dialect.name == "postgresql":  # no row to lock yet when the run is new
+                s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": int(meta.identity[:15], 16)})
             run = s.scalars(
                 select(Run)
                 .where(Run.identity == meta.identity, Run.status.in_(UNFINISHED))
@@ -275,13 +183,6 @@ class SqlStore:
                 .limit(1)
                 .with_for_update()
             ).first()
-            if run is not None and _alive(run, now):
-                raise RunInProgress(
-                    f"run {run.id} with these settings is being evaluated by process {run.owner} "
-                    f"(last commit {run.heartbeat_at or run.created_at:%Y-%m-%d %H:%M} UTC): wait for it, "
-                    "or stop it and run the same command again to resume; tracking.resume=false starts "
-                    "a separate run"
-                )
             if run is None:
                 run = Run(
                     id=uuid.uuid4().hex, identity=meta.identity, status="running",
@@ -293,10 +194,31 @@ class SqlStore:
                     owner=current_owner(), heartbeat_at=now,
                 )  # fmt: skip
                 s.add(run)
+                s.flush()
+                s.add(RunShard(run_id=run.id, shards=shard.count, shard=shard.index, status="running",
+                               owner=current_owner(), heartbeat_at=now))  # fmt: skip
                 return run.id, {}
-            run.status = "running"
-            run.owner, run.heartbeat_at = current_owner(), now
-            run.output_dir = meta.output_dir
+            claim = s.get(RunShard, (run.id, shard.count, shard.index))
+            if claim is not None and claim.status == "running":
+                last = claim.heartbeat_at or run.created_at
+                if _alive(claim.owner, last, now):
+                    which = "" if shard.count == 1 else f" ({shard})"
+                    raise RunInProgress(
+                        f"run {run.id}{which} with these settings is being evaluated by process "
+                        f"{claim.owner} (last commit {last:%Y-%m-%d %H:%M} UTC): wait for it, or stop it "
+                        "and run the same command again to resume; tracking.resume=false starts a "
+                        "separate run"
+                    )
+            if run.status == "finalizing" and _alive(run.owner, run.heartbeat_at or now, now):
+                raise RunInProgress(f"run {run.id} is being finalized by process {run.owner}: wait for it")
+            if claim is None:
+                claim = RunShard(run_id=run.id, shards=shard.count, shard=shard.index)
+                s.add(claim)
+            claim.status, claim.owner, claim.heartbeat_at = "running", current_owner(), now
+            if run.status != "running":  # failed, or a finalizer that died: this process takes it on
+                run.status, run.owner, run.heartbeat_at = "running", current_owner(), now
+            if shard.count == 1:
+                run.output_dir = meta.output_dir
             done: dict[str, list[QuestionResult]] = {}
             rows = s.scalars(
                 select(QuestionRow).where(QuestionRow.run_id == run.id).order_by(QuestionRow.question_index)
@@ -305,28 +227,52 @@ class SqlStore:
                 done.setdefault(row.subject, []).append(_from_row(row))
             return run.id, done
 
-    def save_subject(self, run_id: str, subject: str, results: Sequence[QuestionResult]) -> None:
-        """Commit one subject's questions and score in one transaction (replacing any earlier try)."""
-        acc = Accuracy.of([r.correct for r in results])
+    def save_unit(self, run_id: str, results: Sequence[QuestionResult], shard: Shard = Shard()) -> None:
+        """Commit one unit (questions of one subject) in one transaction, replacing any earlier try."""
+        subject = results[0].subject
+        assert all(r.subject == subject for r in results), "a unit holds one subject's questions"
+        now = _now()
         with self._session(write=True) as s:
-            s.execute(delete(QuestionRow).where(QuestionRow.run_id == run_id, QuestionRow.subject == subject))
             s.execute(
-                delete(SubjectScore).where(SubjectScore.run_id == run_id, SubjectScore.subject == subject)
-            )
-            s.add_all(_to_row(run_id, r) for r in results)
-            s.get_one(Run, run_id).heartbeat_at = _now()
-            s.add(
-                SubjectScore(
-                    run_id=run_id,
-                    subject=subject,
-                    n=acc.n,
-                    correct=acc.correct,
-                    acc=acc.acc,
-                    stderr=acc.stderr,
+                delete(QuestionRow).where(
+                    QuestionRow.run_id == run_id,
+                    QuestionRow.subject == subject,
+                    QuestionRow.question_index.in_([r.index for r in results]),
                 )
             )
+            s.add_all(_to_row(run_id, r) for r in results)
+            s.get_one(Run, run_id).heartbeat_at = now
+            if claim := s.get(RunShard, (run_id, shard.count, shard.index)):
+                claim.heartbeat_at = now
+
+    def end_shard(self, run_id: str, shard: Shard, status: str) -> None:
+        """This shard is `done` (its units committed) or `failed` (resumable)."""
+        with self._session(write=True) as s:
+            if claim := s.get(RunShard, (run_id, shard.count, shard.index)):
+                claim.status = status
+
+    def claim_finalization(self, run_id: str, n_questions: int) -> bool:
+        """True for exactly one caller, once every question is committed: that caller finalizes.
+
+        Race-free: the status moves from running/failed to finalizing in one conditional UPDATE; a
+        concurrent caller's UPDATE matches no row. Each caller calls this after its own last commit,
+        so the last shard to commit always sees every question.
+        """
+        with self._session(write=True) as s:
+            committed = s.scalar(
+                select(func.count()).select_from(QuestionRow).where(QuestionRow.run_id == run_id)
+            )
+            if (committed or 0) < n_questions:
+                return False
+            claimed = s.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.status.in_(("running", "failed")))
+                .values(status="finalizing", owner=current_owner(), heartbeat_at=_now())
+            )
+            return bool(claimed.rowcount == 1)  # type: ignore[attr-defined]
 
     def finish(self, record: RunRecord, output_dir: str | None = None) -> None:
+        """The run is finished: its record, its subjects' scores, every shard done."""
         with self._session(write=True) as s:
             run = s.get_one(Run, record.run_id)
             run.status = "finished"
@@ -336,10 +282,21 @@ class SqlStore:
             run.record_json = json.dumps(record.to_json())
             run.acc_micro = record.scores.micro.acc
             run.acc_macro = record.scores.macro.acc
+            s.execute(delete(SubjectScore).where(SubjectScore.run_id == record.run_id))
+            s.add_all(
+                SubjectScore(
+                    run_id=record.run_id, subject=name, n=a.n, correct=a.correct, acc=a.acc, stderr=a.stderr
+                )
+                for name, a in record.scores.subjects.items()
+            )
+            s.execute(update(RunShard).where(RunShard.run_id == record.run_id).values(status="done"))
 
     def mark(self, run_id: str, status: str) -> None:
+        """The whole run's status (`failed`: every shard of it too, so any process resumes it)."""
         with self._session(write=True) as s:
             s.get_one(Run, run_id).status = status
+            if status == "failed":
+                s.execute(update(RunShard).where(RunShard.run_id == run_id).values(status="failed"))
 
     def set_mlflow_run(self, run_id: str, mlflow_run_id: str, *, synced: bool) -> None:
         """The MLflow run this run logs to; `synced` once everything is logged there."""

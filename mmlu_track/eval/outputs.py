@@ -1,0 +1,111 @@
+"""Where a run goes as it is evaluated: its folder and files, its live MLflow run, and the signal
+that stops it. The pipeline calls these; they hold no evaluation logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import UTC
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mmlu_track.config import EvalConfig
+from mmlu_track.eval.results import QuestionResult
+from mmlu_track.store.record import RunRecord, RunStart
+from mmlu_track.store.sql import SqlStore
+
+if TYPE_CHECKING:
+    from mmlu_track.store.mlflow import LiveRun
+
+RESULTS_FILE = "results.json"
+PREDICTIONS_FILE = "predictions.jsonl"
+
+
+def warn(message: str) -> None:
+    print(f"mmlu_track: warning: {message}", file=sys.stderr)
+
+
+def write_json(path: Path, obj: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)  # never a half-written results.json
+
+
+def own_folder(output_dir: Path, run_id: str) -> Path:
+    """`output_dir`, or a subfolder of it when another run's results are already there."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    existing = output_dir / RESULTS_FILE
+    if existing.is_file():
+        try:
+            other = json.loads(existing.read_text(encoding="utf-8")).get("run_id")
+        except (OSError, ValueError):
+            other = None
+        if other != run_id:
+            output_dir = output_dir / f"run-{run_id[:12]}"
+            output_dir.mkdir(parents=True, exist_ok=True)
+    return output_dir
+
+
+@contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, `kill`) unwinds like Ctrl-C, so the run is marked and its MLflow
+    run ends KILLED; only where nobody else (a launcher) handles SIGTERM already."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def open_mlflow(cfg: EvalConfig, store: SqlStore, run_id: str, start: RunStart) -> LiveRun | None:
+    """The run's live MLflow run (the same one when resuming), or None when tracking.mlflow=false."""
+    if not cfg.tracking.mlflow:
+        return None
+    from mmlu_track.store.mlflow import LiveRun
+
+    live = LiveRun(cfg.tracking.mlflow_uri, cfg.tracking.experiment, warn)
+    stored = store.get(run_id)
+    assert stored is not None
+    started = stored.created_at.replace(tzinfo=UTC)  # a sharded run's MLflow run opens at its end
+    if live.open(run_id, start, stored.mlflow_run_id, started=started):
+        assert live.id is not None
+        store.set_mlflow_run(run_id, live.id, synced=False)
+    return live
+
+
+def finish_mlflow(
+    cfg: EvalConfig,
+    store: SqlStore,
+    record: RunRecord,
+    results: Sequence[QuestionResult],
+    live: LiveRun | None,
+) -> str | None:
+    """Complete the live MLflow run; if MLflow failed on the way, one more try in one go (it may be
+    back), else a warning naming the `runs sync` command. The SQL run is finished either way."""
+    if live is None:
+        return None
+    if live.finish(record, results):
+        assert live.id is not None
+        store.set_mlflow_run(record.run_id, live.id, synced=True)
+        return live.id
+    from mmlu_track.store.mlflow import sync
+
+    t = cfg.tracking
+    return sync(
+        store, record, results, uri=t.mlflow_uri, experiment=t.experiment, existing=live.id, warn=warn
+    )

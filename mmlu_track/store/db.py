@@ -1,0 +1,125 @@
+"""The results database itself: opening it (SQLite set up for concurrent writers), its schema
+(Alembic migrations only), and its failures as one-line `StoreError`s.
+
+Schema policy (as MLflow's): an embedded SQLite file and an empty database are upgraded when
+opened; a server database (PostgreSQL, ...) at an older revision is refused unless upgraded on
+purpose (`python -m mmlu_track.runs --db URL db-upgrade`); a database newer than the code is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+from mmlu_track.resources import MIGRATIONS_DIR
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used (unreachable, or its schema is not one this code knows)."""
+
+
+def busy_timeout() -> float:
+    """Seconds a SQLite writer waits for another one (`MMLU_TRACK_SQLITE_BUSY_TIMEOUT`, default 60)."""
+    raw = os.environ.get("MMLU_TRACK_SQLITE_BUSY_TIMEOUT", "60")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise StoreError(f"MMLU_TRACK_SQLITE_BUSY_TIMEOUT={raw!r} must be a number of seconds above 0")
+    return value
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    busy = busy_timeout()
+    engine = create_engine(url, connect_args={"timeout": busy})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, decide when transactions begin (see "begin" below).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={int(busy * 1000)}")  # wait for other writers instead of failing
+        cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # Take the write lock up front: concurrent writers (and concurrent Alembic upgrades)
+        # queue on busy_timeout instead of failing on a read-to-write lock upgrade.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def open_engine(url: str) -> Engine:
+    """`make_engine`, with a malformed URL or a missing driver as one-line `StoreError`."""
+    try:
+        return make_engine(url)
+    except StoreError:
+        raise
+    except Exception as err:
+        raise db_error(url, err, "cannot be opened") from err
+
+
+def upgrade(engine: Engine, *, shared: bool = False) -> str:
+    """Bring the database to the newest migration; return that revision.
+
+    Policy (as MLflow's): an embedded SQLite file and an empty database are upgraded here; a server
+    database (PostgreSQL, ...) at an older revision is refused unless `shared` (the explicit
+    `runs db-upgrade` command), so one newer client never migrates a store older clients still use.
+    """
+    # Alembic narrates every step (its imports too) at INFO, which Hydra's logging setup would print.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
+    if current is not None and current not in known:
+        raise StoreError(
+            f"database schema {current} is newer than this mmlu_track (head {head}): upgrade mmlu_track"
+        )
+    if current not in (None, head) and engine.dialect.name != "sqlite" and not shared:
+        raise StoreError(
+            f"the results database {engine.url.render_as_string(hide_password=True)} has schema {current}, "
+            f"this mmlu_track needs {head}: upgrade it once with "
+            "`python -m mmlu_track.runs --db URL db-upgrade` (clients older than this one then refuse it)"
+        )
+    if current != head:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    assert head is not None
+    return head
+
+
+def db_error(url: str, err: Exception, what: str) -> StoreError:
+    text = str(getattr(err, "orig", None) or err).splitlines()[0]
+    if "locked" in text:
+        return StoreError(
+            f"the results database {url} stayed locked by another process (waited {busy_timeout():g} s)"
+        )
+    if "readonly" in text:
+        return StoreError(
+            f"the results database {url} is read-only ({text}): make the file and its folder writable, "
+            "or point tracking.db_url elsewhere"
+        )
+    return StoreError(f"the results database {url} {what}: {text}")

@@ -1,0 +1,220 @@
+"""Sharding: units cut from the plan, balanced over shards, scored by several processes into one run,
+finalized once, equal to the unsharded run question by question."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mmlu_track.eval.pipeline import RunOutput, run
+from mmlu_track.eval.plan import UNIT_QUESTIONS, Unit, assign
+from mmlu_track.store.sql import SqlStore
+
+from .conftest import tiny_run_cfg
+
+# At limit=200 professional_law (1,534 questions) and virology (166) are cut into slices, anatomy (135) not.
+ARGS = ["k=0", "subjects=[professional_law,anatomy,virology]", "limit=200"]
+
+
+def _units(costs: list[int]) -> list[Unit]:
+    return [Unit(f"s{i}", 0, 1, c) for i, c in enumerate(costs)]
+
+
+def test_assignment_is_deterministic_complete_and_balanced() -> None:
+    rng = np.random.default_rng(0)
+    units = _units([int(c) for c in rng.integers(1, 1000, size=80)])
+    for shards in (1, 2, 3, 8, 100):
+        parts = assign(units, shards)
+        assert parts == assign(units, shards)
+        assert sorted(u.subject for p in parts for u in p) == sorted(u.subject for u in units)  # each once
+        for part in parts:  # plan order kept inside a shard
+            assert part == sorted(part, key=units.index)
+        loads = [sum(u.cost for u in p) for p in parts]
+        # LPT's bound: the makespan is within 4/3 of the optimum, itself >= the mean load and the largest unit
+        lower = max(sum(u.cost for u in units) / shards, *(u.cost for u in units))
+        assert max(loads) <= 4 / 3 * lower + 1
+
+
+def _exact(r: Any) -> dict[str, Any]:
+    return {k: v for k, v in dataclasses.asdict(r).items() if k not in ("logprobs", "margin")}
+
+
+def _same_as(reference: RunOutput, got: list[Any]) -> None:
+    want = sorted(reference.results, key=lambda r: (r.subject, r.index))
+    got = sorted(got, key=lambda r: (r.subject, r.index))
+    assert [_exact(r) for r in got] == [_exact(r) for r in want]
+    np.testing.assert_allclose([r.logprobs for r in got], [r.logprobs for r in want], atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> RunOutput:
+    where = tmp_path_factory.mktemp("ref")
+    return run(
+        tiny_run_cfg(f"sqlite:///{where / 'ref.db'}", *ARGS), where, progress=False, echo=lambda _: None
+    )
+
+
+def test_four_shards_in_turn_make_one_run_equal_to_the_unsharded_one(
+    tmp_path: Path, reference: RunOutput
+) -> None:
+    db, mlflow_uri = f"sqlite:///{tmp_path / 'store.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    said: list[str] = []
+    outs = [
+        run(
+            tiny_run_cfg(
+                db,
+                *ARGS,
+                "shards=4",
+                f"shard={i}",
+                "tracking.mlflow=true",
+                f"tracking.mlflow_uri={mlflow_uri}",
+                "tracking.experiment=sharded",
+            ),
+            tmp_path / f"shard{i}",
+            progress=False,
+            echo=said.append,
+        )
+        for i in (2, 0, 3, 1)
+    ]
+    assert [o.record is None for o in outs] == [True, True, True, False]  # the last to commit finalizes
+    assert len({o.run_id for o in outs}) == 1
+    assert sum(len(o.results) for o in outs[:3]) < 501  # each shard returns its own questions
+    final = outs[3]
+    assert final.record is not None
+    _same_as(reference, final.results)
+    assert final.scores.micro == reference.scores.micro
+    assert final.scores.subjects == reference.scores.subjects
+    assert len([s for s in said if "the shard that commits the run's last unit finalizes it" in s]) == 3
+    store = SqlStore(db)
+    (stored,) = store.runs()
+    assert stored.status == "finished"
+    assert stored.acc_micro == reference.scores.micro.acc
+    exp = MlflowClient(tracking_uri=mlflow_uri).get_experiment_by_name("sharded")
+    (logged,) = MlflowClient(tracking_uri=mlflow_uri).search_runs([exp.experiment_id])  # one MLflow run
+    assert logged.info.status == "FINISHED"
+    assert logged.data.metrics["acc_micro"] == reference.scores.micro.acc
+    assert logged.info.start_time <= int(stored.created_at.timestamp() * 1000) + 1000
+
+
+def test_a_big_subject_is_cut_into_slices() -> None:
+    from mmlu_track.eval.plan import units
+
+    cfg = tiny_run_cfg("sqlite://", *ARGS)
+    rendered = {"professional_law": [None] * 250, "anatomy": [None] * 135}  # only lengths matter here
+
+    class P:  # a rendered prompt's two lengths
+        prefix = "p" * 10
+        text = "p" * 30
+
+    cut = units(cfg, {s: [P()] * len(v) for s, v in rendered.items()})
+    assert [(u.subject, u.start, u.stop) for u in cut] == [
+        ("professional_law", 0, 125),
+        ("professional_law", 125, 250),
+        ("anatomy", 0, 135),
+    ]
+    assert cut[0].cost == 10 + 125 * 20
+    assert round(1534 / UNIT_QUESTIONS) == 15
+    whole = units(
+        dataclasses.replace(cfg, scoring=dataclasses.replace(cfg.scoring, calibration="mean")),
+        {s: [P()] * len(v) for s, v in rendered.items()},
+    )
+    assert [(u.subject, u.start, u.stop) for u in whole] == [
+        ("professional_law", 0, 250),
+        ("anatomy", 0, 135),
+    ]
+
+
+def _shard_cmd(db: str, out: Path, shards: int, shard: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "mmlu_track",
+        "experiment=smoke",
+        "device=cpu",
+        "tracking=sql_only",
+        f"tracking.db_url={db}",
+        *ARGS,
+        f"shards={shards}",
+        f"shard={shard}",
+        f"hydra.run.dir={out}",
+    ]
+
+
+def run_shards_at_once(db: str, where: Path, shards: int) -> list[subprocess.CompletedProcess[str]]:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "", "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(
+            _shard_cmd(db, where / f"s{i}", shards, i),
+            cwd=where,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(shards)
+    ]
+    outs = [(p, *p.communicate(timeout=600)) for p in procs]
+    return [subprocess.CompletedProcess(p.args, p.returncode, o, e) for p, o, e in outs]
+
+
+def check_one_finalized_run(db: str, where: Path, reference: RunOutput, shards: int) -> None:
+    done = run_shards_at_once(db, where, shards)
+    assert all(d.returncode == 0 for d in done), [d.stderr[-800:] for d in done if d.returncode]
+    finalized = [d for d in done if "micro average" in d.stdout]
+    assert len(finalized) == 1, [d.stdout[-300:] for d in done]
+    assert len(list(where.glob("s*/results.json"))) == 1
+    store = SqlStore(db)
+    (stored,) = store.runs()
+    assert stored.status == "finished"
+    results = store.question_results(stored.id)
+    assert len(results) == len({(r.subject, r.index) for r in results}) == 200 + 135 + 166
+    _same_as(reference, results)
+    store.close()
+
+
+def test_eight_shards_at_once_on_sqlite(tmp_path: Path, reference: RunOutput) -> None:
+    check_one_finalized_run(f"sqlite:///{tmp_path / 'store.db'}", tmp_path, reference, 8)
+
+
+def test_eight_shards_at_once_on_postgresql(postgres_url: str, tmp_path: Path, reference: RunOutput) -> None:
+    check_one_finalized_run(postgres_url, tmp_path, reference, 8)
+
+
+def test_a_shard_killed_midway_and_rerun_completes_the_run(tmp_path: Path, reference: RunOutput) -> None:
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    env = {**os.environ, "HYDRA_FULL_ERROR": ""}
+    first = subprocess.Popen(
+        [*_shard_cmd(db, tmp_path / "a", 2, 0), "batch_size=2"], cwd=tmp_path, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    store = SqlStore(db)
+    deadline = time.time() + 240
+    while not (runs := store.runs()) or not store.question_results(runs[0].id):
+        assert first.poll() is None, first.communicate()
+        assert time.time() < deadline, "shard 0 committed nothing in time"
+        time.sleep(0.05)
+    first.kill()  # SIGKILL: no chance to mark anything
+    first.communicate(timeout=60)
+    other = subprocess.run(_shard_cmd(db, tmp_path / "b", 2, 1), cwd=tmp_path, env=env, text=True,
+                           capture_output=True, timeout=300, check=False)  # fmt: skip
+    assert other.returncode == 0, other.stderr
+    assert "finalizes it" in other.stdout  # shard 0's units are still open: not finalized
+    (open_run,) = store.runs()
+    assert open_run.status == "running"
+    rerun = subprocess.run(_shard_cmd(db, tmp_path / "c", 2, 0), cwd=tmp_path, env=env, text=True,
+                           capture_output=True, timeout=300, check=False)  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"resuming run {open_run.id} (shard 0 of 2)" in rerun.stdout
+    assert "micro average" in rerun.stdout  # the rerun committed the last unit: it finalized
+    (done,) = store.runs()
+    assert done.status == "finished"
+    _same_as(reference, store.question_results(done.id))
