@@ -353,7 +353,7 @@ def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: 
     assert proc.returncode == 2, err
     (line,) = [x for x in err.splitlines() if x.startswith("mmlu_track: error")]
     assert "stayed locked by another process (waited 1 s)" in line
-    assert line.endswith("the subjects committed so far are kept: run the same command to resume")
+    assert line.endswith("the questions committed so far are kept: run the same command to resume")
     ((run_id, _, kept),) = _snapshot(db)
     assert kept > 0
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)

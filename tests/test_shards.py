@@ -218,3 +218,38 @@ def test_a_shard_killed_midway_and_rerun_completes_the_run(tmp_path: Path, refer
     (done,) = store.runs()
     assert done.status == "finished"
     _same_as(reference, store.question_results(done.id))
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        ["hydra/launcher=joblib", "hydra.launcher.n_jobs=4"],
+        ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"],
+        ["hydra/launcher=ray"],  # a local Ray started for the sweep
+    ],
+    ids=["joblib", "submitit_local", "ray"],
+)
+def test_each_launcher_runs_four_shards_into_one_run(
+    tmp_path: Path, reference: RunOutput, launcher: list[str]
+) -> None:
+    db, mlflow_uri = f"sqlite:///{tmp_path / 'store.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cmd = [
+        sys.executable, "-m", "mmlu_track", "-m", *launcher, "experiment=smoke", "device=cpu",
+        f"tracking.db_url={db}", f"tracking.mlflow_uri={mlflow_uri}", "tracking.experiment=launched", *ARGS,
+        "shards=4", "shard=range(4)", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]  # fmt: skip
+    env = {**os.environ, "HYDRA_FULL_ERROR": "", "OMP_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0"}
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=env, text=True, capture_output=True, timeout=600, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    store = SqlStore(db)
+    (stored,) = store.runs()
+    assert stored.status == "finished"
+    assert stored.acc_micro == reference.scores.micro.acc
+    _same_as(reference, store.question_results(stored.id))
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    (logged,) = client.search_runs([client.get_experiment_by_name("launched").experiment_id])
+    assert logged.info.status == "FINISHED"
+    assert logged.data.metrics["acc_micro"] == reference.scores.micro.acc
+    assert len(list((tmp_path / "sweep").glob("*/results.json"))) == 1  # finalized once

@@ -65,3 +65,24 @@ def test_compare_step_outputs_exit_code_verdict_and_summary(
     assert outputs["exit-code"] == str(code)
     assert outputs.get("verdict") == verdict
     assert summary.startswith(summary_start)
+
+
+def test_evaluate_step_runs_a_sharded_evaluation_into_one_run(tmp_path: Path) -> None:
+    """The gate's evaluation step with shards=2 on a saved (tiny, random) model: one finished run."""
+    from mmlu_track.eval import models
+
+    from .conftest import compose_eval
+
+    lm = models.load(compose_eval(["model=tiny", "device=cpu"]))
+    saved = tmp_path / "candidate"
+    lm.model.save_pretrained(saved)
+    lm.tokenizer.save_pretrained(saved)
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    args = "device=cpu k=0 limit=4 subjects=[anatomy,virology] hydra.sweep.dir=sweep"
+    env = {"MODEL": str(saved), "SHARDS": "2", "MMLU_TRACK_DB_URL": db, "MLFLOW_URI": "", "EVAL_ARGS": args}
+    rc, _, _ = _run_step(_step("mmlu-gate.yml", "evaluate"), tmp_path, env)
+    assert rc == 0
+    (run,) = SqlStore(db).runs()
+    assert run.status == "finished"
+    assert run.n_questions == 8
+    assert run.model_name == str(saved)

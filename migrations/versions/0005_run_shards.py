@@ -19,7 +19,9 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "run_shards",
-        sa.Column("run_id", sa.String(length=32), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+        sa.Column(
+            "run_id", sa.String(length=32), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+        ),
         sa.Column("shards", sa.Integer(), nullable=False),
         sa.Column("shard", sa.Integer(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),

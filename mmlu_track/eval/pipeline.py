@@ -1,10 +1,12 @@
 """One evaluation, stage by stage: config -> plan (data, prompts) -> scoring -> results -> stores.
 
-No Hydra here: `run` takes a validated `EvalConfig` and the folder to write into. Each subject is
-committed to the SQL store as soon as it is scored, and its accuracy goes to the run's live MLflow
-run; an unfinished run with the same identity is resumed (the same SQL run and MLflow run), so a
-killed evaluation loses at most the subject in progress. The finished run is one typed
-`RunRecord`: results.json, the SQL store and MLflow all get that record.
+No Hydra here: `run` takes a validated `EvalConfig` and the folder to write into. The run's work is
+cut into units (`plan.units`: subjects, big ones in slices); this process scores its shard's units
+(`plan.assign`; all of them when unsharded), commits each to the SQL store as soon as it is
+scored, and logs each finished subject to the run's live MLflow run. An unfinished run with the
+same identity is resumed (the same SQL run and MLflow run), so a killed evaluation loses at most
+the unit in progress. The process that commits the run's last unit finalizes it, once: one typed
+`RunRecord` that results.json, the SQL store and MLflow all get.
 """
 
 from __future__ import annotations
@@ -328,9 +330,10 @@ def _run(
         f"{len(results)} questions" if len(results) == scored_now else f"{scored_now} questions scored now"
     )
     others = len(results) - scored_now
+    where = "resumed from the store" if cfg.shards == 1 else "committed before or by other shards"
     echo(
         f"{scored} in {finished - scoring_started:.1f} s ({record.timing.questions_per_s:.2f} q/s)"
-        f"{f', {others} committed before or by other shards' if others else ''}; results in {output_dir}; "
+        f"{f', {others} {where}' if others else ''}; results in {output_dir}; "
         f"run {run_id}"
     )
     if live is None and cfg.tracking.mlflow:

@@ -1,8 +1,9 @@
 """The SQL results store: any SQLAlchemy URL; SQLite by default, opened for concurrent writers.
 
-The schema comes only from the Alembic migrations in `migrations/`; `SqlStore` upgrades the
-database to head when it opens it and refuses one newer than this code. Results are committed
-per subject, so a killed run loses at most the subject in progress and resumes from there.
+The schema comes only from the Alembic migrations in `migrations/` (see `db.py`). Results are
+committed unit by unit, so a killed run loses at most the unit in progress and resumes from there;
+the shards of one run claim their shard (`run_shards`) and commit into the same run, and exactly
+one of them finalizes it (`claim_finalization`).
 """
 
 from __future__ import annotations
