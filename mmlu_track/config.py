@@ -40,6 +40,8 @@ class ModelConfig:
     file (`gguf_file`) in `name_or_path`, or in the installed Python package `package`;
     `tiny` = a random-weight llama built from `tiny_*` with the packaged SmolLM2 tokenizer.
     `add_bos`: None keeps the tokenizer's own choice; True/False forces a BOS token or none.
+    `device_map` (hub models): `auto` lets accelerate spread a model too big for one GPU over the
+    visible GPUs (then CPU memory); None puts the whole model on `device`.
     """
 
     name: str
@@ -50,6 +52,7 @@ class ModelConfig:
     revision: str | None = None
     trust_remote_code: bool = False
     add_bos: bool | None = None
+    device_map: str | None = None
     tiny_hidden_size: int = 64
     tiny_num_layers: int = 2
     tiny_seed: int = 0
@@ -292,6 +295,8 @@ def _check_values(cfg: EvalConfig) -> None:
     model = cfg.model
     if model.source in ("hub", "gguf") and not (model.name_or_path or model.package):
         raise ConfigError(f"model.name_or_path is required for model.source={model.source}")
+    if model.device_map is not None and model.source != "hub":
+        raise ConfigError(f"model.device_map applies to model.source=hub only, not {model.source}")
     if model.source == "gguf" and not model.gguf_file:
         raise ConfigError("model.gguf_file is required for model.source=gguf")
     if cfg.data.source in ("hub", "local") and not cfg.data.path:

@@ -34,8 +34,10 @@ def _start(db: str, out: Path, *batching: str) -> subprocess.Popen[str]:
     ]  # fmt: skip
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
     return subprocess.Popen(
-        cmd, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        cmd, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A child of a non-interactive shell may inherit SIGINT ignored: restore Python's handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 (no threads yet)
+    )  # fmt: skip
 
 
 def _committed_subjects(store: SqlStore) -> int:

@@ -253,3 +253,28 @@ def test_each_launcher_runs_four_shards_into_one_run(
     assert logged.info.status == "FINISHED"
     assert logged.data.metrics["acc_micro"] == reference.scores.micro.acc
     assert len(list((tmp_path / "sweep").glob("*/results.json"))) == 1  # finalized once
+
+
+def test_device_map_auto_places_a_hub_model_and_scores_the_same(tmp_path: Path, sqlite_url: str) -> None:
+    """`model.device_map=auto` (accelerate's placement; here everything lands on the CPU) gives the
+    same answers as the model moved whole to the device."""
+    from mmlu_track.eval import models
+
+    from .conftest import compose_eval
+
+    lm = models.load(compose_eval(["model=tiny", "device=cpu"]))
+    saved = tmp_path / "saved"
+    lm.model.save_pretrained(saved)
+    lm.tokenizer.save_pretrained(saved)
+    args = ["model=hf_hub", f"model.name_or_path={saved}", "k=0", "limit=5"]
+    plain = run(tiny_run_cfg(sqlite_url, *args), tmp_path / "a", progress=False, echo=lambda _: None)
+    mapped = run(
+        tiny_run_cfg(sqlite_url, *args, "model.device_map=auto"),
+        tmp_path / "b",
+        progress=False,
+        echo=lambda _: None,
+    )
+    assert mapped.record is not None
+    assert mapped.record.start.model.device == "cpu"
+    assert mapped.run_id != plain.run_id  # a setting of its own, recorded
+    _same_as(plain, mapped.results)

@@ -101,6 +101,7 @@ def test_a_run_has_one_row_per_question(sqlite_url: str, tmp_path: Path) -> None
     assert by_prefix.id == out.run_id
 
 
+@pytest.mark.slow  # the default run has the stronger check: 8 shards of one run at once (test_shards.py)
 def test_concurrent_jobs_on_one_sqlite_file_lose_no_row(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'shared.db'}"
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}

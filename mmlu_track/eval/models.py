@@ -193,8 +193,9 @@ def _load_hub(
         tok = AutoTokenizer.from_pretrained(
             where, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
         )
+        placed = {"device_map": cfg.device_map} if cfg.device_map else {}
         model = AutoModelForCausalLM.from_pretrained(
-            where, revision=cfg.revision, dtype=dtype, trust_remote_code=cfg.trust_remote_code
+            where, revision=cfg.revision, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **placed
         )
     except Exception as err:  # transformers raises OSError, ValueError, safetensors and torch errors
         raise ModelError(
@@ -260,7 +261,10 @@ def load(run: EvalConfig) -> LoadedModel:
     dtype_name = resolve_dtype(run.dtype, device)
     dtype = DTYPES[dtype_name]
     model, tok, location, revision, sha = LOADERS[cfg.source](cfg, run, dtype)
-    model.to(device)
+    if cfg.device_map:
+        device = str(model.device)  # accelerate placed the layers; inputs go where the embeddings are
+    else:
+        model.to(device)
     model.eval()
     bos = tok.bos_token_id
     if cfg.add_bos is None:

@@ -73,6 +73,9 @@ def open_engine(url: str) -> Engine:
         raise db_error(url, err, "cannot be opened") from err
 
 
+MIGRATION_LOCK = 0x6D6D6C75  # "mmlu": the advisory lock key taken while migrating a server database
+
+
 def upgrade(engine: Engine, *, shared: bool = False) -> str:
     """Bring the database to the newest migration; return that revision.
 
@@ -105,8 +108,14 @@ def upgrade(engine: Engine, *, shared: bool = False) -> str:
         )
     if current != head:
         with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            # Processes opening one fresh database together (the shards of a run) must not all
+            # create the tables: the first migrates, the others wait here and find it done.
+            # SQLite's BEGIN IMMEDIATE already serialises this; a server needs a lock of its own.
+            if engine.dialect.name == "postgresql":
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+            if MigrationContext.configure(conn).get_current_revision() != head:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
     assert head is not None
     return head
 
