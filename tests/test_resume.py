@@ -45,7 +45,8 @@ def _committed_subjects(store: SqlStore) -> int:
         return int(s.scalar(select(func.count(QuestionRow.subject.distinct()))) or 0)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+# SIGKILL: nothing is marked. (Ctrl-C and SIGTERM resumes: test_failures.py, test_mlflow_live.py.)
+@pytest.mark.parametrize("sig", [signal.SIGKILL])
 def test_killed_run_resumes_and_equals_an_uninterrupted_run(tmp_path: Path, sig: signal.Signals) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     store = SqlStore(db)

@@ -149,46 +149,6 @@ def _shard_cmd(db: str, out: Path, shards: int, shard: int) -> list[str]:
     ]
 
 
-def run_shards_at_once(db: str, where: Path, shards: int) -> list[subprocess.CompletedProcess[str]]:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "", "OMP_NUM_THREADS": "1"}
-    procs = [
-        subprocess.Popen(
-            _shard_cmd(db, where / f"s{i}", shards, i),
-            cwd=where,
-            env=env,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for i in range(shards)
-    ]
-    outs = [(p, *p.communicate(timeout=600)) for p in procs]
-    return [subprocess.CompletedProcess(p.args, p.returncode, o, e) for p, o, e in outs]
-
-
-def check_one_finalized_run(db: str, where: Path, reference: RunOutput, shards: int) -> None:
-    done = run_shards_at_once(db, where, shards)
-    assert all(d.returncode == 0 for d in done), [d.stderr[-800:] for d in done if d.returncode]
-    finalized = [d for d in done if "micro average" in d.stdout]
-    assert len(finalized) == 1, [d.stdout[-300:] for d in done]
-    assert len(list(where.glob("s*/results.json"))) == 1
-    store = SqlStore(db)
-    (stored,) = store.runs()
-    assert stored.status == "finished"
-    results = store.question_results(stored.id)
-    assert len(results) == len({(r.subject, r.index) for r in results}) == 200 + 135 + 166
-    _same_as(reference, results)
-    store.close()
-
-
-def test_eight_shards_at_once_on_sqlite(tmp_path: Path, reference: RunOutput) -> None:
-    check_one_finalized_run(f"sqlite:///{tmp_path / 'store.db'}", tmp_path, reference, 8)
-
-
-def test_eight_shards_at_once_on_postgresql(postgres_url: str, tmp_path: Path, reference: RunOutput) -> None:
-    check_one_finalized_run(postgres_url, tmp_path, reference, 8)
-
-
 def test_a_shard_killed_midway_and_rerun_completes_the_run(tmp_path: Path, reference: RunOutput) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
@@ -221,33 +181,40 @@ def test_a_shard_killed_midway_and_rerun_completes_the_run(tmp_path: Path, refer
 
 
 @pytest.mark.parametrize(
-    "launcher",
+    "case",
     [
-        ["hydra/launcher=joblib", "hydra.launcher.n_jobs=4"],
-        ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"],
-        ["hydra/launcher=ray"],  # a local Ray started for the sweep
+        (["hydra/launcher=joblib", "hydra.launcher.n_jobs=8"], 8, "sqlite"),  # 8 processes at once
+        (["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"], 8, "postgresql"),  # all at once
+        (["hydra/launcher=ray"], 4, "sqlite"),  # a local Ray started for the sweep
     ],
-    ids=["joblib", "submitit_local", "ray"],
+    ids=["joblib-8-sqlite", "submitit_local-8-postgresql", "ray-4-sqlite"],
 )
-def test_each_launcher_runs_four_shards_into_one_run(
-    tmp_path: Path, reference: RunOutput, launcher: list[str]
+def test_each_launcher_runs_the_shards_of_one_run(
+    tmp_path: Path, reference: RunOutput, request: pytest.FixtureRequest, case: tuple[list[str], int, str]
 ) -> None:
-    db, mlflow_uri = f"sqlite:///{tmp_path / 'store.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    """Through a real launcher, all shards at once: no unit lost or written twice, finalized once, one
+    MLflow run, equal to the unsharded run."""
+    launcher, shards, store = case
+    db = f"sqlite:///{tmp_path / 's.db'}" if store == "sqlite" else request.getfixturevalue("postgres_url")
+    mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [
         sys.executable, "-m", "mmlu_track", "-m", *launcher, "experiment=smoke", "device=cpu",
         f"tracking.db_url={db}", f"tracking.mlflow_uri={mlflow_uri}", "tracking.experiment=launched", *ARGS,
-        "shards=4", "shard=range(4)", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"shards={shards}", f"shard=range({shards})", f"hydra.sweep.dir={tmp_path / 'sweep'}",
     ]  # fmt: skip
     env = {**os.environ, "HYDRA_FULL_ERROR": "", "OMP_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0"}
     proc = subprocess.run(
-        cmd, cwd=tmp_path, env=env, text=True, capture_output=True, timeout=600, check=False
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    store = SqlStore(db)
-    (stored,) = store.runs()
+    sql = SqlStore(db)
+    (stored,) = sql.runs()
     assert stored.status == "finished"
     assert stored.acc_micro == reference.scores.micro.acc
-    _same_as(reference, store.question_results(stored.id))
+    results = sql.question_results(stored.id)
+    assert len(results) == len({(r.subject, r.index) for r in results}) == 200 + 135 + 166
+    _same_as(reference, results)
+    sql.close()
     client = MlflowClient(tracking_uri=mlflow_uri)
     (logged,) = client.search_runs([client.get_experiment_by_name("launched").experiment_id])
     assert logged.info.status == "FINISHED"

@@ -61,7 +61,7 @@ Done = dict[str, list[QuestionResult]]  # committed questions by subject
 
 @dataclass(frozen=True)
 class RunOutput:
-    run_id: str
+    run_id: str | None  # None for a shard that had no unit to score (it touched no run)
     results: list[QuestionResult]
     scores: Scores | None  # None for a shard that had no unit to score
     record: RunRecord | None  # None for a shard that did not finalize its run (`results`: its own)
@@ -267,6 +267,12 @@ def _run(
     prep = _prepare(cfg, sweep)
     start = prep.start
     shard = Shard(cfg.shard, cfg.shards)
+    all_units = units(cfg, prep.rendered)
+    if not assign(all_units, cfg.shards)[cfg.shard]:
+        # More shards than units: this one has nothing to score. It claims no run, so starting late
+        # (after the others finalized) never opens a second, empty run.
+        echo(f"{shard} has no unit to score (this run has {len(all_units)} units): nothing to do")
+        return RunOutput(None, [], None, None, output_dir, None)
     run_id, done = store.start_or_resume(_meta(prep, output_dir), shard)
     sharded = f" ({shard})" if cfg.shards > 1 else ""
     if done:
