@@ -187,6 +187,7 @@ class _Counts:
     multi_pass: int = 0
     prefix_fallbacks: int = 0
     forwarded: int = 0
+    scored: int = 0  # questions scored by this process (the rest were committed before)
 
 
 def _committed(unit: Unit, prep: _Prepared, done: Done) -> list[QuestionResult] | None:
@@ -202,6 +203,8 @@ def _score(
     store: SqlStore,
     run_id: str,
     *,
+    everything: list[Unit],
+    mine: list[Unit],
     done: Done,
     live: LiveRun | None,
     progress: bool,
@@ -213,8 +216,6 @@ def _score(
     scorer = SCORERS[cfg.scoring.method]
     counts = _Counts()
     shard = Shard(cfg.shard, cfg.shards)
-    everything = units(cfg, prep.rendered)
-    mine = assign(everything, cfg.shards)[cfg.shard]
     held: dict[Unit, list[QuestionResult]] = {}
     total = sum(u.stop - u.start for u in mine)
     with tqdm(total=total, desc="MMLU", unit="q", disable=not progress, file=sys.stderr) as bar:
@@ -238,6 +239,7 @@ def _score(
             counts.prefix_fallbacks += sum(s.prefix_fallback for s in scores)
             counts.forwarded += sum(s.forwarded for s in scores)
             held[unit] = _to_results(rendered, scores, cfg.scoring.calibration)
+            counts.scored += len(held[unit])
             store.save_unit(run_id, held[unit], shard)
             subject_units = [u for u in everything if u.subject == unit.subject]
             if live is not None and all(u in held for u in subject_units):
@@ -268,7 +270,8 @@ def _run(
     start = prep.start
     shard = Shard(cfg.shard, cfg.shards)
     all_units = units(cfg, prep.rendered)
-    if not assign(all_units, cfg.shards)[cfg.shard]:
+    mine = assign(all_units, cfg.shards)[cfg.shard]
+    if not mine:
         # More shards than units: this one has nothing to score. It claims no run, so starting late
         # (after the others finalized) never opens a second, empty run.
         echo(f"{shard} has no unit to score (this run has {len(all_units)} units): nothing to do")
@@ -282,7 +285,9 @@ def _run(
     live = open_mlflow(cfg, store, run_id, start) if cfg.shards == 1 else None
     scoring_started = time.time()
     try:
-        held, counts = _score(cfg, prep, store, run_id, done=done, live=live, progress=progress)
+        held, counts = _score(
+            cfg, prep, store, run_id, everything=all_units, mine=mine, done=done, live=live, progress=progress
+        )
     except BaseException as err:
         with contextlib.suppress(StoreError):  # the database itself may be what failed
             store.end_shard(run_id, shard, "failed")
@@ -296,16 +301,16 @@ def _run(
             ) from err
         raise
     finished = time.time()
-    mine = [r for rs in held.values() for r in rs]
-    scored_now = sum(len(rs) for u, rs in held.items() if _committed(u, prep, done) is None)
+    own = [r for rs in held.values() for r in rs]
+    scored_now = counts.scored
     store.end_shard(run_id, shard, "done")
     if not store.claim_finalization(run_id, start.data.n_questions):
         echo(
-            f"run {run_id}{sharded}: {len(held)} units ({len(mine)} questions, {scored_now} scored now) "
+            f"run {run_id}{sharded}: {len(held)} units ({len(own)} questions, {scored_now} scored now) "
             "committed; the shard that commits the run's last unit finalizes it"
         )
-        return RunOutput(run_id, mine, aggregate(mine) if mine else None, None, output_dir, None)
-    results = _all_results(prep, store, run_id) if cfg.shards > 1 else mine
+        return RunOutput(run_id, own, aggregate(own) if own else None, None, output_dir, None)
+    results = _all_results(prep, store, run_id) if cfg.shards > 1 else own
     if truncated := sum(r.truncated for r in results):
         echo(f"warning: {truncated} prompts were truncated to their last tokens (allow_truncation=true)")
     agg = aggregate(results)

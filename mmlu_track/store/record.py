@@ -144,9 +144,9 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> RunRecord:
+        if raw.get("schema_version") != SCHEMA_VERSION:
+            raise RecordError(f"record schema {raw.get('schema_version')!r}, this version reads 1")
         try:
-            if raw.get("schema_version") != SCHEMA_VERSION:
-                raise RecordError(f"record schema {raw.get('schema_version')!r}, this version reads 1")
             host = raw["host"]
             start = RunStart(
                 config=eval_config_from_dict(raw["config"]),
@@ -172,6 +172,4 @@ class RunRecord:
                 scores=Scores.from_json(raw["scores"]),
             )
         except (KeyError, TypeError, ValueError, ConfigError) as err:
-            if isinstance(err, RecordError):
-                raise
             raise RecordError(f"unreadable run record ({type(err).__name__}: {err})") from err
