@@ -125,7 +125,12 @@ def main() -> None:
     @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base="1.3")
     def app(cfg: DictConfig) -> float | None:
         try:
-            eval_cfg = eval_config_from_dict(plain(cfg))
+            raw = plain(cfg)
+            if isinstance(raw.get("gate"), dict):
+                raw["gate"] = _raw_refs(
+                    raw["gate"], _sub_overrides(list(HydraConfig.get().overrides.task), "gate")
+                )
+            eval_cfg = eval_config_from_dict(raw)
         except (ConfigError, OmegaConfBaseException) as err:
             fail(config_message(err))
         from hydra.types import RunMode
@@ -137,21 +142,43 @@ def main() -> None:
         hydra_cfg = HydraConfig.get()
         # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
         sweep = str(Path(hydra_cfg.sweep.dir).resolve()) if hydra_cfg.mode == RunMode.MULTIRUN else None
+        output_dir = Path(hydra_cfg.runtime.output_dir)
         try:
-            out = run(eval_cfg, Path(hydra_cfg.runtime.output_dir), sweep=sweep)
+            if eval_cfg.gate is not None and eval_cfg.gate.sequential:
+                from mmlu_track.gate.sequential_run import execute
+                from mmlu_track.gate.stats import ComparisonError
+
+                try:
+                    codes.append(execute(eval_cfg, output_dir, sweep=sweep))
+                except ComparisonError as err:
+                    fail(str(err))
+                return None
+            out = run(eval_cfg, output_dir, sweep=sweep)
         except (DataError, ModelError, StoreError, TruncationError) as err:
             fail(str(err))
         return out.scores.micro.acc if out.scores else None
 
+    codes: list[int] = []
     check_writable_cwd(sys.argv[1:])
     validate_sweep(sys.argv[1:], "eval", eval_config_from_dict)
     with hydra_exit_codes("run the same command to resume"):
         app()
+    # The sequential gate's verdict leaves only here (exit 1 from inside Hydra is a usage error).
+    if codes:
+        sys.exit(max(codes))
+
+
+def _sub_overrides(overrides: list[str], group: str) -> list[str]:
+    """`group.key=value` overrides as `key=value`."""
+    prefix = f"{group}."
+    return [o.lstrip("+~")[len(prefix) :] for o in overrides if o.lstrip("+~").startswith(prefix)]
 
 
 def _raw_refs(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Run references as typed: Hydra reads `baseline=8809` as an int and `1e5` as a float."""
     for key in ("baseline", "candidate"):
+        if key not in raw:
+            continue
         if raw.get(key) is None or isinstance(raw[key], str):
             continue
         for override in overrides:

@@ -124,6 +124,7 @@ class EvalConfig:
     cache_dir: str = "~/.cache/mmlu_track"
     shards: int = 1
     shard: int = 0
+    gate: GateConfig | None = None  # the release policy of the sequential gate (gate.sequential=true)
 
 
 CompareMode = Literal["gate", "fewshot_gap"]
@@ -149,6 +150,11 @@ class GateConfig:
     seed: int = 0
     promote_alias: str | None = None
     registered_model: str | None = None
+    # The sequential gate (`python -m mmlu_track ... gate.baseline=RUN gate.sequential=true`): the
+    # evaluation is scored in `looks` looks and stops as soon as pass or regression is shown.
+    baseline: str | None = None
+    sequential: bool = False
+    looks: int = 20
 
 
 @dataclass(frozen=True)
@@ -306,7 +312,16 @@ def _check_values(cfg: EvalConfig) -> None:
 def compare_config_from_dict(raw: Mapping[str, Any]) -> CompareConfig:
     """Build and validate a `CompareConfig` from a resolved, plain mapping."""
     cfg: CompareConfig = _dataclass_from_mapping(CompareConfig, raw, "")
-    g = cfg.gate
+    if cfg.gate.sequential or cfg.gate.baseline is not None:
+        raise ConfigError(
+            "gate.sequential and gate.baseline belong to the evaluation: python -m mmlu_track model=... "
+            "gate.baseline=RUN gate.sequential=true"
+        )
+    _check_gate(cfg.gate)
+    return cfg
+
+
+def _check_gate(g: GateConfig) -> None:
     if not 0 < g.alpha < 1:
         raise ConfigError(f"gate.alpha={g.alpha} must be between 0 and 1")
     if not 0 <= g.margin < 1:
@@ -315,13 +330,43 @@ def compare_config_from_dict(raw: Mapping[str, Any]) -> CompareConfig:
         raise ConfigError(f"gate.min_effect={g.min_effect} must be in [0, 1): 0.05 = 5 points")
     if g.bootstrap_resamples < 0:
         raise ConfigError(f"gate.bootstrap_resamples={g.bootstrap_resamples} must be >= 0 (0 = no bootstrap)")
-    return cfg
+
+
+def _check_sequential(cfg: EvalConfig) -> None:
+    g = cfg.gate
+    if g is None or not (g.sequential or g.baseline is not None):
+        return
+    _check_gate(g)
+    if g.baseline is None:
+        raise ConfigError("gate.sequential=true needs gate.baseline=RUN: the stored run to gate against")
+    if not g.sequential:
+        raise ConfigError(
+            "gate.baseline is read by the sequential gate: add gate.sequential=true, or compare after a full "
+            "run with python -m mmlu_track.compare baseline=RUN candidate=RUN"
+        )
+    if g.margin <= 0:
+        raise ConfigError(
+            f"gate.sequential=true needs gate.margin > 0 (got {g.margin}): δ is what it bets on"
+        )
+    if not 2 <= g.looks <= 1000:
+        raise ConfigError(f"gate.looks={g.looks} must be in 2..1000 (20 = a look every 5 % of the questions)")
+    if cfg.shards > 1:
+        raise ConfigError("gate.sequential=true runs unsharded (shards=1): each look needs every earlier one")
+    if cfg.scoring.calibration != "none":
+        raise ConfigError(
+            "gate.sequential=true needs scoring.calibration=none: calibration needs whole subjects"
+        )
+    if g.warn_only or g.promote_alias:
+        raise ConfigError(
+            "gate.sequential=true gates only: warn_only and promote_alias apply to the compare command"
+        )
 
 
 def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
     """Build and validate an `EvalConfig` from a resolved, plain mapping (no omegaconf types)."""
     cfg: EvalConfig = _dataclass_from_mapping(EvalConfig, raw, "")
     _check_values(cfg)
+    _check_sequential(cfg)
     return cfg
 
 
@@ -329,9 +374,20 @@ def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
     """The settings that determine a run's results (not where it is cached or recorded, nor how
     it is batched: scores do not depend on batching, so a run that ran out of memory can be
     resumed with smaller batches; nor whether truncation was allowed, which only permits; nor how
-    it is sharded: all shards of a run write into that one run)."""
+    it is sharded: all shards of a run write into that one run; nor the sequential gate, whose
+    stopped run the same command without it resumes)."""
     out = to_dict(cfg)
-    for key in ("tracking", "cache_dir", "batch_size", "batch_tokens", "allow_truncation", "shards", "shard"):
+    skip = (
+        "tracking",
+        "cache_dir",
+        "batch_size",
+        "batch_tokens",
+        "allow_truncation",
+        "shards",
+        "shard",
+        "gate",
+    )
+    for key in skip:
         out.pop(key)
     return out
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 RESULTS_FILE = "results.json"
 PREDICTIONS_FILE = "predictions.jsonl"
+EARLY_STOP_FILE = "early_stop.json"  # a run the sequential gate stopped: why, and what it used
 
 
 def warn(message: str) -> None:

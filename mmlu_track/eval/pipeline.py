@@ -7,6 +7,12 @@ scored, and logs each finished subject to the run's live MLflow run. An unfinish
 same identity is resumed (the same SQL run and MLflow run), so a killed evaluation loses at most
 the unit in progress. The process that commits the run's last unit finalizes it, once: one typed
 `RunRecord` that results.json, the SQL store and MLflow all get.
+
+With `looks` (the sequential gate, `gate/sequential_run.py`), the run is scored in looks instead
+(`plan.looks`: each subject's questions in a seeded order, a part of every subject per look); after
+each committed look `looks.look` may stop the evaluation: the run is then `stopped` (an
+`EarlyStop`), and the same command without the gate resumes it to completion. A unit committed in
+part (a look's questions) scores only its missing questions when resumed.
 """
 
 from __future__ import annotations
@@ -19,13 +25,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from mmlu_track.config import EvalConfig, to_dict
 from mmlu_track.eval import models, prompts, provenance
 from mmlu_track.eval.outputs import (
+    EARLY_STOP_FILE,
     PREDICTIONS_FILE,
     RESULTS_FILE,
     finish_mlflow,
@@ -41,19 +48,21 @@ from mmlu_track.eval.plan import (
     assign,
     fits_check,
     identity,
+    pick,
     plan,
     render,
     units,
 )
+from mmlu_track.eval.plan import looks as plan_looks
 from mmlu_track.eval.results import Accuracy, QuestionResult, Scores, aggregate, table, write_jsonl
 from mmlu_track.eval.scoring import SCORERS, Score, calibrate
-from mmlu_track.store.record import DataInfo, HostInfo, RunRecord, RunStart, Timing
+from mmlu_track.store.record import DataInfo, EarlyStop, HostInfo, RunRecord, RunStart, Timing
 from mmlu_track.store.sql import RunMeta, Shard, SqlStore
 
 if TYPE_CHECKING:
     from mmlu_track.store.mlflow import LiveRun
 
-__all__ = ["RunOutput", "TruncationError", "run"]
+__all__ = ["Looks", "RunOutput", "TruncationError", "run"]
 
 Echo = Callable[[str], None]
 Done = dict[str, list[QuestionResult]]  # committed questions by subject
@@ -67,6 +76,19 @@ class RunOutput:
     record: RunRecord | None  # None for a shard that did not finalize its run (`results`: its own)
     output_dir: Path
     mlflow_run_id: str | None
+    stopped: EarlyStop | None = None  # the sequential gate stopped it (`results`: the questions scored)
+
+
+class Looks(Protocol):
+    """The sequential gate's side of an evaluation scored in looks."""
+
+    count: int  # looks over the whole plan
+
+    def begin(self, candidate: RunMeta) -> None:
+        """Before anything is recorded; raises to refuse the run (e.g. not comparable)."""
+
+    def look(self, number: int, results: Sequence[QuestionResult]) -> EarlyStop | None:
+        """Look `number` (1-based) is committed, with these results; an EarlyStop ends the run."""
 
 
 def _to_results(
@@ -104,13 +126,14 @@ def run(
     progress: bool = True,
     echo: Echo = print,
     sweep: str | None = None,
+    looks: Looks | None = None,
 ) -> RunOutput:
     """Evaluate `cfg.model` (this process's shard of it), record the run in the SQL store and MLflow,
-    write files to `output_dir`."""
+    write files to `output_dir`; in `looks` when given (unsharded only)."""
     store = SqlStore(cfg.tracking.db_url)  # fail before any work when the database is unusable
     try:
         with sigterm_as_exit():
-            return _run(cfg, output_dir, store, progress=progress, echo=echo, sweep=sweep)
+            return _run(cfg, output_dir, store, progress=progress, echo=echo, sweep=sweep, looks=looks)
     finally:
         store.close()
 
@@ -190,11 +213,12 @@ class _Counts:
     scored: int = 0  # questions scored by this process (the rest were committed before)
 
 
-def _committed(unit: Unit, prep: _Prepared, done: Done) -> list[QuestionResult] | None:
-    """The unit's committed results in plan order, or None when it is not (all) committed."""
+def _committed(unit: Unit, prep: _Prepared, done: Done) -> tuple[dict[int, QuestionResult], list[int]]:
+    """The unit's committed results by plan position, and its positions still to score."""
     have = {r.index: r for r in done.get(unit.subject, ())}
-    want = [q.index for q in prep.plan.questions[unit.subject][unit.start : unit.stop]]
-    return [have[i] for i in want] if all(i in have for i in want) else None
+    questions = prep.plan.questions[unit.subject]
+    found = {i: have[questions[i].index] for i in unit.positions if questions[i].index in have}
+    return found, [i for i in unit.positions if i not in found]
 
 
 def _score(
@@ -208,24 +232,29 @@ def _score(
     done: Done,
     live: LiveRun | None,
     progress: bool,
-) -> tuple[dict[Unit, list[QuestionResult]], _Counts]:
+    held: dict[Unit, list[QuestionResult]],
+    counts: _Counts,
+    desc: str = "MMLU",
+) -> None:
     """Score this shard's units not yet committed; commit each; a subject complete in this process
-    goes to the live MLflow run. Returns every unit this process holds results of."""
+    goes to the live MLflow run. `held` gets every unit this process holds results of."""
     from tqdm import tqdm
 
     scorer = SCORERS[cfg.scoring.method]
-    counts = _Counts()
     shard = Shard(cfg.shard, cfg.shards)
-    held: dict[Unit, list[QuestionResult]] = {}
-    total = sum(u.stop - u.start for u in mine)
-    with tqdm(total=total, desc="MMLU", unit="q", disable=not progress, file=sys.stderr) as bar:
-        for unit in mine:
-            if (committed := _committed(unit, prep, done)) is not None:
-                held[unit] = committed
-                bar.update(len(committed))
+    total = sum(len(u.positions) for u in mine)
+    with tqdm(total=total, desc=desc, unit="q", disable=not progress, file=sys.stderr) as bar:
+        for whole in mine:
+            found, missing = _committed(whole, prep, done)
+            if not missing:
+                held[whole] = [found[i] for i in whole.positions]
+                bar.update(len(found))
                 continue
-            bar.set_postfix_str(unit.subject)
-            rendered = prep.rendered[unit.subject][unit.start : unit.stop]
+            bar.update(len(found))
+            bar.set_postfix_str(whole.subject)
+            # Only the questions not yet committed (a look of the sequential gate commits a part).
+            unit = whole if not found else pick(whole.subject, prep.rendered[whole.subject], tuple(missing))
+            rendered = [prep.rendered[unit.subject][i] for i in unit.positions]
             scores = scorer(
                 prep.lm,
                 [p.text for p in rendered],
@@ -238,16 +267,43 @@ def _score(
             counts.multi_pass += sum(s.multi_pass for s in scores)
             counts.prefix_fallbacks += sum(s.prefix_fallback for s in scores)
             counts.forwarded += sum(s.forwarded for s in scores)
-            held[unit] = _to_results(rendered, scores, cfg.scoring.calibration)
-            counts.scored += len(held[unit])
-            store.save_unit(run_id, held[unit], shard)
+            new = _to_results(rendered, scores, cfg.scoring.calibration)
+            counts.scored += len(new)
+            store.save_unit(run_id, new, shard)
+            by_position = {**found, **dict(zip(unit.positions, new, strict=True))}
+            held[whole] = [by_position[i] for i in whole.positions]
             subject_units = [u for u in everything if u.subject == unit.subject]
             if live is not None and all(u in held for u in subject_units):
                 subject = [r for u in subject_units for r in held[u]]
                 so_far = [r for rs in held.values() for r in rs]
                 subjects = len({r.subject for r in so_far})
                 live.subject_done(unit.subject, _acc(subject), subjects, _acc(so_far))
-    return held, counts
+
+
+def _score_looks(
+    cfg: EvalConfig,
+    prep: _Prepared,
+    store: SqlStore,
+    run_id: str,
+    *,
+    in_looks: list[list[Unit]],
+    looks: Looks,
+    done: Done,
+    live: LiveRun | None,
+    progress: bool,
+    held: dict[Unit, list[QuestionResult]],
+    counts: _Counts,
+) -> EarlyStop | None:
+    """Score look after look until `looks` stops the run (its EarlyStop) or none is left (None)."""
+    everything = [u for look in in_looks for u in look]
+    for number, look in enumerate(in_looks, 1):
+        _score(
+            cfg, prep, store, run_id, everything=everything, mine=look, done=done, live=live,
+            progress=progress, held=held, counts=counts, desc=f"look {number}/{len(in_looks)}",
+        )  # fmt: skip
+        if (stop := looks.look(number, [r for u in look for r in held[u]])) is not None:
+            return stop
+    return None
 
 
 def _acc(results: Sequence[QuestionResult]) -> Accuracy:
@@ -260,8 +316,38 @@ def _all_results(prep: _Prepared, store: SqlStore, run_id: str) -> list[Question
     return [by_key[(q.subject, q.index)] for q in prep.plan.all_questions]
 
 
+def _stopped(
+    store: SqlStore,
+    *,
+    run_id: str,
+    output_dir: Path,
+    held: dict[Unit, list[QuestionResult]],
+    stop: EarlyStop,
+    live: LiveRun | None,
+    echo: Echo,
+) -> RunOutput:
+    """Record a run the sequential gate stopped: `stopped` in the SQL store, its scored questions in
+    predictions.jsonl, its MLflow run ended with the reason."""
+    store.stop(run_id, stop)
+    results = [r for rs in held.values() for r in rs]
+    output_dir = own_folder(output_dir, run_id)
+    write_jsonl(output_dir / PREDICTIONS_FILE, results)
+    write_json(output_dir / EARLY_STOP_FILE, stop.to_json())
+    if live is not None:
+        live.stopped(stop, _acc(results))
+    echo(f"run {run_id} {stop.summary()}; results in {output_dir}")
+    return RunOutput(run_id, results, aggregate(results), None, output_dir, live.id if live else None, stop)
+
+
 def _run(
-    cfg: EvalConfig, output_dir: Path, store: SqlStore, *, progress: bool, echo: Echo, sweep: str | None
+    cfg: EvalConfig,
+    output_dir: Path,
+    store: SqlStore,
+    *,
+    progress: bool,
+    echo: Echo,
+    sweep: str | None,
+    looks: Looks | None,
 ) -> RunOutput:
     from mmlu_track.store.db import StoreError
 
@@ -269,8 +355,11 @@ def _run(
     prep = _prepare(cfg, sweep)
     start = prep.start
     shard = Shard(cfg.shard, cfg.shards)
-    all_units = units(cfg, prep.rendered)
+    in_looks = plan_looks(prep.rendered, looks.count, cfg.seed) if looks is not None else []
+    all_units = [u for look in in_looks for u in look] if looks is not None else units(cfg, prep.rendered)
     mine = assign(all_units, cfg.shards)[cfg.shard]
+    if looks is not None:
+        looks.begin(_meta(prep, output_dir))
     if not mine:
         # More shards than units: this one has nothing to score. It claims no run, so starting late
         # (after the others finalized) never opens a second, empty run.
@@ -284,10 +373,21 @@ def _run(
     # One MLflow run per run: a sharded run reaches MLflow once, from the shard that finalizes it.
     live = open_mlflow(cfg, store, run_id, start) if cfg.shards == 1 else None
     scoring_started = time.time()
+    held: dict[Unit, list[QuestionResult]] = {}
+    counts = _Counts()
     try:
-        held, counts = _score(
-            cfg, prep, store, run_id, everything=all_units, mine=mine, done=done, live=live, progress=progress
-        )
+        if looks is None:
+            _score(
+                cfg, prep, store, run_id, everything=all_units, mine=mine, done=done, live=live,
+                progress=progress, held=held, counts=counts,
+            )  # fmt: skip
+        elif stop := _score_looks(
+            cfg, prep, store, run_id, in_looks=in_looks, looks=looks, done=done, live=live,
+            progress=progress, held=held, counts=counts,
+        ):  # fmt: skip
+            return _stopped(
+                store, run_id=run_id, output_dir=output_dir, held=held, stop=stop, live=live, echo=echo
+            )
     except BaseException as err:
         with contextlib.suppress(StoreError):  # the database itself may be what failed
             store.end_shard(run_id, shard, "failed")
@@ -310,7 +410,7 @@ def _run(
             "committed; the shard that commits the run's last unit finalizes it"
         )
         return RunOutput(run_id, own, aggregate(own) if own else None, None, output_dir, None)
-    results = _all_results(prep, store, run_id) if cfg.shards > 1 else own
+    results = _all_results(prep, store, run_id) if cfg.shards > 1 or looks is not None else own
     if truncated := sum(r.truncated for r in results):
         echo(f"warning: {truncated} prompts were truncated to their last tokens (allow_truncation=true)")
     agg = aggregate(results)

@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from mmlu_track.config import EvalConfig, identity_dict
 from mmlu_track.eval import models, prompts
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
@@ -105,16 +107,49 @@ UNIT_QUESTIONS = 100
 
 @dataclass(frozen=True)
 class Unit:
-    """Questions [start, stop) of one subject's plan: what a shard scores and commits at once."""
+    """Questions of one subject's plan scored and committed at once: positions [start, stop), or
+    the positions `picks` (a look of the sequential gate; then start and stop bound them)."""
 
     subject: str
     start: int
     stop: int
     cost: int  # characters run through the model: the shared prefix once, each question's own part
+    picks: tuple[int, ...] = ()
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        return self.picks or tuple(range(self.start, self.stop))
 
     @property
     def key(self) -> str:
-        return f"{self.subject}[{self.start}:{self.stop}]"
+        where = ",".join(map(str, self.picks)) if self.picks else f"{self.start}:{self.stop}"
+        return f"{self.subject}[{where}]"
+
+
+def _cost(ps: list[prompts.Prompt]) -> int:
+    return len(ps[0].prefix) + sum(len(p.text) - len(p.prefix) for p in ps)
+
+
+def pick(subject: str, ps: list[prompts.Prompt], positions: tuple[int, ...]) -> Unit:
+    """A unit of these positions of a subject's prompts."""
+    chosen = [ps[i] for i in positions]
+    return Unit(subject, min(positions), max(positions) + 1, _cost(chosen), tuple(positions))
+
+
+def looks(rendered: dict[str, list[prompts.Prompt]], count: int, seed: int) -> list[list[Unit]]:
+    """The sequential gate's looks: each subject's questions in a seeded random order (its own
+    stream, from `seed` and the subject's name), cut into `count` nearly equal parts; look j holds
+    part j of every subject, so each look covers the subjects in proportion (±1 question). A subject
+    with fewer questions than looks is absent from some looks."""
+    out: list[list[Unit]] = [[] for _ in range(count)]
+    for subject, ps in rendered.items():
+        stream = int(hashlib.sha256(f"{seed}:{subject}".encode()).hexdigest()[:16], 16)
+        order = np.random.default_rng(stream).permutation(len(ps))
+        bounds = [len(ps) * j // count for j in range(count + 1)]
+        for j, (a, b) in enumerate(itertools.pairwise(bounds)):
+            if b > a:
+                out[j].append(pick(subject, ps, tuple(sorted(int(i) for i in order[a:b]))))
+    return out
 
 
 def units(cfg: EvalConfig, rendered: dict[str, list[prompts.Prompt]]) -> list[Unit]:
@@ -126,9 +161,7 @@ def units(cfg: EvalConfig, rendered: dict[str, list[prompts.Prompt]]) -> list[Un
         pieces = 1 if cfg.scoring.calibration != "none" else max(1, round(len(ps) / UNIT_QUESTIONS))
         bounds = [len(ps) * i // pieces for i in range(pieces + 1)]
         for start, stop in itertools.pairwise(bounds):
-            part = ps[start:stop]
-            cost = len(part[0].prefix) + sum(len(p.text) - len(p.prefix) for p in part)
-            out.append(Unit(subject, start, stop, cost))
+            out.append(Unit(subject, start, stop, _cost(ps[start:stop])))
     return out
 
 

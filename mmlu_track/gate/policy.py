@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from mmlu_track.config import CompareMode, GateConfig
 from mmlu_track.gate.stats import Comparison, ComparisonError
-from mmlu_track.store.sql import config_of
+from mmlu_track.store.sql import config_of, early_stop_of
 
 if TYPE_CHECKING:
     from mmlu_track.store.orm import Run
@@ -115,10 +115,18 @@ def differences(base: Run, cand: Run, mode: CompareMode) -> list[str]:
     return out
 
 
+def require_finished(run: Run, side: str) -> Run:
+    """The run, if finished: a stopped one (the sequential gate's) holds part of the questions."""
+    if run.status != "finished":
+        stopped = early_stop_of(run)
+        why = f" ({stopped.summary()}; its own command without gate.sequential resumes it)" if stopped else ""
+        raise ComparisonError(f"the {side} run {run.id} is {run.status}, not finished{why}")
+    return run
+
+
 def check_comparable(base: Run, cand: Run, mode: CompareMode) -> None:
     """Refuse unfinished runs and pairs whose differences are not the thing being compared."""
     for run, side in ((base, "baseline"), (cand, "candidate")):
-        if run.status != "finished":
-            raise ComparisonError(f"the {side} run {run.id} is {run.status}, not finished")
+        require_finished(run, side)
     if problems := differences(base, cand, mode):
         raise ComparisonError(f"runs are not comparable: {problems[0]}")

@@ -107,7 +107,13 @@ def _promote(cand: Run, g: GateConfig, uri: str | None) -> str:
 
 
 def _log_comparison(
-    comp: Comparison, verdict: Verdict, doc: dict[str, Any], output_dir: Path, cfg: CompareConfig
+    comp: Comparison,
+    verdict: Verdict,
+    doc: dict[str, Any],
+    output_dir: Path,
+    cfg: CompareConfig,
+    *,
+    extra: dict[str, float] | None = None,
 ) -> str | None:
     """The comparison as an MLflow run, linked to both runs' own MLflow runs; None (warned) on failure:
     logging never costs the verdict."""
@@ -124,6 +130,7 @@ def _log_comparison(
         "compare/noninferiority_lower_bound": comp.noninferiority.lower_bound,
         "compare/n_flagged": float(sum(d.flagged for d in comp.subjects)),
         "compare/exit_code": float(verdict.exit_code),
+        **(extra or {}),
     }
     params = {
         "baseline_run": base["id"],
@@ -157,8 +164,6 @@ def warn(message: str) -> None:
 
 def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
     """Run one comparison end to end; return the exit code."""
-    from mmlu_track.gate import report
-    from mmlu_track.store.orm import ComparisonRow
     from mmlu_track.store.sql import SqlStore
 
     store = SqlStore(cfg.tracking.db_url)
@@ -182,34 +187,62 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
         if base.id == cand.id:
             notes.insert(0, "baseline and candidate are the same run")
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
-        doc = report.to_json(comp, verdict, base, cand, cfg)
-        markdown = report.markdown(comp, verdict, base, cand, cfg)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "report.md").write_text(markdown, encoding="utf-8")
-        (output_dir / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
-        report.deltas_png(
-            comp,
-            output_dir / "deltas.png",
-            report.title(base, cand, cfg.mode),
-            margin_line=cfg.mode == "gate",
-        )
-        if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
-            with open(summary, "a", encoding="utf-8") as f:
-                f.write(markdown + "\n")
-        echo(report.console(comp, verdict, base, cand, cfg))
-        echo(f"reports in {output_dir}")
-        row = ComparisonRow(
-            id=uuid.uuid4().hex, baseline_run_id=base.id, candidate_run_id=cand.id, mode=cfg.mode,
-            policy=g.name, verdict=verdict.status, delta_micro=comp.micro.delta, delta_macro=comp.macro.delta,
-            p_regression=comp.micro.p_regression, p_noninferiority=comp.noninferiority.p_value,
-            margin=g.margin, n_flagged=sum(s.flagged for s in comp.subjects), report_json=json.dumps(doc),
-            created_at=datetime.now(UTC).replace(tzinfo=None),
-        )  # fmt: skip
-        store.save_comparison(row)
-        if cfg.tracking.mlflow and (mlflow_id := _log_comparison(comp, verdict, doc, output_dir, cfg)):
-            store.set_comparison_mlflow(row.id, mlflow_id)
+        publish(store, comp, verdict, base=base, cand=cand, cfg=cfg, output_dir=output_dir, echo=echo)
         if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":
             echo(_promote(cand, g, uri))
         return verdict.exit_code
     finally:
         store.close()
+
+
+def publish(
+    store: SqlStore,
+    comp: Comparison,
+    verdict: Verdict,
+    *,
+    base: Run,
+    cand: Run,
+    cfg: CompareConfig,
+    output_dir: Path,
+    echo: Any,
+    extra: tuple[dict[str, Any], dict[str, float]] | None = None,
+) -> None:
+    """The comparison's reports (report.md, report.json, deltas.png, the job summary, the console),
+    its row in the SQL store and its MLflow run. `extra`: a section of report.json and metrics
+    (the sequential gate's)."""
+    from mmlu_track.gate import report
+    from mmlu_track.store.orm import ComparisonRow
+
+    g = cfg.gate
+    doc = report.to_json(comp, verdict, base, cand, cfg)
+    if extra:
+        doc.update(extra[0])
+    markdown = report.markdown(comp, verdict, base, cand, cfg)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "report.md").write_text(markdown, encoding="utf-8")
+    (output_dir / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    report.deltas_png(
+        comp,
+        output_dir / "deltas.png",
+        report.title(base, cand, cfg.mode),
+        margin_line=cfg.mode == "gate",
+    )
+    if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(markdown + "\n")
+    echo(report.console(comp, verdict, base, cand, cfg))
+    echo(f"reports in {output_dir}")
+    row = ComparisonRow(
+        id=uuid.uuid4().hex, baseline_run_id=base.id, candidate_run_id=cand.id,
+        mode="sequential" if extra else cfg.mode,
+        policy=g.name, verdict=verdict.status, delta_micro=comp.micro.delta, delta_macro=comp.macro.delta,
+        p_regression=comp.micro.p_regression, p_noninferiority=comp.noninferiority.p_value,
+        margin=g.margin, n_flagged=sum(s.flagged for s in comp.subjects), report_json=json.dumps(doc),
+        created_at=datetime.now(UTC).replace(tzinfo=None),
+    )  # fmt: skip
+    store.save_comparison(row)
+    metrics = extra[1] if extra else None
+    if cfg.tracking.mlflow and (
+        mlflow_id := _log_comparison(comp, verdict, doc, output_dir, cfg, extra=metrics)
+    ):
+        store.set_comparison_mlflow(row.id, mlflow_id)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from mmlu_track.eval.results import Accuracy, QuestionResult, write_jsonl
-from mmlu_track.store.record import RunRecord, RunStart
+from mmlu_track.store.record import EarlyStop, RunRecord, RunStart
 
 if TYPE_CHECKING:
     from mmlu_track.store.sql import SqlStore
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 SWEEP_TAG = "mmlu_track.sweep"
 RUN_ID_TAG = "mmlu_track.run_id"
 KIND_TAG = "mmlu_track.kind"
+EARLY_STOP_TAG = "mmlu_track.early_stop"
 Warn = Callable[[str], None]
 
 
@@ -286,6 +287,23 @@ class LiveRun:
             self.client.set_terminated(self.id, status="FINISHED")
 
         return self._call("logging the results", go)
+
+    def stopped(self, stop: EarlyStop, so_far: Accuracy) -> None:
+        """The sequential gate stopped the evaluation: FINISHED, with what it used and why (a tag
+        and params), and the accuracy over the questions scored."""
+        if self.id is None:
+            return
+
+        def go() -> None:
+            self.client.set_tag(self.id, EARLY_STOP_TAG, stop.summary())
+            self._log_metrics({
+                "early_stop/questions_scored": float(stop.questions_scored),
+                "early_stop/look": float(stop.look),
+                "early_stop/acc_micro": so_far.acc,
+            })  # fmt: skip
+            self.client.set_terminated(self.id, status="FINISHED")
+
+        self._call("ending the stopped run", go)
 
     def end(self, status: Literal["FAILED", "KILLED"]) -> None:
         if self.id is not None:

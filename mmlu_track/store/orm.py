@@ -19,7 +19,8 @@ class Run(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     identity: Mapped[str] = mapped_column(String(64), index=True)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # running | finalizing | finished | failed
+    # running | finalizing | finished | failed | stopped (by the sequential gate; resumable)
+    status: Mapped[str] = mapped_column(String(16), index=True)
     model_name: Mapped[str] = mapped_column(String(255), index=True)
     model_revision: Mapped[str | None] = mapped_column(String(255))
     scoring: Mapped[str] = mapped_column(String(32))
@@ -41,6 +42,7 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
     owner: Mapped[str | None] = mapped_column(String(255))  # host:pid that last claimed or finalizes it
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last commit
+    stop_json: Mapped[str | None] = mapped_column(Text)  # record.EarlyStop: the sequential gate stopped it
 
 
 class RunShard(Base):

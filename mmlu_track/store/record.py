@@ -173,3 +173,33 @@ class RunRecord:
             )
         except (KeyError, TypeError, ValueError, ConfigError) as err:
             raise RecordError(f"unreadable run record ({type(err).__name__}: {err})") from err
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    """The sequential gate stopped the run's evaluation at a look (`runs.stop_json`): the run is
+    `stopped`, never a full baseline, and the same command without gate.sequential resumes it."""
+
+    look: int
+    looks: int
+    questions_scored: int
+    questions_total: int
+    verdict: str  # pass | regression
+    reason: str
+    baseline_run_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> EarlyStop:
+        try:
+            return cls(**doc)
+        except TypeError as err:
+            raise RecordError(f"unreadable early-stop record: {err}") from err
+
+    def summary(self) -> str:
+        return (
+            f"stopped early by the sequential gate ({self.verdict}) at look {self.look} of {self.looks}, "
+            f"{self.questions_scored:,} of {self.questions_total:,} questions scored"
+        )

@@ -26,9 +26,9 @@ from mmlu_track.config import ConfigError, EvalConfig, eval_config_from_dict
 from mmlu_track.eval.results import QuestionResult
 from mmlu_track.store.db import StoreError, db_error, open_engine, upgrade
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.record import RecordError, RunRecord
+from mmlu_track.store.record import EarlyStop, RecordError, RunRecord
 
-UNFINISHED = ("running", "failed", "finalizing")
+UNFINISHED = ("running", "failed", "finalizing", "stopped")  # resumable
 
 
 class RunInProgress(StoreError):
@@ -114,12 +114,36 @@ def _from_row(row: QuestionRow) -> QuestionResult:
     )  # fmt: skip
 
 
+def new_run(meta: RunMeta) -> Run:
+    """The row of a new run with these settings (not added to any session)."""
+    now = _now()
+    return Run(
+        id=uuid.uuid4().hex, identity=meta.identity, status="running",
+        model_name=meta.model_name, model_revision=meta.model_revision, scoring=meta.scoring,
+        formulation=meta.formulation, k=meta.k, data_fingerprint=meta.data_fingerprint,
+        template_hash=meta.template_hash, git_commit=meta.git_commit,
+        config_json=json.dumps(meta.config), n_questions=meta.n_questions,
+        output_dir=meta.output_dir, sweep=meta.sweep, created_at=now,
+        owner=current_owner(), heartbeat_at=now,
+    )  # fmt: skip
+
+
 def record_of(run: Run) -> RunRecord | None:
     """A finished run's typed record (None while it is unfinished)."""
     if not run.record_json:
         return None
     try:
         return RunRecord.from_json(json.loads(run.record_json))
+    except (ValueError, RecordError) as err:
+        raise StoreError(f"run {run.id}: {err}") from err
+
+
+def early_stop_of(run: Run) -> EarlyStop | None:
+    """Why the sequential gate stopped this run (kept after a later resume completes it)."""
+    if not run.stop_json:
+        return None
+    try:
+        return EarlyStop.from_json(json.loads(run.stop_json))
     except (ValueError, RecordError) as err:
         raise StoreError(f"run {run.id}: {err}") from err
 
@@ -185,15 +209,7 @@ class SqlStore:
                 .with_for_update()
             ).first()
             if run is None:
-                run = Run(
-                    id=uuid.uuid4().hex, identity=meta.identity, status="running",
-                    model_name=meta.model_name, model_revision=meta.model_revision, scoring=meta.scoring,
-                    formulation=meta.formulation, k=meta.k, data_fingerprint=meta.data_fingerprint,
-                    template_hash=meta.template_hash, git_commit=meta.git_commit,
-                    config_json=json.dumps(meta.config), n_questions=meta.n_questions,
-                    output_dir=meta.output_dir, sweep=meta.sweep, created_at=now,
-                    owner=current_owner(), heartbeat_at=now,
-                )  # fmt: skip
+                run = new_run(meta)
                 s.add(run)
                 s.flush()
                 s.add(RunShard(run_id=run.id, shards=shard.count, shard=shard.index, status="running",
@@ -298,6 +314,13 @@ class SqlStore:
             s.get_one(Run, run_id).status = status
             if status == "failed":
                 s.execute(update(RunShard).where(RunShard.run_id == run_id).values(status="failed"))
+
+    def stop(self, run_id: str, info: EarlyStop) -> None:
+        """The sequential gate stopped the run: `stopped` (resumable; never a finished baseline)."""
+        with self._session(write=True) as s:
+            run = s.get_one(Run, run_id)
+            run.status, run.stop_json = "stopped", json.dumps(info.to_json())
+            s.execute(update(RunShard).where(RunShard.run_id == run_id).values(status="done"))
 
     def set_mlflow_run(self, run_id: str, mlflow_run_id: str, *, synced: bool) -> None:
         """The MLflow run this run logs to; `synced` once everything is logged there."""

@@ -1,0 +1,166 @@
+"""The sequential gate end to end: evaluate the candidate in looks, paired with a stored baseline,
+and stop as soon as the verdict is clear (the statistics: `sequential.py`).
+
+    python -m mmlu_track model=... gate.baseline=RUN gate.sequential=true [gate.looks=20]
+
+The candidate's questions are scored in `gate.looks` looks (`plan.looks`: each subject's questions
+in a seeded order, a part of every subject per look). After each committed look the betting tests
+decide: pass (non-inferiority at δ shown), regression (a drop shown), or go on. A decision before
+the last look stops the evaluation: the run is recorded `stopped` (never a full baseline), and the
+same command without gate.sequential resumes it to completion. A decision at the last look, or
+none, leaves a finished run. The report (console, report.md, the job summary, report.json, the
+comparison's MLflow run) says at which look it stopped, the questions used and saved, and the
+anytime-valid interval there; its tables are the fixed-sample statistics of the questions used,
+descriptive only.
+
+Exit codes as the compare command's: 0 pass, 1 regression or inconclusive, 2 unusable input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mmlu_track.config import CompareConfig, EvalConfig, GateConfig
+from mmlu_track.eval.results import QuestionResult
+from mmlu_track.gate.policy import EXIT_PASS, EXIT_REGRESSION, Verdict, differences, require_finished
+from mmlu_track.gate.run import publish, resolve
+from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide
+from mmlu_track.gate.stats import ComparisonError, compare, pair
+from mmlu_track.store.record import EarlyStop
+from mmlu_track.store.sql import RunMeta, new_run
+
+if TYPE_CHECKING:
+    from mmlu_track.store.orm import Run
+    from mmlu_track.store.sql import SqlStore
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:+.2f} pts"
+
+
+class SequentialLooks:
+    """The pipeline's `Looks`: pairs each committed look with the baseline and decides."""
+
+    def __init__(self, store: SqlStore, gate: GateConfig, uri: str | None) -> None:
+        assert gate.baseline is not None
+        self.store, self.gate, self.uri, self.count = store, gate, uri, gate.looks
+        # Fail before the model loads when the reference names nothing.
+        self.base = require_finished(resolve(store, gate.baseline, None, "gate", uri), "baseline")
+        self.candidate: Run | None = None
+        self.correct: dict[tuple[str, int], bool] = {}
+        self.counts: list[LookCounts] = []
+        self.used: list[QuestionResult] = []
+        self.result: SequentialResult | None = None
+
+    def begin(self, candidate: RunMeta) -> None:
+        """Pick the baseline comparable with the candidate (a model name: its newest such run)."""
+        assert self.gate.baseline is not None
+        cand = new_run(candidate)
+        found = resolve(self.store, self.gate.baseline, (cand, "candidate"), "gate", self.uri)
+        self.base = require_finished(found, "baseline")
+        if problems := differences(self.base, cand, "gate"):
+            raise ComparisonError(f"runs are not comparable: {problems[0]}")
+        self.candidate = cand
+        self.correct = {(r.subject, r.index): r.correct for r in self.store.question_results(self.base.id)}
+
+    def look(self, number: int, results: Sequence[QuestionResult]) -> EarlyStop | None:
+        lost = gained = 0
+        for r in results:
+            before = self.correct[(r.subject, r.index)]  # equal fingerprints: the same questions
+            lost += before and not r.correct
+            gained += r.correct and not before
+        self.counts.append(LookCounts(len(results), lost, gained))
+        self.used.extend(results)
+        self.result = decide(self.counts, self.gate.margin, self.gate.alpha)
+        if self.result.decision == "continue" or number == self.count:
+            return None  # at the last look every question is scored: the run finishes
+        assert self.candidate is not None
+        return EarlyStop(
+            look=number,
+            looks=self.count,
+            questions_scored=self.result.n,
+            questions_total=self.candidate.n_questions,
+            verdict=self.result.decision,
+            reason=headline(self.result, self.gate, self.count),
+            baseline_run_id=self.base.id,
+        )
+
+
+def headline(res: SequentialResult, gate: GateConfig, looks: int) -> str:
+    delta = f"δ = {100 * gate.margin:.1f} pts"
+    if res.decision == "pass":
+        return f"non-inferiority shown at {delta} at look {res.look} of {looks}, no drop shown"
+    if res.decision == "regression":
+        return f"a drop shown at look {res.look} of {looks}: Δ micro {_pts(res.delta)}"
+    return f"neither non-inferiority at {delta} nor a drop shown after all {looks} looks"
+
+
+def _verdict(res: SequentialResult, gate: GateConfig, looks: int, total: int) -> Verdict:
+    status = {"pass": "pass", "regression": "regression", "continue": "inconclusive"}[res.decision]
+    saved = total - res.n
+    level = 100 * (1 - 2 * gate.alpha)
+    reasons = (
+        f"sequential gate: decided at look {res.look} of {looks} on {res.n:,} of {total:,} questions "
+        f"({100 * res.n / total:.0f} %), {saved:,} questions saved; {res.lost} lost and {res.gained} gained",
+        f"anytime-valid {level:.0f}% interval of Δ micro [{_pts(res.lower)}, {_pts(res.upper)}] "
+        f"(each bound {100 * (1 - gate.alpha):.0f}% at every look; betting confidence sequence)",
+        f"the tables below are fixed-sample statistics of the {res.n:,} questions used: descriptive only, "
+        "the verdict is the sequential test's",
+    )
+    code = EXIT_PASS if status == "pass" else EXIT_REGRESSION
+    return Verdict(status, headline(res, gate, looks), reasons, code)
+
+
+def execute(cfg: EvalConfig, output_dir: Path, sweep: str | None = None, echo: Any = print) -> int:
+    """Evaluate `cfg` in looks against `cfg.gate.baseline`; report; return the exit code."""
+    from mmlu_track.eval.pipeline import run
+    from mmlu_track.store.sql import SqlStore
+
+    gate = cfg.gate
+    assert gate is not None
+    store = SqlStore(cfg.tracking.db_url)
+    try:
+        looks = SequentialLooks(store, gate, cfg.tracking.mlflow_uri)
+        out = run(cfg, output_dir, echo=echo, sweep=sweep, looks=looks)
+        assert out.run_id is not None
+        assert looks.result is not None
+        cand = store.get(out.run_id)
+        assert cand is not None
+        res, base = looks.result, looks.base
+        used = {(r.subject, r.index) for r in looks.used}
+        base_used = [r for r in store.question_results(base.id) if (r.subject, r.index) in used]
+        comp = compare(pair(base_used, looks.used), gate)
+        verdict = _verdict(res, gate, looks.count, cand.n_questions)
+        flagged = [s.name for s in comp.subjects if s.flagged]
+        if flagged and gate.fail_on_flagged_subjects and verdict.status != "regression":
+            drop = f"{len(flagged)} subject(s) regressed significantly: {', '.join(flagged)}"
+            verdict = replace(verdict, status="regression", headline=drop, exit_code=EXIT_REGRESSION,
+                              reasons=(drop, *verdict.reasons))  # fmt: skip
+        section = {
+            "sequential": {
+                "look": res.look, "looks": looks.count, "questions_used": res.n,
+                "questions_total": cand.n_questions, "questions_saved": cand.n_questions - res.n,
+                "decision": res.decision, "lower": res.lower, "upper": res.upper,
+                "lost": res.lost, "gained": res.gained, "stopped_early": out.stopped is not None,
+                "log_wealth_pass": res.log_wealth_pass, "log_wealth_regression": res.log_wealth_regression,
+                "method": "betting (Waudby-Smith & Ramdas 2024): Kelly bets one margin past the null",
+            }
+        }  # fmt: skip
+        metrics = {
+            "sequential/look": float(res.look),
+            "sequential/questions_used": float(res.n),
+            "sequential/questions_saved": float(cand.n_questions - res.n),
+            "sequential/ci_low": res.lower,
+            "sequential/ci_high": res.upper,
+        }
+        compare_cfg = CompareConfig(base.id, cand.id, gate, cfg.tracking, "gate")
+        publish(
+            store, comp, verdict, base=base, cand=cand, cfg=compare_cfg, output_dir=output_dir / "gate",
+            echo=echo, extra=(section, metrics),
+        )  # fmt: skip
+        return verdict.exit_code
+    finally:
+        store.close()
