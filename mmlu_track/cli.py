@@ -148,8 +148,11 @@ def main() -> None:
                 from mmlu_track.gate.sequential_run import execute
                 from mmlu_track.gate.stats import ComparisonError
 
+                def evaluate(looks: Any) -> str | None:
+                    return run(eval_cfg, output_dir, sweep=sweep, looks=looks).run_id
+
                 try:
-                    codes.append(execute(eval_cfg, output_dir, sweep=sweep))
+                    codes.append(execute(eval_cfg, output_dir, evaluate))
                 except ComparisonError as err:
                     fail(str(err))
                 return None

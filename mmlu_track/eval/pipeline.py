@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from mmlu_track.config import EvalConfig, to_dict
 from mmlu_track.eval import models, prompts, provenance
@@ -42,20 +39,18 @@ from mmlu_track.eval.outputs import (
     write_json,
 )
 from mmlu_track.eval.plan import (
-    Plan,
     TruncationError,
     Unit,
     assign,
     fits_check,
     identity,
-    pick,
     plan,
     render,
     units,
 )
 from mmlu_track.eval.plan import looks as plan_looks
-from mmlu_track.eval.results import Accuracy, QuestionResult, Scores, aggregate, table, write_jsonl
-from mmlu_track.eval.scoring import SCORERS, Score, calibrate
+from mmlu_track.eval.results import QuestionResult, Scores, aggregate, table, write_jsonl
+from mmlu_track.eval.score_units import Counts, Looks, Prepared, acc, score, score_looks
 from mmlu_track.store.record import DataInfo, EarlyStop, HostInfo, RunRecord, RunStart, Timing
 from mmlu_track.store.sql import RunMeta, Shard, SqlStore
 
@@ -65,7 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["Looks", "RunOutput", "TruncationError", "run"]
 
 Echo = Callable[[str], None]
-Done = dict[str, list[QuestionResult]]  # committed questions by subject
 
 
 @dataclass(frozen=True)
@@ -77,46 +71,6 @@ class RunOutput:
     output_dir: Path
     mlflow_run_id: str | None
     stopped: EarlyStop | None = None  # the sequential gate stopped it (`results`: the questions scored)
-
-
-class Looks(Protocol):
-    """The sequential gate's side of an evaluation scored in looks."""
-
-    count: int  # looks over the whole plan
-
-    def begin(self, candidate: RunMeta) -> None:
-        """Before anything is recorded; raises to refuse the run (e.g. not comparable)."""
-
-    def look(self, number: int, results: Sequence[QuestionResult]) -> EarlyStop | None:
-        """Look `number` (1-based) is committed, with these results; an EarlyStop ends the run."""
-
-
-def _to_results(
-    batch: Sequence[prompts.Prompt], scores: Sequence[Score], calibration: str
-) -> list[QuestionResult]:
-    predictions: list[int | None] = [s.prediction for s in scores]
-    margins: list[float | None] = [None] * len(scores)
-    if scores and scores[0].logprobs is not None:
-        matrix = calibrate(np.array([s.logprobs for s in scores], dtype=np.float64), calibration)
-        predictions = [int(p) for p in np.argmax(matrix, axis=1)]
-        top2 = np.sort(matrix, axis=1)[:, -2:]
-        margins = [float(m) for m in top2[:, 1] - top2[:, 0]]
-    return [
-        QuestionResult(
-            subject=p.question.subject,
-            index=p.question.index,
-            prompt_hash=p.sha,
-            shots_used=p.shots_used,
-            n_tokens=s.n_tokens,
-            truncated=s.truncated,
-            logprobs=s.logprobs,
-            generated=s.generated,
-            prediction=pred,
-            gold=p.question.answer,
-            margin=margin,
-        )
-        for p, s, pred, margin in zip(batch, scores, predictions, margins, strict=True)
-    ]
 
 
 def run(
@@ -138,18 +92,7 @@ def run(
         store.close()
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    lm: models.LoadedModel
-    plan: Plan
-    rendered: dict[str, list[prompts.Prompt]]
-    start: RunStart
-    identity: str
-    data_s: float
-    model_load_s: float
-
-
-def _prepare(cfg: EvalConfig, sweep: str | None) -> _Prepared:
+def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
     """Everything before the run is recorded; refuses prompts that can never fit."""
     t0 = time.time()
     seeds = provenance.set_seeds(cfg.seed)
@@ -182,10 +125,10 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> _Prepared:
     ident = identity(cfg, lm.info, the_plan.fingerprint)
     if not cfg.tracking.resume:  # a fresh identity of the same length (the column holds 64 characters)
         ident = hashlib.sha256(f"{ident}-{time.time_ns()}".encode()).hexdigest()
-    return _Prepared(lm, the_plan, rendered, start, ident, t1 - t0, t2 - t1)
+    return Prepared(lm, the_plan, rendered, start, ident, t1 - t0, t2 - t1)
 
 
-def _meta(prep: _Prepared, output_dir: Path) -> RunMeta:
+def _meta(prep: Prepared, output_dir: Path) -> RunMeta:
     """The SQL store's columns of the run, to find it again (resume) and to select it (the gate)."""
     start, cfg = prep.start, prep.start.config
     return RunMeta(
@@ -205,112 +148,7 @@ def _meta(prep: _Prepared, output_dir: Path) -> RunMeta:
     )
 
 
-@dataclass
-class _Counts:
-    multi_pass: int = 0
-    prefix_fallbacks: int = 0
-    forwarded: int = 0
-    scored: int = 0  # questions scored by this process (the rest were committed before)
-
-
-def _committed(unit: Unit, prep: _Prepared, done: Done) -> tuple[dict[int, QuestionResult], list[int]]:
-    """The unit's committed results by plan position, and its positions still to score."""
-    have = {r.index: r for r in done.get(unit.subject, ())}
-    questions = prep.plan.questions[unit.subject]
-    found = {i: have[questions[i].index] for i in unit.positions if questions[i].index in have}
-    return found, [i for i in unit.positions if i not in found]
-
-
-def _score(
-    cfg: EvalConfig,
-    prep: _Prepared,
-    store: SqlStore,
-    run_id: str,
-    *,
-    everything: list[Unit],
-    mine: list[Unit],
-    done: Done,
-    live: LiveRun | None,
-    progress: bool,
-    held: dict[Unit, list[QuestionResult]],
-    counts: _Counts,
-    desc: str = "MMLU",
-) -> None:
-    """Score this shard's units not yet committed; commit each; a subject complete in this process
-    goes to the live MLflow run. `held` gets every unit this process holds results of."""
-    from tqdm import tqdm
-
-    scorer = SCORERS[cfg.scoring.method]
-    shard = Shard(cfg.shard, cfg.shards)
-    total = sum(len(u.positions) for u in mine)
-    with tqdm(total=total, desc=desc, unit="q", disable=not progress, file=sys.stderr) as bar:
-        for whole in mine:
-            found, missing = _committed(whole, prep, done)
-            if not missing:
-                held[whole] = [found[i] for i in whole.positions]
-                bar.update(len(found))
-                continue
-            bar.update(len(found))
-            bar.set_postfix_str(whole.subject)
-            # Only the questions not yet committed (a look of the sequential gate commits a part).
-            unit = whole if not found else pick(whole.subject, prep.rendered[whole.subject], tuple(missing))
-            rendered = [prep.rendered[unit.subject][i] for i in unit.positions]
-            scores = scorer(
-                prep.lm,
-                [p.text for p in rendered],
-                cfg.scoring,
-                cfg.batch_size,
-                bar.update,
-                prefixes=[p.prefix for p in rendered],
-                max_tokens=cfg.batch_tokens,
-            )
-            counts.multi_pass += sum(s.multi_pass for s in scores)
-            counts.prefix_fallbacks += sum(s.prefix_fallback for s in scores)
-            counts.forwarded += sum(s.forwarded for s in scores)
-            new = _to_results(rendered, scores, cfg.scoring.calibration)
-            counts.scored += len(new)
-            store.save_unit(run_id, new, shard)
-            by_position = {**found, **dict(zip(unit.positions, new, strict=True))}
-            held[whole] = [by_position[i] for i in whole.positions]
-            subject_units = [u for u in everything if u.subject == unit.subject]
-            if live is not None and all(u in held for u in subject_units):
-                subject = [r for u in subject_units for r in held[u]]
-                so_far = [r for rs in held.values() for r in rs]
-                subjects = len({r.subject for r in so_far})
-                live.subject_done(unit.subject, _acc(subject), subjects, _acc(so_far))
-
-
-def _score_looks(
-    cfg: EvalConfig,
-    prep: _Prepared,
-    store: SqlStore,
-    run_id: str,
-    *,
-    in_looks: list[list[Unit]],
-    looks: Looks,
-    done: Done,
-    live: LiveRun | None,
-    progress: bool,
-    held: dict[Unit, list[QuestionResult]],
-    counts: _Counts,
-) -> EarlyStop | None:
-    """Score look after look until `looks` stops the run (its EarlyStop) or none is left (None)."""
-    everything = [u for look in in_looks for u in look]
-    for number, look in enumerate(in_looks, 1):
-        _score(
-            cfg, prep, store, run_id, everything=everything, mine=look, done=done, live=live,
-            progress=progress, held=held, counts=counts, desc=f"look {number}/{len(in_looks)}",
-        )  # fmt: skip
-        if (stop := looks.look(number, [r for u in look for r in held[u]])) is not None:
-            return stop
-    return None
-
-
-def _acc(results: Sequence[QuestionResult]) -> Accuracy:
-    return Accuracy.of([r.correct for r in results])
-
-
-def _all_results(prep: _Prepared, store: SqlStore, run_id: str) -> list[QuestionResult]:
+def _all_results(prep: Prepared, store: SqlStore, run_id: str) -> list[QuestionResult]:
     """Every committed question of the run, in plan order (the finalizing shard's view)."""
     by_key = {(r.subject, r.index): r for r in store.question_results(run_id)}
     return [by_key[(q.subject, q.index)] for q in prep.plan.all_questions]
@@ -334,7 +172,7 @@ def _stopped(
     write_jsonl(output_dir / PREDICTIONS_FILE, results)
     write_json(output_dir / EARLY_STOP_FILE, stop.to_json())
     if live is not None:
-        live.stopped(stop, _acc(results))
+        live.stopped(stop, acc(results))
     echo(f"run {run_id} {stop.summary()}; results in {output_dir}")
     return RunOutput(run_id, results, aggregate(results), None, output_dir, live.id if live else None, stop)
 
@@ -374,14 +212,14 @@ def _run(
     live = open_mlflow(cfg, store, run_id, start) if cfg.shards == 1 else None
     scoring_started = time.time()
     held: dict[Unit, list[QuestionResult]] = {}
-    counts = _Counts()
+    counts = Counts()
     try:
         if looks is None:
-            _score(
+            score(
                 cfg, prep, store, run_id, everything=all_units, mine=mine, done=done, live=live,
                 progress=progress, held=held, counts=counts,
             )  # fmt: skip
-        elif stop := _score_looks(
+        elif stop := score_looks(
             cfg, prep, store, run_id, in_looks=in_looks, looks=looks, done=done, live=live,
             progress=progress, held=held, counts=counts,
         ):  # fmt: skip

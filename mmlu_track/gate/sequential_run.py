@@ -18,7 +18,7 @@ Exit codes as the compare command's: 0 pass, 1 regression or inconclusive, 2 unu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,9 +114,13 @@ def _verdict(res: SequentialResult, gate: GateConfig, looks: int, total: int) ->
     return Verdict(status, headline(res, gate, looks), reasons, code)
 
 
-def execute(cfg: EvalConfig, output_dir: Path, sweep: str | None = None, echo: Any = print) -> int:
-    """Evaluate `cfg` in looks against `cfg.gate.baseline`; report; return the exit code."""
-    from mmlu_track.eval.pipeline import run
+def execute(
+    cfg: EvalConfig, output_dir: Path, evaluate: Callable[[SequentialLooks], str | None], echo: Any = print
+) -> int:
+    """Evaluate `cfg` in looks against `cfg.gate.baseline`; report; return the exit code.
+
+    `evaluate(looks)` runs the evaluation in those looks and returns its run id (the entry point
+    passes the pipeline's `run`: the gate never imports the evaluation)."""
     from mmlu_track.store.sql import SqlStore
 
     gate = cfg.gate
@@ -124,10 +128,10 @@ def execute(cfg: EvalConfig, output_dir: Path, sweep: str | None = None, echo: A
     store = SqlStore(cfg.tracking.db_url)
     try:
         looks = SequentialLooks(store, gate, cfg.tracking.mlflow_uri)
-        out = run(cfg, output_dir, echo=echo, sweep=sweep, looks=looks)
-        assert out.run_id is not None
+        run_id = evaluate(looks)
+        assert run_id is not None
         assert looks.result is not None
-        cand = store.get(out.run_id)
+        cand = store.get(run_id)
         assert cand is not None
         res, base = looks.result, looks.base
         used = {(r.subject, r.index) for r in looks.used}
@@ -144,7 +148,7 @@ def execute(cfg: EvalConfig, output_dir: Path, sweep: str | None = None, echo: A
                 "look": res.look, "looks": looks.count, "questions_used": res.n,
                 "questions_total": cand.n_questions, "questions_saved": cand.n_questions - res.n,
                 "decision": res.decision, "lower": res.lower, "upper": res.upper,
-                "lost": res.lost, "gained": res.gained, "stopped_early": out.stopped is not None,
+                "lost": res.lost, "gained": res.gained, "stopped_early": cand.status == "stopped",
                 "log_wealth_pass": res.log_wealth_pass, "log_wealth_regression": res.log_wealth_regression,
                 "method": "betting (Waudby-Smith & Ramdas 2024): Kelly bets one margin past the null",
             }

@@ -1,0 +1,187 @@
+"""Scoring a run's units and committing each (the pipeline's inner loop), in plan order or in the
+sequential gate's looks.
+
+A unit's questions already committed are never scored again: a unit committed in part (a look of
+a stopped sequential gate covers part of a unit) scores only its missing questions. Each scored
+unit is committed at once (`SqlStore.save_unit`), and a subject complete in this process goes to
+the live MLflow run. `Looks` is the sequential gate's side: after each committed look it may stop
+the evaluation with an `EarlyStop`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from mmlu_track.config import EvalConfig
+from mmlu_track.eval import models, prompts
+from mmlu_track.eval.plan import Plan, Unit, pick
+from mmlu_track.eval.results import Accuracy, QuestionResult
+from mmlu_track.eval.scoring import SCORERS, Score, calibrate
+from mmlu_track.store.record import EarlyStop, RunStart
+from mmlu_track.store.sql import RunMeta, Shard, SqlStore
+
+if TYPE_CHECKING:
+    from mmlu_track.store.mlflow import LiveRun
+
+Done = dict[str, list[QuestionResult]]  # committed questions by subject
+
+
+class Looks(Protocol):
+    """The sequential gate's side of an evaluation scored in looks."""
+
+    count: int  # looks over the whole plan
+
+    def begin(self, candidate: RunMeta) -> None:
+        """Before anything is recorded; raises to refuse the run (e.g. not comparable)."""
+
+    def look(self, number: int, results: Sequence[QuestionResult]) -> EarlyStop | None:
+        """Look `number` (1-based) is committed, with these results; an EarlyStop ends the run."""
+
+
+def to_results(
+    batch: Sequence[prompts.Prompt], scores: Sequence[Score], calibration: str
+) -> list[QuestionResult]:
+    predictions: list[int | None] = [s.prediction for s in scores]
+    margins: list[float | None] = [None] * len(scores)
+    if scores and scores[0].logprobs is not None:
+        matrix = calibrate(np.array([s.logprobs for s in scores], dtype=np.float64), calibration)
+        predictions = [int(p) for p in np.argmax(matrix, axis=1)]
+        top2 = np.sort(matrix, axis=1)[:, -2:]
+        margins = [float(m) for m in top2[:, 1] - top2[:, 0]]
+    return [
+        QuestionResult(
+            subject=p.question.subject,
+            index=p.question.index,
+            prompt_hash=p.sha,
+            shots_used=p.shots_used,
+            n_tokens=s.n_tokens,
+            truncated=s.truncated,
+            logprobs=s.logprobs,
+            generated=s.generated,
+            prediction=pred,
+            gold=p.question.answer,
+            margin=margin,
+        )
+        for p, s, pred, margin in zip(batch, scores, predictions, margins, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    lm: models.LoadedModel
+    plan: Plan
+    rendered: dict[str, list[prompts.Prompt]]
+    start: RunStart
+    identity: str
+    data_s: float
+    model_load_s: float
+
+
+@dataclass
+class Counts:
+    multi_pass: int = 0
+    prefix_fallbacks: int = 0
+    forwarded: int = 0
+    scored: int = 0  # questions scored by this process (the rest were committed before)
+
+
+def committed(unit: Unit, prep: Prepared, done: Done) -> tuple[dict[int, QuestionResult], list[int]]:
+    """The unit's committed results by plan position, and its positions still to score."""
+    have = {r.index: r for r in done.get(unit.subject, ())}
+    questions = prep.plan.questions[unit.subject]
+    found = {i: have[questions[i].index] for i in unit.positions if questions[i].index in have}
+    return found, [i for i in unit.positions if i not in found]
+
+
+def score(
+    cfg: EvalConfig,
+    prep: Prepared,
+    store: SqlStore,
+    run_id: str,
+    *,
+    everything: list[Unit],
+    mine: list[Unit],
+    done: Done,
+    live: LiveRun | None,
+    progress: bool,
+    held: dict[Unit, list[QuestionResult]],
+    counts: Counts,
+    desc: str = "MMLU",
+) -> None:
+    """Score this shard's units not yet committed; commit each; a subject complete in this process
+    goes to the live MLflow run. `held` gets every unit this process holds results of."""
+    from tqdm import tqdm
+
+    scorer = SCORERS[cfg.scoring.method]
+    shard = Shard(cfg.shard, cfg.shards)
+    total = sum(len(u.positions) for u in mine)
+    with tqdm(total=total, desc=desc, unit="q", disable=not progress, file=sys.stderr) as bar:
+        for whole in mine:
+            found, missing = committed(whole, prep, done)
+            if not missing:
+                held[whole] = [found[i] for i in whole.positions]
+                bar.update(len(found))
+                continue
+            bar.update(len(found))
+            bar.set_postfix_str(whole.subject)
+            # Only the questions not yet committed (a look of the sequential gate commits a part).
+            unit = whole if not found else pick(whole.subject, prep.rendered[whole.subject], tuple(missing))
+            rendered = [prep.rendered[unit.subject][i] for i in unit.positions]
+            scores = scorer(
+                prep.lm,
+                [p.text for p in rendered],
+                cfg.scoring,
+                cfg.batch_size,
+                bar.update,
+                prefixes=[p.prefix for p in rendered],
+                max_tokens=cfg.batch_tokens,
+            )
+            counts.multi_pass += sum(s.multi_pass for s in scores)
+            counts.prefix_fallbacks += sum(s.prefix_fallback for s in scores)
+            counts.forwarded += sum(s.forwarded for s in scores)
+            new = to_results(rendered, scores, cfg.scoring.calibration)
+            counts.scored += len(new)
+            store.save_unit(run_id, new, shard)
+            by_position = {**found, **dict(zip(unit.positions, new, strict=True))}
+            held[whole] = [by_position[i] for i in whole.positions]
+            subject_units = [u for u in everything if u.subject == unit.subject]
+            if live is not None and all(u in held for u in subject_units):
+                subject = [r for u in subject_units for r in held[u]]
+                so_far = [r for rs in held.values() for r in rs]
+                subjects = len({r.subject for r in so_far})
+                live.subject_done(unit.subject, acc(subject), subjects, acc(so_far))
+
+
+def score_looks(
+    cfg: EvalConfig,
+    prep: Prepared,
+    store: SqlStore,
+    run_id: str,
+    *,
+    in_looks: list[list[Unit]],
+    looks: Looks,
+    done: Done,
+    live: LiveRun | None,
+    progress: bool,
+    held: dict[Unit, list[QuestionResult]],
+    counts: Counts,
+) -> EarlyStop | None:
+    """Score look after look until `looks` stops the run (its EarlyStop) or none is left (None)."""
+    everything = [u for look in in_looks for u in look]
+    for number, look in enumerate(in_looks, 1):
+        score(
+            cfg, prep, store, run_id, everything=everything, mine=look, done=done, live=live,
+            progress=progress, held=held, counts=counts, desc=f"look {number}/{len(in_looks)}",
+        )  # fmt: skip
+        if (stop := looks.look(number, [r for u in look for r in held[u]])) is not None:
+            return stop
+    return None
+
+
+def acc(results: Sequence[QuestionResult]) -> Accuracy:
+    return Accuracy.of([r.correct for r in results])
