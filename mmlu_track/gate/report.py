@@ -63,10 +63,17 @@ def _gap_rows(ordered: list[Delta]) -> list[Delta]:
     return ordered[:GAP_ROWS] + ordered[-GAP_ROWS:]
 
 
-def _method_lines(comp: Comparison, gate_mode: bool) -> list[str]:
+def _method_lines(comp: Comparison, gate_mode: bool, sequential: bool = False) -> list[str]:
     s = comp.settings
     lines = [f"Intervals ({100 * (1 - s.alpha):.0f}%): {comp.intervals}."]
-    if gate_mode:
+    if sequential:
+        ni = comp.noninferiority
+        lines.append(
+            f"The verdict is the sequential gate's (testing by betting, valid at every look). For reference "
+            f"only, Tango's fixed-sample non-inferiority test on these questions: p = {_p(ni.p_value)}, "
+            f"one-sided lower bound {_pts(ni.lower_bound)} pts (not valid after stopping on the data)."
+        )
+    elif gate_mode:
         ni = comp.noninferiority
         lines.append(
             f"Non-inferiority (Δ micro > −{100 * ni.margin:.1f} pts): Tango's score test with an exact "
@@ -101,7 +108,9 @@ def _mlflow_links(base: Run, cand: Run, uri: str | None) -> list[str]:
     return ["", "MLflow: " + " · ".join(links)] if links else []
 
 
-def markdown(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: CompareConfig) -> str:
+def markdown(
+    comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: CompareConfig, *, sequential: bool = False
+) -> str:
     """Verdict first, then the overall rows, then subjects sorted by Δ (flagged marked), full table folded."""
     s = comp.settings
     gate_mode = cfg.mode == "gate"
@@ -125,7 +134,7 @@ def markdown(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: Comp
         _row(comp.macro),
         *(_row(c) for c in comp.categories),
         "",
-        *_method_lines(comp, gate_mode),
+        *_method_lines(comp, gate_mode, sequential),
     ]
     ordered = sorted(comp.subjects, key=lambda d: d.delta)
     flagged = [d for d in ordered if d.flagged]
@@ -148,7 +157,9 @@ def _mark(d: Delta) -> str:
     return "⚠️ " if d.flagged else ("⬆️ " if d.improved else "")
 
 
-def console(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: CompareConfig) -> str:
+def console(
+    comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: CompareConfig, *, sequential: bool = False
+) -> str:
     width = max(len(d.name) for d in (*comp.subjects, *comp.categories)) + 4
     head = f"{'':<{width}}{'n':>6} {'base %':>7} {'cand %':>7} {'Δ pts':>7}  {'95% CI':<17} {'p adj':>8}"
 
@@ -166,7 +177,7 @@ def console(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: Compa
         for d in sorted(comp.subjects, key=lambda d: d.delta)
     ]
     rows += ["-" * len(head), *(line(c) for c in comp.categories), line(comp.macro), line(comp.micro)]
-    rows += [r.replace("**", "") for r in _method_lines(comp, cfg.mode == "gate")]
+    rows += [r.replace("**", "") for r in _method_lines(comp, cfg.mode == "gate", sequential)]
     return "\n".join(rows)
 
 

@@ -217,7 +217,7 @@ def publish(
     doc = report.to_json(comp, verdict, base, cand, cfg)
     if extra:
         doc.update(extra[0])
-    markdown = report.markdown(comp, verdict, base, cand, cfg)
+    markdown = report.markdown(comp, verdict, base, cand, cfg, sequential=extra is not None)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "report.md").write_text(markdown, encoding="utf-8")
     (output_dir / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
@@ -230,7 +230,7 @@ def publish(
     if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(summary, "a", encoding="utf-8") as f:
             f.write(markdown + "\n")
-    echo(report.console(comp, verdict, base, cand, cfg))
+    echo(report.console(comp, verdict, base, cand, cfg, sequential=extra is not None))
     echo(f"reports in {output_dir}")
     row = ComparisonRow(
         id=uuid.uuid4().hex, baseline_run_id=base.id, candidate_run_id=cand.id,

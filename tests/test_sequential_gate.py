@@ -1,0 +1,159 @@
+"""The sequential gate end to end: looks, an early stop recorded as such, the reports, the resume
+to completion, name lookup never taking a stopped run, and the exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from mmlu_track.config import EvalConfig
+from mmlu_track.eval import plan
+from mmlu_track.eval.pipeline import run
+from mmlu_track.gate.sequential_run import execute
+from mmlu_track.gate.stats import ComparisonError
+from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run
+from mmlu_track.store.sql import SqlStore
+
+from .conftest import compose_eval
+
+SUBJECTS = "subjects=[abstract_algebra,anatomy,astronomy,marketing]"
+TINY = ["model=tiny", "device=cpu", "k=0", "limit=50", SUBJECTS, "tracking=sql_only"]
+GATE = ["gate.sequential=true", "gate.margin=0.05", "gate.looks=10"]
+
+
+def _cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mmlu_track", *args], cwd=tmp_path, capture_output=True, text=True,
+        check=False, timeout=600, env={**os.environ, "HYDRA_FULL_ERROR": "", **(env or {})},
+    )  # fmt: skip
+
+
+def _compare(tmp_path: Path, db: str, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "mmlu_track.compare", f"tracking.db_url={db}", "tracking.mlflow=false",
+           f"hydra.run.dir={tmp_path / 'cmp'}", *args]  # fmt: skip
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
+
+
+def _runs(db: str) -> dict[str, Run]:
+    with Session(SqlStore(db).engine) as s:
+        return {r.id: r for r in s.scalars(select(Run))}
+
+
+def test_looks_cover_every_subject_in_proportion() -> None:
+    cfg = compose_eval(TINY)
+    prompt = SimpleNamespace(prefix="shots", text="shots question")
+    rendered = {s: [prompt] * n for s, n in (("anatomy", 135), ("marketing", 234), ("virology", 7))}
+    looks = plan.looks(rendered, 20, cfg.seed)  # type: ignore[arg-type]
+    assert looks == plan.looks(rendered, 20, cfg.seed)  # type: ignore[arg-type]
+    assert looks != plan.looks(rendered, 20, cfg.seed + 1)  # type: ignore[arg-type]
+    for subject, ps in rendered.items():
+        parts = [u.positions for look in looks for u in look if u.subject == subject]
+        assert sorted(i for p in parts for i in p) == list(range(len(ps)))  # each question once
+        for j in range(1, 21):  # after look j, about j/20 of every subject
+            done = sum(len(u.positions) for lk in looks[:j] for u in lk if u.subject == subject)
+            assert abs(done - len(ps) * j / 20) < 1
+    assert sum(len(u.positions) for u in looks[0]) == 135 // 20 + 234 // 20 + 7 // 20
+
+
+def test_stops_early_reports_and_resumes_to_completion(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    base_cmd = [*TINY, f"tracking.db_url={db}"]
+    base = _cli(tmp_path, *base_cmd, f"hydra.run.dir={tmp_path / 'base'}")
+    assert base.returncode == 0, base.stderr
+    (baseline,) = _runs(db)
+    summary = tmp_path / "summary.md"
+    cand_cmd = [*base_cmd, "gate.baseline=tiny-random-llama", *GATE]
+    env = {"GITHUB_STEP_SUMMARY": str(summary)}
+    proc = _cli(tmp_path, *cand_cmd, f"hydra.run.dir={tmp_path / 'cand'}", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "PASS: non-inferiority shown at δ = 5.0 pts at look 6 of 10" in proc.stdout
+    assert "120 of 200 questions (60 %), 80 questions saved" in proc.stdout
+    (stopped,) = set(_runs(db)) - {baseline}
+    row = _runs(db)[stopped]
+    assert row.status == "stopped"
+    assert json.loads(row.stop_json or "")["questions_scored"] == 120
+    folder = Path(row.output_dir or "")
+    assert json.loads((folder / "early_stop.json").read_text())["look"] == 6
+    assert len((folder / "predictions.jsonl").read_text().splitlines()) == 120
+    md = (tmp_path / "cand" / "gate" / "report.md").read_text()
+    assert md.startswith("## MMLU release gate: ✅ PASS")
+    assert "anytime-valid 90% interval of Δ micro [" in md
+    assert summary.read_text() == md + "\n"
+    doc = json.loads((tmp_path / "cand" / "gate" / "report.json").read_text())
+    assert doc["sequential"] | {"lower": 0, "upper": 0} == doc["sequential"] | {
+        "look": 6, "looks": 10, "questions_used": 120, "questions_saved": 80, "stopped_early": True,
+        "lower": 0, "upper": 0,
+    }  # fmt: skip
+    with Session(SqlStore(db).engine) as s:
+        assert [c.mode for c in s.scalars(select(ComparisonRow))] == ["sequential"]
+        # Every look holds each subject in proportion: 30 of each subject's 50.
+        counts = Counter(s.scalars(select(QuestionRow.subject).where(QuestionRow.run_id == stopped)))
+        assert set(counts.values()) == {30}
+
+    # A stopped run is not a baseline: by id it is refused, by name the finished run is taken.
+    refused = _compare(tmp_path, db, f"baseline={stopped}", f"candidate={baseline}")
+    assert refused.returncode == 2
+    assert "stopped early by the sequential gate (pass) at look 6 of 10" in refused.stderr
+    by_name = _compare(tmp_path, db, "baseline=tiny-random-llama", f"candidate={baseline}", "gate.margin=.05")
+    assert by_name.returncode == 0, by_name.stderr
+    assert json.loads((tmp_path / "cmp" / "report.json").read_text())["baseline"]["id"] == baseline
+
+    # The same command without the gate resumes the stopped run to completion.
+    resumed = _cli(tmp_path, *base_cmd, f"hydra.run.dir={tmp_path / 'rest'}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming run {stopped}: 120 of 200 questions were committed" in resumed.stdout
+    assert "80 questions scored now" in resumed.stdout
+    runs = _runs(db)
+    assert runs[stopped].status == "finished"
+    assert runs[stopped].acc_micro == runs[baseline].acc_micro  # the same model, the same answers
+
+
+def _sequential(cfg: EvalConfig, out: Path, lines: list[str]) -> int:
+    def evaluate(looks: Any) -> str | None:
+        return run(cfg, out, progress=False, echo=lines.append, looks=looks).run_id
+
+    return execute(cfg, out, evaluate, echo=lines.append)
+
+
+def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    over = [*TINY, f"tracking.db_url={db}"]
+    base = run(compose_eval(over), tmp_path / "base", progress=False, echo=lambda _: None)
+    with Session(SqlStore(db).engine) as s, s.begin():  # a baseline that knew every answer
+        s.execute(update(QuestionRow).values(prediction=QuestionRow.gold, correct=True))
+    lines: list[str] = []
+    code = _sequential(compose_eval([*over, f"gate.baseline={base.run_id}", *GATE]), tmp_path / "c", lines)
+    assert code == 1
+    assert any("REGRESSION: a drop shown at look 1 of 10" in line for line in lines), lines
+    assert [r.status for r in _runs(db).values()].count("stopped") == 1
+
+    # Refused before any run is recorded: an unknown reference, a baseline with other settings.
+    n_runs = len(_runs(db))
+    with pytest.raises(ComparisonError, match="unknown run 'nope'"):
+        _sequential(compose_eval([*over, "gate.baseline=nope", *GATE]), tmp_path / "d", lines)
+    other_k = [o if not o.startswith("k=") else "k=1" for o in over]
+    with pytest.raises(ComparisonError, match="not comparable: k differs"):
+        _sequential(compose_eval([*other_k, f"gate.baseline={base.run_id}", *GATE]), tmp_path / "e", lines)
+    assert len(_runs(db)) == n_runs
+
+
+def test_the_default_model_stops_early_against_its_stored_run(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    over = ["device=cpu", "k=0", "limit=20", SUBJECTS, "tracking=sql_only", f"tracking.db_url={db}"]
+    base = run(compose_eval(over), tmp_path / "base", progress=False, echo=lambda _: None)
+    lines: list[str] = []
+    cfg = compose_eval([*over, f"gate.baseline={base.run_id}", "gate.sequential=true", "gate.margin=0.1",
+                        "gate.looks=8"])  # fmt: skip
+    assert _sequential(cfg, tmp_path / "cand", lines) == 0
+    assert any("decided at look 6 of 8 on 60 of 80 questions" in line for line in lines), lines
+    assert sorted(r.status for r in _runs(db).values()) == ["finished", "stopped"]
