@@ -184,5 +184,5 @@ def simulate(
     regression = decided & (w_reg[np.arange(reps), stop] >= np.log(1 / alpha))
     share = np.where(decided, np.cumsum(sizes)[stop] / n, 1.0)
     p_reg = float(regression.mean())
-    p_pass = float(decided.mean()) - p_reg
-    return SimulationCell(discordance, delta, p_pass, p_reg, 1 - p_pass - p_reg, float(share.mean()))
+    p_pass = float((decided & ~regression).mean())
+    return SimulationCell(discordance, delta, p_pass, p_reg, float((~decided).mean()), float(share.mean()))
