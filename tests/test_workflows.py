@@ -67,8 +67,9 @@ def test_compare_step_outputs_exit_code_verdict_and_summary(
     assert summary.startswith(summary_start)
 
 
-def test_evaluate_step_runs_a_sharded_evaluation_into_one_run(tmp_path: Path) -> None:
-    """The gate's evaluation step with shards=2 on a saved (tiny, random) model: one finished run."""
+def test_evaluate_step_runs_a_sharded_evaluation_and_the_sequential_gate(tmp_path: Path) -> None:
+    """The gate's evaluation step with shards=2 on a saved (tiny, random) model: one finished run;
+    then with sequential: true against it."""
     from mmlu_track.eval import models
 
     from .conftest import compose_eval
@@ -78,11 +79,23 @@ def test_evaluate_step_runs_a_sharded_evaluation_into_one_run(tmp_path: Path) ->
     lm.model.save_pretrained(saved)
     lm.tokenizer.save_pretrained(saved)
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    args = "device=cpu k=0 limit=4 subjects=[anatomy,virology] hydra.sweep.dir=sweep"
-    env = {"MODEL": str(saved), "SHARDS": "2", "MMLU_TRACK_DB_URL": db, "MLFLOW_URI": "", "EVAL_ARGS": args}
+    args = "device=cpu k=0 limit=10 subjects=[anatomy,virology]"
+    env = {"MODEL": str(saved), "SHARDS": "2", "MMLU_TRACK_DB_URL": db, "MLFLOW_URI": "",
+           "EVAL_ARGS": f"{args} hydra.sweep.dir=sweep", "SEQUENTIAL": "false"}  # fmt: skip
     rc, _, _ = _run_step(_step("mmlu-gate.yml", "evaluate"), tmp_path, env)
     assert rc == 0
     (run,) = SqlStore(db).runs()
     assert run.status == "finished"
-    assert run.n_questions == 8
+    assert run.n_questions == 20
     assert run.model_name == str(saved)
+
+    # sequential: true: the same step gates against that run and stops at look 2 of 4 (a plumbing
+    # check: the same weights give the same answers, and δ = 50 points is shown in 10 questions).
+    env |= {"SHARDS": "1", "EVAL_ARGS": args, "SEQUENTIAL": "true", "BASELINE": str(saved),
+            "POLICY": "default", "MARGIN": "0.5", "LOOKS": "4"}  # fmt: skip
+    rc, outputs, summary = _run_step(_step("mmlu-gate.yml", "evaluate"), tmp_path, env)
+    assert rc == 0
+    assert outputs == {"exit-code": "0", "verdict": "pass"}
+    assert summary.startswith("## MMLU release gate: ✅ PASS: non-inferiority shown at δ = 50.0 pts at look 2")
+    assert (tmp_path / "compare-report" / "report.json").is_file()
+    assert sorted(r.status for r in SqlStore(db).runs()) == ["finished", "stopped"]
