@@ -111,6 +111,14 @@ def test_plain_overrides() -> None:
         (["scoring=generate", "scoring.max_new_tokens=0"], "max_new_tokens"),
         (["scoring=generate", "+scoring.calibration=mean"], "calibration applies to scoring=logprob"),
         (["k=two"], "k must be an integer"),
+        (["gate.sequential=true"], "gate.sequential=true needs gate.baseline=RUN"),
+        (["gate.baseline=abc"], "add gate.sequential=true"),
+        (["gate.baseline=abc", "gate.sequential=true", "gate.margin=0"], "needs gate.margin > 0"),
+        (["gate.baseline=abc", "gate.sequential=true", "gate.looks=1"], "gate.looks=1 must be in 2..1000"),
+        (["gate.baseline=abc", "gate.sequential=true", "shards=2"], "runs unsharded"),
+        (["gate.baseline=abc", "gate.sequential=true", "scoring.calibration=mean"], "calibration=none"),
+        (["gate.baseline=abc", "gate.sequential=true", "gate=warn_only"], "apply to the compare command"),
+        (["gate.baseline=abc", "gate.sequential=yes"], "gate.sequential must be true or false"),
     ],
 )
 def test_bad_values_fail_with_one_clear_line(overrides: list[str], message: str) -> None:
@@ -158,6 +166,7 @@ def test_every_gate_policy_composes(policy: str) -> None:
     ("overrides", "message"),
     [
         (["gate.alpha=1.5"], "gate.alpha=1.5 must be between 0 and 1"),
+        (["gate.sequential=true"], "gate.sequential and gate.baseline belong to the evaluation"),
         (["gate.margin=-0.01"], "gate.margin=-0.01"),
         (["gate.correction=bonferroni"], "choose one of: holm, fdr_bh"),
         (["mode=ab"], "choose one of: gate, fewshot_gap"),
