@@ -232,6 +232,8 @@ class LiveRun:
                 with contextlib.suppress(MlflowException):  # gone, or another server: a new run then
                     self.client.update_run(existing, status=RunStatus.to_string(RunStatus.RUNNING))
                     self.id = existing
+                    with contextlib.suppress(MlflowException):  # resumed after an early stop: no longer one
+                        self.client.delete_tag(existing, EARLY_STOP_TAG)
                     return
             new = self.client.create_run(
                 exp_id,
