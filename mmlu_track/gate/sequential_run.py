@@ -102,9 +102,14 @@ def _verdict(res: SequentialResult, gate: GateConfig, looks: int, total: int) ->
     status = {"pass": "pass", "regression": "regression", "continue": "inconclusive"}[res.decision]
     saved = total - res.n
     level = 100 * (1 - 2 * gate.alpha)
+    when = (
+        f"decided at look {res.look} of {looks} on {res.n:,} of {total:,} questions "
+        f"({100 * res.n / total:.0f} %), {saved:,} questions saved"
+        if res.decision != "continue"
+        else f"no decision after all {looks} looks ({res.n:,} questions)"
+    )
     reasons = (
-        f"sequential gate: decided at look {res.look} of {looks} on {res.n:,} of {total:,} questions "
-        f"({100 * res.n / total:.0f} %), {saved:,} questions saved; {res.lost} lost and {res.gained} gained",
+        f"sequential gate: {when}; {res.lost} lost and {res.gained} gained",
         f"anytime-valid {level:.0f}% interval of Δ micro [{_pts(res.lower)}, {_pts(res.upper)}] "
         f"(each bound {100 * (1 - gate.alpha):.0f}% at every look; betting confidence sequence)",
         f"the tables below are fixed-sample statistics of the {res.n:,} questions used: descriptive only, "
