@@ -90,15 +90,19 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     print(
         f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC  finished {finished}  output {run.output_dir or '-'}"
     )
-    from mmlu_track.store.sql import record_of
+    from mmlu_track.store.sql import early_stop_of, record_of
 
+    if stop := early_stop_of(run):
+        resumed = "" if run.status == "stopped" else " (since resumed)"
+        print(f"{stop.summary()}{resumed}: {stop.reason}; baseline {stop.baseline_run_id}")
     if record := record_of(run):
         from mmlu_track.eval.results import table
 
         print(table(record.scores))
     else:
-        done = {r.subject for r in store.question_results(run.id)}
-        print(f"unfinished: {len(done)} subjects committed")
+        committed = store.question_results(run.id)
+        subjects = len({r.subject for r in committed})
+        print(f"unfinished: {len(committed)} of {run.n_questions} questions committed ({subjects} subjects)")
     return 0
 
 

@@ -21,6 +21,7 @@ from mmlu_track.eval import plan
 from mmlu_track.eval.pipeline import run
 from mmlu_track.gate.sequential_run import execute
 from mmlu_track.gate.stats import ComparisonError
+from mmlu_track.runs import main as runs_main
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 
@@ -65,7 +66,9 @@ def test_looks_cover_every_subject_in_proportion() -> None:
     assert sum(len(u.positions) for u in looks[0]) == 135 // 20 + 234 // 20 + 7 // 20
 
 
-def test_stops_early_reports_and_resumes_to_completion(tmp_path: Path) -> None:
+def test_stops_early_reports_and_resumes_to_completion(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     base_cmd = [*TINY, f"tracking.db_url={db}"]
     base = _cli(tmp_path, *base_cmd, f"hydra.run.dir={tmp_path / 'base'}")
@@ -99,6 +102,11 @@ def test_stops_early_reports_and_resumes_to_completion(tmp_path: Path) -> None:
         # Every look holds each subject in proportion: 30 of each subject's 50.
         counts = Counter(s.scalars(select(QuestionRow.subject).where(QuestionRow.run_id == stopped)))
         assert set(counts.values()) == {30}
+
+    assert runs_main(["--db", db, "show", stopped]) == 0
+    shown = capsys.readouterr().out
+    assert "stopped early by the sequential gate (pass) at look 6 of 10, 120 of 200 questions scored" in shown
+    assert "unfinished: 120 of 200 questions committed (4 subjects)" in shown
 
     # A stopped run is not a baseline: by id it is refused, by name the finished run is taken.
     refused = _compare(tmp_path, db, f"baseline={stopped}", f"candidate={baseline}")
