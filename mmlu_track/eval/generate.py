@@ -24,6 +24,7 @@ question's own tokens, and one per decode step the row took part in.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -73,68 +74,59 @@ def score_generate(
     `cfg.prefix_cache` and `prefixes`, each distinct prefix is run once."""
     # Room for the new tokens: the prompt keeps its end if it is too long.
     encoded = [fit(lm.encode(t), lm.info.max_length - cfg.max_new_tokens) for t in texts]
-    groups: dict[str, list[int]] = {}
-    plain: list[int] = []
-    for i, (_, cut) in enumerate(encoded):
-        if cfg.prefix_cache and prefixes is not None and not cut:
-            groups.setdefault(prefixes[i], []).append(i)
-        else:
-            plain.append(i)
-    tokens: list[list[int]] = [[] for _ in texts]
-    forwarded = [0] * len(texts)
-
-    def with_prefix(prefix_ids: list[int], rows: list[int]) -> str | None:
-        return _generate_with_prefix(
-            lm, prefix_ids, rows, encoded=encoded, max_new=cfg.max_new_tokens, batch_size=batch_size,
-            max_tokens=max_tokens, tokens=tokens, forwarded=forwarded, progress=progress,
-        )  # fmt: skip
-
+    work = _Work(lm, encoded, cfg.max_new_tokens, batch_size, max_tokens, progress)
+    groups, plain = prefix_cache.group(cfg.prefix_cache, prefixes, encoded, range(len(texts)))
     with torch.inference_mode():
-        left = prefix_cache.run_groups(lm, groups, encoded, with_prefix)
-        _generate_plain(
-            lm, plain + left, encoded=encoded, max_new=cfg.max_new_tokens, batch_size=batch_size,
-            max_tokens=max_tokens, tokens=tokens, forwarded=forwarded, progress=progress,
-        )  # fmt: skip
-    fallback = set(left)
-    scores = []
-    for i, toks in enumerate(tokens):
-        text = lm.decode(toks)
-        scores.append(
-            Score(
-                prediction=parse_generation(text),
-                generated=text,
-                n_tokens=len(encoded[i][0]),
-                truncated=encoded[i][1],
-                forwarded=forwarded[i],
-                prefix_fallback=i in fallback,
-            )
+        left = prefix_cache.run_groups(
+            lm, groups, encoded, lambda ids, rows: _generate_with_prefix(work, ids, rows)
         )
-    return scores
+        _generate_plain(work, plain + left)
+    texts_out = [lm.decode(toks) for toks in work.tokens]
+    fallback = set(left)
+    return [
+        Score(
+            prediction=parse_generation(text),
+            generated=text,
+            n_tokens=len(ids),
+            truncated=cut,
+            forwarded=work.forwarded[i],
+            prefix_fallback=i in fallback,
+        )
+        for i, (text, (ids, cut)) in enumerate(zip(texts_out, encoded, strict=True))
+    ]
+
+
+@dataclass
+class _Work:
+    """One call's prompts, how to batch them, and what generation writes back for each prompt."""
+
+    lm: LoadedModel
+    encoded: Sequence[tuple[list[int], bool]]
+    max_new: int
+    batch_size: int
+    max_tokens: int | None
+    progress: Progress
+    tokens: list[list[int]] = field(init=False)  # the decided tokens
+    forwarded: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = [[] for _ in self.encoded]
+        self.forwarded = [0] * len(self.encoded)
 
 
 def _generate_with_prefix(
-    lm: LoadedModel,
-    prefix_ids: list[int],
-    rows: list[int],
-    *,
-    encoded: Sequence[tuple[list[int], bool]],
-    max_new: int,
-    batch_size: int,
-    max_tokens: int | None,
-    tokens: list[list[int]],
-    forwarded: list[int],
-    progress: Progress,
-    shared_attention: bool = True,
+    work: _Work, prefix_ids: list[int], rows: list[int], *, shared_attention: bool = True
 ) -> str | None:
-    """Run the prefix once, then decode each batch of rows against it, filling `tokens[i]` with
-    row i's decided tokens; return how (`prefix_cache.SuffixForward.how`), or None (nothing done:
-    the model's cache cannot be shared)."""
+    """Run the prefix once, then decode each batch of rows against it, filling `work.tokens[i]`;
+    return how (`prefix_cache.SuffixForward.how`), or None (nothing done: the model's cache
+    cannot be shared)."""
+    lm = work.lm
     kv = prefix_cache.run_prefix(lm, prefix_ids)
     if kv is None:
         return None
     n = len(prefix_ids)
-    forwarded[rows[0]] += n
-    suffixes = {i: encoded[i][0][n:] for i in rows}
+    work.forwarded[rows[0]] += n
+    suffixes = {i: work.encoded[i][0][n:] for i in rows}
     device = lm.info.device
     with prefix_cache.suffix_forward(lm, kv, shared=shared_attention) as forward:
 
@@ -146,7 +138,9 @@ def _generate_with_prefix(
             while True:
                 for i, token in zip(active, logits.float().argmax(-1).tolist(), strict=True):
                     out[i].append(token)
-                going = [r for r, i in enumerate(active) if len(out[i]) < max_new and not _stops(lm, out[i])]
+                going = [
+                    r for r, i in enumerate(active) if len(out[i]) < work.max_new and not _stops(lm, out[i])
+                ]
                 if not going:
                     break
                 if len(going) < len(active):  # decided rows leave the batch and its cache
@@ -159,29 +153,22 @@ def _generate_with_prefix(
                 pos = pos[:, -1:] + 1  # the last column is always a real token
                 logits, cache = forward(ids, mask, pos, cache, keep=True)
             for i in batch:
-                tokens[i] = out[i]
+                work.tokens[i] = out[i]
                 # The prompt's tokens, then one per decode step: every token but the last was fed back.
-                forwarded[i] += len(suffixes[i]) + len(out[i]) - 1
-            progress(len(batch))
+                work.forwarded[i] += len(suffixes[i]) + len(out[i]) - 1
+            work.progress(len(batch))
 
-        run_batches({i: len(s) for i, s in suffixes.items()}, batch_size, run, max_tokens=max_tokens)
+        run_batches(
+            {i: len(s) for i, s in suffixes.items()}, work.batch_size, run, max_tokens=work.max_tokens
+        )
         return forward.how
 
 
-def _generate_plain(
-    lm: LoadedModel,
-    rows: list[int],
-    *,
-    encoded: Sequence[tuple[list[int], bool]],
-    max_new: int,
-    batch_size: int,
-    max_tokens: int | None,
-    tokens: list[list[int]],
-    forwarded: list[int],
-    progress: Progress,
-) -> None:
+def _generate_plain(work: _Work, rows: list[int]) -> None:
     """transformers' greedy `generate` over whole prompts, stopped per row once decided."""
     from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+    lm = work.lm
 
     class Decided(StoppingCriteria):
         def __init__(self, width: int) -> None:
@@ -192,14 +179,14 @@ def _generate_plain(
             return torch.tensor([_stops(lm, row) for row in new], dtype=torch.bool, device=input_ids.device)
 
     gen_cfg = GenerationConfig(  # type: ignore[no-untyped-call]
-        max_new_tokens=max_new,
+        max_new_tokens=work.max_new,
         do_sample=False,
         pad_token_id=lm.pad_id,
         eos_token_id=lm.tokenizer.eos_token_id,
     )
 
     def run(batch: list[int]) -> None:
-        ids, mask, _ = left_pad([encoded[i][0] for i in batch], lm.pad_id, lm.info.device)
+        ids, mask, _ = left_pad([work.encoded[i][0] for i in batch], lm.pad_id, lm.info.device)
         width = ids.shape[1]
         out = lm.model.generate(
             input_ids=ids, attention_mask=mask, generation_config=gen_cfg,
@@ -208,9 +195,10 @@ def _generate_plain(
         steps = out.shape[1] - width
         for r, i in enumerate(batch):
             new = out[r, width:].tolist()
-            tokens[i] = new[: _decided_length(lm, new)]  # after a row stops, generate pads it
+            work.tokens[i] = new[: _decided_length(lm, new)]  # after a row stops, generate pads it
             # Every row is forwarded at every step until the whole batch stops.
-            forwarded[i] = len(encoded[i][0]) + steps - 1
-        progress(len(batch))
+            work.forwarded[i] = len(work.encoded[i][0]) + steps - 1
+        work.progress(len(batch))
 
-    run_batches({i: len(encoded[i][0]) + max_new for i in rows}, batch_size, run, max_tokens=max_tokens)
+    lengths = {i: len(work.encoded[i][0]) + work.max_new for i in rows}
+    run_batches(lengths, work.batch_size, run, max_tokens=work.max_tokens)

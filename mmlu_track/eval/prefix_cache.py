@@ -18,7 +18,7 @@ length is added here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,6 +28,21 @@ from mmlu_track.eval import prefix_attention
 from mmlu_track.eval.models import LoadedModel
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def group(
+    on: bool, prefixes: Sequence[str] | None, encoded: Sequence[tuple[list[int], bool]], rows: Iterable[int]
+) -> tuple[dict[str, list[int]], list[int]]:
+    """(rows by their prefix text, the rows for the plain path): all of them unless `on` and
+    `prefixes` are given; a prompt cut to fit the context never starts with its prefix."""
+    groups: dict[str, list[int]] = {}
+    plain: list[int] = []
+    for i in rows:
+        if on and prefixes is not None and not encoded[i][1]:
+            groups.setdefault(prefixes[i], []).append(i)
+        else:
+            plain.append(i)
+    return groups, plain
 
 
 def split(

@@ -74,18 +74,14 @@ def score_logprob(
     encoded: list[tuple[list[int], bool]] = []
     letter_ids: list[list[int]] = []
     multi: dict[int, list[tuple[int, list[int]]]] = {}
-    groups: dict[str, list[int]] = {}
-    plain: list[int] = []
     for i, text in enumerate(texts):
         ctx, wholes, one_pass = _letter_sequences(lm, text)
         encoded.append(fit(ctx, max_len))
         letter_ids.append([w[-1] for w in wholes])
         if not one_pass:
             multi[i] = [(_shared_prefix(ctx, w), w) for w in wholes]
-        elif cfg.prefix_cache and prefixes is not None and not encoded[i][1]:
-            groups.setdefault(prefixes[i], []).append(i)
-        else:
-            plain.append(i)
+    one = (i for i in range(len(texts)) if i not in multi)
+    groups, plain = prefix_cache.group(cfg.prefix_cache, prefixes, encoded, one)
     logprobs: list[tuple[float, float, float, float] | None] = [None] * len(texts)
     forwarded = [0] * len(texts)
 
