@@ -3,7 +3,6 @@ of the whole prompt gives, whatever the batching, and counts what it forwards.""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,11 +27,12 @@ def _never(lm: Any, tokens: list[int]) -> bool:
     return False
 
 
-RULES: dict[str, Callable[[Any, list[int]], bool] | None] = {
-    "decided": None,
-    "varied": _varied,
-    "never": _never,
-}
+@pytest.fixture(params=["decided", "varied"])
+def rule(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The real stopping rule, or one that stops rows at different steps."""
+    if request.param == "varied":
+        monkeypatch.setattr(generate, "_stops", _varied)
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +48,9 @@ def _run(lm: Any, texts: list[str], prefixes: list[str], cache: bool, batch_size
     return score_generate(lm, texts, cfg, batch_size, lambda _: None, prefixes=prefixes)
 
 
-@pytest.mark.parametrize("rule", ["decided", "varied"])
 def test_generation_does_not_depend_on_batching_or_the_prefix(
-    tiny_lm: Any, five_shot: tuple[list[str], list[str]], rule: str, monkeypatch: pytest.MonkeyPatch
+    tiny_lm: Any, five_shot: tuple[list[str], list[str]], rule: str
 ) -> None:
-    if (stop := RULES[rule]) is not None:
-        monkeypatch.setattr(generate, "_stops", stop)
     texts, prefixes = five_shot
     runs = {(cache, b): _run(tiny_lm, texts, prefixes, cache, b) for cache in (False, True) for b in (1, 8)}
     reference = runs[(False, 1)]
@@ -66,12 +63,8 @@ def test_generation_does_not_depend_on_batching_or_the_prefix(
         assert len({len(tiny_lm.encode(s.generated or "")) for s in reference}) > 1
 
 
-@pytest.mark.parametrize("rule", ["decided", "varied"])
-def test_generation_is_plain_greedy_decoding(
-    tiny_lm: Any, five_shot: tuple[list[str], list[str]], rule: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if (stop := RULES[rule]) is not None:
-        monkeypatch.setattr(generate, "_stops", stop)
+@pytest.mark.usefixtures("rule")
+def test_generation_is_plain_greedy_decoding(tiny_lm: Any, five_shot: tuple[list[str], list[str]]) -> None:
     texts, prefixes = five_shot
     for text, score in zip(texts, _run(tiny_lm, texts, prefixes, True, 8), strict=True):
         ids = torch.tensor([tiny_lm.encode(text)])
