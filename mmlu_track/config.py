@@ -62,8 +62,10 @@ class ModelConfig:
 class ScoringConfig:
     """`logprob`: argmax of log P(letter | prompt); `generate`: greedy decoding, first letter.
 
-    `prefix_cache` (logprob): run each subject's shared header + shots once and forward only each
-    question's own tokens against the cached keys/values; false = the plain reference path.
+    `prefix_cache` (both methods): run each subject's shared header + shots once and forward only
+    each question's own tokens (and, generating, its decode steps) against the cached keys/values;
+    false = the plain reference path. `max_new_tokens` (generate): the most tokens decoded; a row
+    stops earlier once its first non-whitespace character is out.
     `calibration="mean"` subtracts each letter's mean log-prob over a subject's questions before
     the argmax (letter-bias normalisation); it is part of the scoring method's identity.
     """

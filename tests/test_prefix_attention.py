@@ -29,31 +29,37 @@ def _reference(
     suffix: tuple[torch.Tensor, torch.Tensor],
     padding: torch.Tensor,
 ) -> torch.Tensor:
-    """Plain SDPA over the prefix copied into every row, GQA heads repeated, one boolean mask."""
+    """Plain SDPA over the prefix copied into every row, GQA heads repeated, one boolean mask; the
+    queries are the last of the suffix's keys (all of them, or while decoding the newest)."""
     (kp, vp), (k, v) = prefix, suffix
     b, h, s, _ = q.shape
     g = h // k.shape[1]
     keys = torch.cat([kp.expand(b, -1, -1, -1), k], 2).repeat_interleave(g, 1)
     values = torch.cat([vp.expand(b, -1, -1, -1), v], 2).repeat_interleave(g, 1)
-    causal = torch.ones(s, s, dtype=torch.bool).tril()[None] & padding.bool()[:, None, :]
+    n_keys = k.shape[2]
+    causal = torch.ones(s, n_keys, dtype=torch.bool).tril(n_keys - s)[None] & padding.bool()[:, None, :]
     mask = torch.cat([torch.ones(b, s, kp.shape[2], dtype=torch.bool), causal], -1)[:, None]
     return torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask).transpose(1, 2)
 
 
 @pytest.mark.parametrize(("dtype", "atol"), [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 @pytest.mark.parametrize(("heads", "kv_heads"), [(6, 2), (4, 4)])
+# (queries, keys already cached): a prefill, then decode steps that append to the suffix's cache
+@pytest.mark.parametrize("step", [(7, 0), (2, 5), (1, 8)])
 def test_two_part_attention_equals_sdpa_over_prefix_and_suffix(
-    dtype: torch.dtype, atol: float, heads: int, kv_heads: int
+    dtype: torch.dtype, atol: float, heads: int, kv_heads: int, step: tuple[int, int]
 ) -> None:
     gen = torch.Generator().manual_seed(0)
-    b, s, p, d = 3, 7, 11, 16
+    s, past = step
+    b, p, d = 3, 11, 16
+    n_keys = past + s
 
     def rand(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen).to(dtype)
 
-    q, k, v = rand(b, heads, s, d), rand(b, kv_heads, s, d), rand(b, kv_heads, s, d)
+    q, k, v = rand(b, heads, s, d), rand(b, kv_heads, n_keys, d), rand(b, kv_heads, n_keys, d)
     kp, vp = rand(1, kv_heads, p, d), rand(1, kv_heads, p, d)
-    padding = torch.ones(b, s, dtype=torch.long)
+    padding = torch.ones(b, n_keys, dtype=torch.long)
     padding[1, :3] = 0  # left-padded rows
     padding[2, :6] = 0
     shared = SharedPrefix([(kp, vp)], padding)
@@ -61,7 +67,7 @@ def test_two_part_attention_equals_sdpa_over_prefix_and_suffix(
     expected = _reference(q, (kp, vp), (k, v), padding)
     assert out.shape == (b, s, heads, d)
     assert out.dtype == dtype
-    real = padding.bool()  # padded query rows are never read
+    real = padding[:, past:].bool()  # padded query rows are never read
     torch.testing.assert_close(out[real].float(), expected[real].float(), atol=atol, rtol=0)
     assert shared.calls == 1
 

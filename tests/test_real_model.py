@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from mmlu_track.config import ScoringConfig
-from mmlu_track.eval import models, prompts
+from mmlu_track.eval import generate, models, prompts
 from mmlu_track.eval.data import LETTERS, load_subjects
+from mmlu_track.eval.generate import score_generate
 from mmlu_track.eval.scoring import score_logprob
 
 from .conftest import compose_eval
@@ -81,3 +82,28 @@ def test_prefix_cache_equals_plain_on_real_questions(smollm: Any, formulation: s
             for a, b in zip(cached, plain, strict=True):
                 np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)  # type: ignore[arg-type]
                 assert not a.prefix_fallback
+
+
+@pytest.mark.parametrize("rule", ["decided", "never"])
+def test_generation_equal_across_batching_and_prefix_on_real_questions(
+    smollm: Any, rule: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if rule == "never":  # every row decodes all max_new_tokens: the decode steps on the shared prefix
+        monkeypatch.setattr(generate, "_stops", lambda lm, tokens: False)
+    data = load_subjects(compose_eval([]).data, ["abstract_algebra", "marketing"])  # short prompts
+    ps = [prompts.fit("original", d.dev[:5], q, lambda _: True) for d in data.values() for q in d.test[:4]]
+    texts, prefixes = [p.text for p in ps], [p.prefix for p in ps]
+    runs = {
+        (cache, b): score_generate(
+            smollm, texts, ScoringConfig("generate", prefix_cache=cache), b, lambda _: None, prefixes=prefixes
+        )
+        for cache in (False, True)
+        for b in (1, 8)
+    }
+    reference = runs[(False, 1)]
+    for scores in runs.values():
+        assert [s.generated for s in scores] == [s.generated for s in reference]
+        assert [s.prediction for s in scores] == [s.prediction for s in reference]
+        assert not any(s.prefix_fallback for s in scores)
+    if rule == "decided":  # a real model answers with a letter straight away
+        assert sum(s.prediction is not None for s in reference) >= 6

@@ -8,7 +8,8 @@ apart and merged exactly through their log-sum-exps (softmax over a union of key
 - prefix: all the batch's queries, regrouped per key/value head into one long query
   `[1, kv_heads, rows * group * suffix, d]`, against the prefix's own keys and values
   `[1, kv_heads, prefix, d]`: no mask (a question token sees the whole prefix), no copy, no repeat;
-- suffix: each row's queries against its own keys, causal and padding-masked;
+- suffix: each row's queries against its own keys, causal and padding-masked (while decoding, the
+  keys already in the row's cache too: its question and the tokens generated so far);
 - `out = (o1 * e^(l1 - m) + o2 * e^(l2 - m)) / (e^(l1 - m) + e^(l2 - m))`, `m = max(l1, l2)`.
 
 It needs the log-sum-exp, which PyTorch's CPU flash kernel returns: CPU tensors only. Without a
@@ -37,28 +38,32 @@ class Unsupported(RuntimeError):
 @dataclass
 class SharedPrefix:
     """What one suffix forward needs: each layer's prefix keys and values `[1, kv_heads, P, d]`
-    (post-RoPE, as the cache holds them) and the suffix's padding mask `[rows, suffix]` (1 = token,
-    left-padded). `calls` counts the layers that used it, to prove the model passed it through."""
+    (post-RoPE, as the cache holds them) and the padding mask `[rows, K]` of the suffix keys the
+    layers attend to (1 = token, left-padded): the suffix's own tokens, and while decoding those
+    already in its cache before them. `calls` counts the layers that used it, to prove the model
+    passed it through."""
 
     kv: list[tuple[torch.Tensor, torch.Tensor]]
     padding: torch.Tensor
     calls: int = 0
-    _masks: dict[int, torch.Tensor] = field(default_factory=dict)
+    _masks: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
 
-    def suffix_mask(self, group: int, dtype: torch.dtype) -> torch.Tensor:
-        """Additive mask `[rows, 1, group * S, S]`: causal, no padded key. A padded query row sees
-        itself, so no row is empty (its output is never read)."""
-        if group not in self._masks:
-            rows, s = self.padding.shape
+    def suffix_mask(self, group: int, queries: int, dtype: torch.dtype) -> torch.Tensor:
+        """Additive mask `[rows, 1, group * queries, K]` for the last `queries` of the K suffix
+        positions: causal, no padded key. A padded query row sees itself, so no row is empty (its
+        output is never read)."""
+        if (group, queries) not in self._masks:
+            rows, k = self.padding.shape
             device = self.padding.device
-            eye = torch.eye(s, dtype=torch.bool, device=device)
-            causal = torch.ones(s, s, dtype=torch.bool, device=device).tril()
-            keep = causal & (self.padding.bool()[:, None, :] | eye)
+            # Query i sits at key position k - queries + i.
+            at = torch.arange(k - queries, k, device=device)[:, None]
+            keys = torch.arange(k, device=device)[None, :]
+            keep = (keys <= at) & (self.padding.bool()[:, None, :] | (keys == at))
             add = torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill_(~keep, float("-inf"))
             # Row r of query head j in group slot i reads mask row r: repeat along the query axis.
-            add = add[:, None, None].expand(rows, 1, group, s, s)
-            self._masks[group] = add.reshape(rows, 1, group * s, s)
-        return self._masks[group]
+            add = add[:, None, None].expand(rows, 1, group, queries, k)
+            self._masks[(group, queries)] = add.reshape(rows, 1, group * queries, k)
+        return self._masks[(group, queries)]
 
 
 def attention(  # noqa: PLR0917 -- transformers calls attention functions positionally
@@ -86,6 +91,8 @@ def attention(  # noqa: PLR0917 -- transformers calls attention functions positi
     layer = getattr(module, "layer_idx", None)
     if layer is None or layer >= len(shared.kv) or query.device.type != "cpu":
         raise Unsupported("no layer index, or not on CPU")
+    if key.shape[2] != shared.padding.shape[1]:
+        raise Unsupported(f"{key.shape[2]} suffix keys for a padding mask of {shared.padding.shape[1]}")
     kp, vp = shared.kv[layer]
     b, h, s, d = query.shape
     hkv = key.shape[1]
@@ -96,7 +103,7 @@ def attention(  # noqa: PLR0917 -- transformers calls attention functions positi
     o1, l1 = flash(qg.permute(1, 0, 2, 3, 4).reshape(1, hkv, b * g * s, d), kp, vp, 0.0, False, scale=scaling)
     o1 = o1.view(hkv, b, g, s, d).permute(1, 0, 2, 3, 4)
     l1 = l1.view(hkv, b, g, s).permute(1, 0, 2, 3)
-    mask = shared.suffix_mask(g, query.dtype)
+    mask = shared.suffix_mask(g, s, query.dtype)
     o2, l2 = flash(qg.reshape(b, hkv, g * s, d), key, value, 0.0, False, attn_mask=mask, scale=scaling)
     o2 = o2.view(b, hkv, g, s, d)
     l2 = l2.view(b, hkv, g, s)

@@ -1,0 +1,204 @@
+"""Generation scoring: greedy decoding; the answer is the first non-whitespace character (A-D, else
+invalid and wrong).
+
+A row's answer is decided once its decoded text has a non-whitespace character (or it ends: the
+end-of-sequence token, or `max_new_tokens`), so each row stops there and a batch stops when all of
+its rows have: the tokens after the deciding one cannot change `parse_generation`'s result, and
+`Score.generated` holds the decided part only. A newline does not stop a row: `parse_generation`
+skips leading whitespace, newlines included, so `"\\nB"` answers B.
+
+With `ScoringConfig.prefix_cache` and the prompts' shared prefixes, generation costs what
+log-prob scoring costs plus its decode steps: each subject's prefix runs once
+(`prefix_cache.run_prefix`), each batch prefills only its questions' own tokens against it
+(left-padded, positions continuing after the prefix, as in the log-prob path), and each decode
+step forwards one token per row still undecided, its keys and values appended to the row's own
+suffix cache; on CPU the prefix is never copied (`prefix_attention`). Rows that stop leave the
+batch. Without the prefix (or for prompts that do not extend it, or a model whose cache cannot be
+shared) transformers' `generate` decodes the whole prompts with the same stopping rule.
+Either way the tokens are those of plain greedy decoding of the whole prompt (tested).
+
+`Score.forwarded` counts the tokens run through the model: a prefix once per subject, each
+question's own tokens, and one per decode step the row took part in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mmlu_track.config import ScoringConfig
+from mmlu_track.eval import prefix_cache
+from mmlu_track.eval.batching import Progress, Score, fit, left_pad, run_batches
+from mmlu_track.eval.data import LETTERS
+from mmlu_track.eval.models import LoadedModel
+
+
+def parse_generation(text: str) -> int | None:
+    """The answer index from a generation: its first non-whitespace character, if A-D."""
+    stripped = text.lstrip()
+    if stripped and stripped[0] in LETTERS:
+        return LETTERS.index(stripped[0])
+    return None
+
+
+def decided(text: str) -> bool:
+    """Whether `parse_generation` of any continuation of `text` is already known."""
+    stripped = text.lstrip()
+    # A character split across byte-level tokens decodes as U+FFFD until its last byte arrives,
+    # and the whole character might yet be whitespace.
+    return bool(stripped) and stripped[0] != "\ufffd"
+
+
+def _stops(lm: LoadedModel, tokens: list[int]) -> bool:
+    return tokens[-1] == lm.tokenizer.eos_token_id or decided(lm.decode(tokens))
+
+
+def _decided_length(lm: LoadedModel, tokens: list[int]) -> int:
+    return next((j for j in range(1, len(tokens) + 1) if _stops(lm, tokens[:j])), len(tokens))
+
+
+def score_generate(
+    lm: LoadedModel,
+    texts: Sequence[str],
+    cfg: ScoringConfig,
+    batch_size: int,
+    progress: Progress,
+    *,
+    prefixes: Sequence[str] | None = None,
+    max_tokens: int | None = None,
+) -> list[Score]:
+    """Greedy generation after each text, up to `cfg.max_new_tokens`, stopped once decided. With
+    `cfg.prefix_cache` and `prefixes`, each distinct prefix is run once."""
+    # Room for the new tokens: the prompt keeps its end if it is too long.
+    encoded = [fit(lm.encode(t), lm.info.max_length - cfg.max_new_tokens) for t in texts]
+    work = _Work(lm, encoded, cfg.max_new_tokens, batch_size, max_tokens, progress)
+    groups, plain = prefix_cache.group(cfg.prefix_cache, prefixes, encoded, range(len(texts)))
+    with torch.inference_mode():
+        left = prefix_cache.run_groups(
+            lm, groups, encoded, lambda ids, rows: _generate_with_prefix(work, ids, rows)
+        )
+        _generate_plain(work, plain + left)
+    texts_out = [lm.decode(toks) for toks in work.tokens]
+    fallback = set(left)
+    return [
+        Score(
+            prediction=parse_generation(text),
+            generated=text,
+            n_tokens=len(ids),
+            truncated=cut,
+            forwarded=work.forwarded[i],
+            prefix_fallback=i in fallback,
+        )
+        for i, (text, (ids, cut)) in enumerate(zip(texts_out, encoded, strict=True))
+    ]
+
+
+@dataclass
+class _Work:
+    """One call's prompts, how to batch them, and what generation writes back for each prompt."""
+
+    lm: LoadedModel
+    encoded: Sequence[tuple[list[int], bool]]
+    max_new: int
+    batch_size: int
+    max_tokens: int | None
+    progress: Progress
+    tokens: list[list[int]] = field(init=False)  # the decided tokens
+    forwarded: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = [[] for _ in self.encoded]
+        self.forwarded = [0] * len(self.encoded)
+
+
+def _generate_with_prefix(
+    work: _Work, prefix_ids: list[int], rows: list[int], *, shared_attention: bool = True
+) -> str | None:
+    """Run the prefix once, then decode each batch of rows against it, filling `work.tokens[i]`;
+    return how (`prefix_cache.SuffixForward.how`), or None (nothing done: the model's cache
+    cannot be shared)."""
+    lm = work.lm
+    kv = prefix_cache.run_prefix(lm, prefix_ids)
+    if kv is None:
+        return None
+    n = len(prefix_ids)
+    work.forwarded[rows[0]] += n
+    suffixes = {i: work.encoded[i][0][n:] for i in rows}
+    device = lm.info.device
+    with prefix_cache.suffix_forward(lm, kv, shared=shared_attention) as forward:
+
+        def run(batch: list[int]) -> None:
+            out: dict[int, list[int]] = {i: [] for i in batch}  # kept apart: an OOM retries the batch
+            ids, mask, pos = left_pad([suffixes[i] for i in batch], lm.pad_id, device)
+            logits, cache = forward(ids, mask, pos, keep=True)
+            active = list(batch)
+            while True:
+                for i, token in zip(active, logits.float().argmax(-1).tolist(), strict=True):
+                    out[i].append(token)
+                going = [
+                    r for r, i in enumerate(active) if len(out[i]) < work.max_new and not _stops(lm, out[i])
+                ]
+                if not going:
+                    break
+                if len(going) < len(active):  # decided rows leave the batch and its cache
+                    keep = torch.tensor(going, device=device)
+                    cache.batch_select_indices(keep)
+                    mask, pos = mask[keep], pos[keep]
+                    active = [active[r] for r in going]
+                ids = torch.tensor([[out[i][-1]] for i in active], device=device)
+                mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
+                pos = pos[:, -1:] + 1  # the last column is always a real token
+                logits, cache = forward(ids, mask, pos, cache, keep=True)
+            for i in batch:
+                work.tokens[i] = out[i]
+                # The prompt's tokens, then one per decode step: every token but the last was fed back.
+                work.forwarded[i] += len(suffixes[i]) + len(out[i]) - 1
+            work.progress(len(batch))
+
+        run_batches(
+            {i: len(s) for i, s in suffixes.items()}, work.batch_size, run, max_tokens=work.max_tokens
+        )
+        return forward.how
+
+
+def _generate_plain(work: _Work, rows: list[int]) -> None:
+    """transformers' greedy `generate` over whole prompts, stopped per row once decided."""
+    from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+    lm = work.lm
+
+    class Decided(StoppingCriteria):
+        def __init__(self, width: int) -> None:
+            self.width = width
+
+        def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+            new = input_ids[:, self.width :].tolist()
+            return torch.tensor([_stops(lm, row) for row in new], dtype=torch.bool, device=input_ids.device)
+
+    gen_cfg = GenerationConfig(  # type: ignore[no-untyped-call]
+        max_new_tokens=work.max_new,
+        do_sample=False,
+        pad_token_id=lm.pad_id,
+        eos_token_id=lm.tokenizer.eos_token_id,
+    )
+
+    def run(batch: list[int]) -> None:
+        ids, mask, _ = left_pad([work.encoded[i][0] for i in batch], lm.pad_id, lm.info.device)
+        width = ids.shape[1]
+        out = lm.model.generate(
+            input_ids=ids, attention_mask=mask, generation_config=gen_cfg,
+            stopping_criteria=StoppingCriteriaList([Decided(width)]),
+        )  # fmt: skip
+        steps = out.shape[1] - width
+        for r, i in enumerate(batch):
+            new = out[r, width:].tolist()
+            work.tokens[i] = new[: _decided_length(lm, new)]  # after a row stops, generate pads it
+            # Every row is forwarded at every step until the whole batch stops.
+            work.forwarded[i] = len(work.encoded[i][0]) + steps - 1
+        work.progress(len(batch))
+
+    lengths = {i: len(work.encoded[i][0]) + work.max_new for i in rows}
+    run_batches(lengths, work.batch_size, run, max_tokens=work.max_tokens)

@@ -1,0 +1,165 @@
+"""A subject's shared prefix (header + shots) run once; batches of question suffixes run against it.
+
+`run_groups` checks which prompts' tokens extend their prefix's tokens (the others take the
+scorer's plain path) and hands each prefix's rows to the scorer; `run_prefix` computes the
+prefix's per-layer keys and values (None for a model whose cache is not a plain per-layer
+key/value cache: sliding windows, recurrent layers), and `suffix_forward` yields a
+`SuffixForward` that runs left-padded suffix batches against them, optionally keeping the
+suffix's own cache so that generation can append decoded tokens to it:
+
+- "shared" (CPU, SDPA models): `prefix_attention` attends to the one prefix and, apart, to each
+  row's own keys, merged exactly; the prefix is never copied, not even while decoding;
+- "cache": the prefix's cache expanded across the batch (a view until the first append copies it),
+  for other devices and for models that do not pass the prefix through to every layer.
+
+Callers pass each row's suffix mask and positions counted from the end of the prefix; the prefix's
+length is added here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from mmlu_track.eval import prefix_attention
+from mmlu_track.eval.models import LoadedModel
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def group(
+    on: bool, prefixes: Sequence[str] | None, encoded: Sequence[tuple[list[int], bool]], rows: Iterable[int]
+) -> tuple[dict[str, list[int]], list[int]]:
+    """(rows by their prefix text, the rows for the plain path): all of them unless `on` and
+    `prefixes` are given; a prompt cut to fit the context never starts with its prefix."""
+    groups: dict[str, list[int]] = {}
+    plain: list[int] = []
+    for i in rows:
+        if on and prefixes is not None and not encoded[i][1]:
+            groups.setdefault(prefixes[i], []).append(i)
+        else:
+            plain.append(i)
+    return groups, plain
+
+
+def split(
+    lm: LoadedModel, prefix_text: str, rows: Sequence[int], encoded: Sequence[tuple[list[int], bool]]
+) -> tuple[list[int], list[int], list[int]]:
+    """(the prefix's ids, the rows whose ids extend them by at least one token, the other rows)."""
+    # Cut at the last non-space: BPE tokenizers split the "\n\n" before a question differently
+    # from a trailing "\n\n", so the boundary sits before it.
+    prefix_ids = lm.encode(prefix_text.rstrip())
+    n = len(prefix_ids)
+    ok = [i for i in rows if len(encoded[i][0]) > n and encoded[i][0][:n] == prefix_ids]
+    extends = set(ok)
+    return prefix_ids, ok, [i for i in rows if i not in extends]
+
+
+def run_groups(
+    lm: LoadedModel,
+    groups: Mapping[str, list[int]],
+    encoded: Sequence[tuple[list[int], bool]],
+    run: Callable[[list[int], list[int]], str | None],
+) -> list[int]:
+    """`run(prefix ids, rows that extend them)` for each prefix text's rows; returns the rows left
+    for the plain path: those that do not extend their prefix, and all of a group `run` refused
+    (returned None)."""
+    left: list[int] = []
+    for prefix_text, rows in groups.items():
+        prefix_ids, ok, missed = split(lm, prefix_text, rows, encoded)
+        done = bool(ok) and run(prefix_ids, ok) is not None
+        left.extend(missed if done else rows)
+    return left
+
+
+def run_prefix(lm: LoadedModel, prefix_ids: list[int]) -> KV | None:
+    """Each layer's keys and values `[1, kv_heads, prefix, d]`, or None if the cache is not plain."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    ids = torch.tensor([prefix_ids], device=lm.info.device)
+    cache = lm.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+    if not isinstance(cache, DynamicCache):
+        return None
+    kv: KV = []
+    for layer in cache.layers:
+        if not isinstance(layer, DynamicLayer) or type(layer) is not DynamicLayer:  # no sliding window
+            return None
+        if layer.keys is None or layer.values is None:
+            return None
+        kv.append((layer.keys, layer.values))
+    return kv
+
+
+class SuffixForward:
+    """Runs suffix batches against one prefix; `how` says which way ("shared" or "cache")."""
+
+    def __init__(self, lm: LoadedModel, kv: KV, how: str) -> None:
+        self.lm, self.kv, self.how = lm, kv, how
+        self.n = kv[0][0].shape[2]
+
+    def __call__(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        cache: Any = None,
+        *,
+        keep: bool = False,
+    ) -> tuple[torch.Tensor, Any]:
+        """(last position's logits `[rows, vocab]`, the cache to pass with the next tokens if `keep`).
+
+        `mask` covers every suffix token so far, those in `cache` and `ids` (1 = token, left-padded);
+        `pos` are `ids`' positions within the suffix. A `cache` is one this call returned."""
+        if self.how == "shared":
+            out = self._shared(ids, mask, pos, cache, keep)
+            if out is not None:
+                return out
+            if cache is not None:  # it holds no prefix: nothing to fall back to mid-generation
+                raise RuntimeError("shared-prefix attention refused a decoding step it had accepted")
+            self.how = "cache"
+        return self._cache(ids, mask, pos, cache, keep)
+
+    def _shared(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any, keep: bool
+    ) -> tuple[torch.Tensor, Any] | None:
+        shared = prefix_attention.SharedPrefix(self.kv, mask)
+        try:
+            out = self.lm.model(
+                input_ids=ids, attention_mask=mask, position_ids=pos + self.n, past_key_values=cache,
+                use_cache=keep, logits_to_keep=1, shared_prefix=shared,
+            )  # fmt: skip
+        except prefix_attention.Unsupported:
+            return None
+        # Every layer must have seen the prefix; a model that drops the argument saw none of it.
+        if shared.calls != len(self.kv):
+            return None
+        return out.logits[:, -1, :], out.past_key_values if keep else None
+
+    def _cache(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any, keep: bool
+    ) -> tuple[torch.Tensor, Any]:
+        from transformers import DynamicCache
+
+        b = len(ids)
+        if cache is None:
+            # expand() is a view: the prefix's keys and values are shared until the cache appends.
+            cache = DynamicCache(
+                ddp_cache_data=[(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in self.kv]
+            )
+        full_mask = torch.cat([torch.ones((b, self.n), dtype=mask.dtype, device=mask.device), mask], dim=1)
+        out = self.lm.model(
+            input_ids=ids, attention_mask=full_mask, position_ids=pos + self.n, past_key_values=cache,
+            use_cache=True, logits_to_keep=1,
+        )  # fmt: skip
+        return out.logits[:, -1, :], out.past_key_values if keep else None
+
+
+@contextmanager
+def suffix_forward(lm: LoadedModel, kv: KV, *, shared: bool = True) -> Iterator[SuffixForward]:
+    """A `SuffixForward` over `kv`, "shared" where the model can be switched to it (CPU, SDPA)."""
+    with prefix_attention.use_shared_prefix(lm.model) as switched:
+        yield SuffixForward(lm, kv, "shared" if shared and switched else "cache")
