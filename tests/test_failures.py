@@ -164,22 +164,6 @@ def test_truncation_allowed_is_said_and_recorded(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "results.json").read_text())["prompt"]["truncated"] == 6
 
 
-def test_two_runs_into_one_folder_keep_their_own_files(tmp_path: Path) -> None:
-    db = tmp_path / "store.db"
-    out = tmp_path / "same"
-    for seed in (1, 2):
-        proc = _cli(
-            tmp_path, "experiment=smoke", f"seed={seed}", "tracking=sql_only", f"hydra.run.dir={out}", db=db
-        )
-        assert proc.returncode == 0, proc.stderr
-    runs = {r.id: r for r in SqlStore(f"sqlite:///{db}").runs()}
-    assert len(runs) == 2
-    for run in runs.values():
-        record = json.loads((Path(str(run.output_dir)) / "results.json").read_text())
-        assert record["run_id"] == run.id
-    assert len({r.output_dir for r in runs.values()}) == 2
-
-
 def _slow_tiny_run(tmp_path: Path, db: Path) -> list[str]:
     """A tiny-model run long enough (one question per forward pass, four subjects) to interrupt."""
     subjects = "subjects=[abstract_algebra,anatomy,astronomy,virology]"
@@ -362,26 +346,28 @@ def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: 
 
 
 def test_parallel_runs_in_a_fresh_folder_never_collide(tmp_path: Path) -> None:
-    """Three runs at once with the default tracking: own folders, own records, all in MLflow."""
+    """Four runs at once with the default tracking, two of them told to write into one folder:
+    own folders (`run-<id>/` below a taken one), own records, all in MLflow."""
     from mlflow.tracking import MlflowClient
 
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
     env.pop("MLFLOW_TRACKING_URI", None)
+    folder = {3: [f"hydra.run.dir={tmp_path / 'same'}"], 4: [f"hydra.run.dir={tmp_path / 'same'}"]}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "mmlu_track", "experiment=smoke", f"seed={seed}"],
+            [sys.executable, "-m", "mmlu_track", "experiment=smoke", f"seed={seed}", *folder.get(seed, [])],
             cwd=tmp_path,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for seed in (1, 2, 3)
+        for seed in (1, 2, 3, 4)
     ]
     errs = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], errs
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errs
     runs = SqlStore(f"sqlite:///{tmp_path / 'mmlu_track.db'}").runs()
-    assert len({r.output_dir for r in runs}) == 3
+    assert len({r.output_dir for r in runs}) == 4
     for r in runs:
         assert json.loads((Path(str(r.output_dir)) / "results.json").read_text())["run_id"] == r.id
         assert r.mlflow_run_id

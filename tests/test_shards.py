@@ -183,11 +183,11 @@ def test_a_shard_killed_midway_and_rerun_completes_the_run(tmp_path: Path, refer
 @pytest.mark.parametrize(
     "case",
     [
-        (["hydra/launcher=joblib", "hydra.launcher.n_jobs=8"], 8, "sqlite"),  # 8 processes at once
+        (["hydra/launcher=joblib", "hydra.launcher.n_jobs=4"], 4, "sqlite"),  # 4 processes at once
         (["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"], 8, "postgresql"),  # all at once
         (["hydra/launcher=ray"], 4, "sqlite"),  # a local Ray started for the sweep
     ],
-    ids=["joblib-8-sqlite", "submitit_local-8-postgresql", "ray-4-sqlite"],
+    ids=["joblib-4-sqlite", "submitit_local-8-postgresql", "ray-4-sqlite"],
 )
 def test_each_launcher_runs_the_shards_of_one_run(
     tmp_path: Path, reference: RunOutput, request: pytest.FixtureRequest, case: tuple[list[str], int, str]
