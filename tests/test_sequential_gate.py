@@ -16,9 +16,10 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from mmlu_track.config import EvalConfig
+from mmlu_track.config import CompareConfig, EvalConfig, GateConfig, TrackingConfig
 from mmlu_track.eval import plan
 from mmlu_track.eval.pipeline import run
+from mmlu_track.gate.run import execute as compare_execute
 from mmlu_track.gate.sequential_run import execute
 from mmlu_track.gate.stats import ComparisonError
 from mmlu_track.runs import main as runs_main
@@ -110,8 +111,9 @@ def test_stops_early_reports_and_resumes_to_completion(
     refused = _compare(tmp_path, db, f"baseline={stopped}", f"candidate={baseline}")
     assert refused.returncode == 2
     assert "stopped early by the sequential gate (pass) at look 6 of 10" in refused.stderr
-    by_name = _compare(tmp_path, db, "baseline=tiny-random-llama", f"candidate={baseline}", "gate.margin=.05")
-    assert by_name.returncode == 0, by_name.stderr
+    gate = GateConfig(name="default", margin=0.05, bootstrap_resamples=0)
+    by_name = CompareConfig("tiny-random-llama", str(baseline), gate, TrackingConfig(db_url=db, mlflow=False))
+    assert compare_execute(by_name, tmp_path / "cmp", echo=lambda _: None) == 0
     assert json.loads((tmp_path / "cmp" / "report.json").read_text())["baseline"]["id"] == baseline
 
     # The same command without the gate resumes the stopped run to completion.
