@@ -20,10 +20,14 @@ of H0: Δ >= m bets on m - d the same way. Two such tests make the gate:
 - both at one look: regression (as the fixed gate: no pass while a drop is shown); neither by the
   last look: inconclusive.
 
-The bet (a plug-in Kelly bet, the paper's "predictable plug-in" family): each side bets as if the
-truth sat one margin beyond its null, λ = δ / E[(d - m)²], with the second moment estimated from
-the earlier looks (a prior of SECOND_MOMENT_PRIOR worth one question before any), and truncated at
-LAMBDA_CAP / (largest loss of X) as the paper's hedged capital process is. λ is constant within a
+The bet: any predictable λ >= 0 keeps the guarantee; the choice only sets how soon a true effect
+is found. Each side makes the approximate Kelly bet (the paper's GRAPA, λ = μ / E[X²]) for a truth
+one margin beyond its null, μ = δ, rather than for the running mean: λ = δ / E[(d - m)²], with the
+second moment estimated from the earlier looks (a prior of SECOND_MOMENT_PRIOR worth one question
+before any), and truncated at LAMBDA_CAP / (largest loss of X) as in the paper's hedged capital
+process. Betting on the running mean instead wastes the early looks (it bets nothing while the
+estimate is below the null): at 6 % discordance it used 45 % of the questions to pass Δ = 0, this
+bet 32 % (`benchmarks/gate_sequential.py`). λ is constant within a
 look: since the product is then a function of the look's counts, W only needs (b_j, c_j, n_j):
 
     log W_k(m) = sum_{j <= k} [ b_j log(1 - λ_j (1 + m)) + (n_j - b_j - c_j) log(1 - λ_j m)
