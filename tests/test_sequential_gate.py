@@ -140,10 +140,26 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     with Session(SqlStore(db).engine) as s, s.begin():  # a baseline that knew every answer
         s.execute(update(QuestionRow).values(prediction=QuestionRow.gold, correct=True))
     lines: list[str] = []
-    code = _sequential(compose_eval([*over, f"gate.baseline={base.run_id}", *GATE]), tmp_path / "c", lines)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    logged = [*over, "tracking.mlflow=true", f"tracking.mlflow_uri={uri}"]
+    code = _sequential(compose_eval([*logged, f"gate.baseline={base.run_id}", *GATE]), tmp_path / "c", lines)
     assert code == 1
     assert any("REGRESSION: a drop shown at look 1 of 10" in line for line in lines), lines
-    assert [r.status for r in _runs(db).values()].count("stopped") == 1
+    (stopped,) = [r for r in _runs(db).values() if r.status == "stopped"]
+
+    # In MLflow the stopped run says so in its name and tags; resumed to completion, it no longer does.
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    seen = client.get_run(str(stopped.mlflow_run_id))
+    assert seen.info.run_name.startswith("stopped (regression at look 1/10, 20/200 q) tiny-random-llama")
+    assert seen.data.tags["mmlu_track.early_stop"] == "regression at look 1/10, 20/200 q"
+    assert f"gated against run {base.run_id}" in seen.data.tags["mmlu_track.early_stop_reason"]
+    run(compose_eval(logged), tmp_path / "rest", progress=False, echo=lambda _: None)
+    seen = client.get_run(str(stopped.mlflow_run_id))
+    assert seen.info.run_name.startswith("tiny-random-llama")
+    assert not {"mmlu_track.early_stop", "mmlu_track.early_stop_reason"} & set(seen.data.tags)
+    assert "acc_micro" in seen.data.metrics
 
     # Refused before any run is recorded: an unknown reference, a baseline with other settings.
     n_runs = len(_runs(db))

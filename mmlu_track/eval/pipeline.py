@@ -163,6 +163,7 @@ def _stopped(
     stop: EarlyStop,
     live: LiveRun | None,
     echo: Echo,
+    name: str,
 ) -> RunOutput:
     """Record a run the sequential gate stopped: `stopped` in the SQL store, its scored questions in
     predictions.jsonl, its MLflow run ended with the reason."""
@@ -172,7 +173,7 @@ def _stopped(
     write_jsonl(output_dir / PREDICTIONS_FILE, results)
     write_json(output_dir / EARLY_STOP_FILE, stop.to_json())
     if live is not None:
-        live.stopped(stop, acc(results))
+        live.stopped(stop, acc(results), name)
     echo(f"run {run_id} {stop.summary()}; results in {output_dir}")
     return RunOutput(run_id, results, aggregate(results), None, output_dir, live.id if live else None, stop)
 
@@ -224,8 +225,9 @@ def _run(
             progress=progress, held=held, counts=counts,
         ):  # fmt: skip
             return _stopped(
-                store, run_id=run_id, output_dir=output_dir, held=held, stop=stop, live=live, echo=echo
-            )
+                store, run_id=run_id, output_dir=output_dir, held=held, stop=stop, live=live, echo=echo,
+                name=start.name,
+            )  # fmt: skip
     except BaseException as err:
         with contextlib.suppress(StoreError):  # the database itself may be what failed
             store.end_shard(run_id, shard, "failed")

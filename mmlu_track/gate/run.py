@@ -139,6 +139,7 @@ def _log_comparison(
         "policy": cfg.gate.name,
         "margin": str(cfg.gate.margin),
         "alpha": str(cfg.gate.alpha),
+        **({"sequential": "true", "looks": str(cfg.gate.looks)} if extra else {}),
     }
     # Runs logged while MLflow was down have no MLflow id until `runs sync`.
     params.update({f"{side}_mlflow_run": doc[side]["mlflow_run_id"] for side in ("baseline", "candidate")

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 SWEEP_TAG = "mmlu_track.sweep"
 RUN_ID_TAG = "mmlu_track.run_id"
 KIND_TAG = "mmlu_track.kind"
-EARLY_STOP_TAG = "mmlu_track.early_stop"
+# Tags, not metrics, of a run the sequential gate stopped: a resume to completion deletes them
+# (MLflow cannot delete a metric), and the run's name says it in the runs table.
+EARLY_STOP_TAGS = ("mmlu_track.early_stop", "mmlu_track.early_stop_reason")
 Warn = Callable[[str], None]
 
 
@@ -230,10 +232,13 @@ class LiveRun:
 
             if existing:
                 with contextlib.suppress(MlflowException):  # gone, or another server: a new run then
-                    self.client.update_run(existing, status=RunStatus.to_string(RunStatus.RUNNING))
+                    self.client.update_run(
+                        existing, status=RunStatus.to_string(RunStatus.RUNNING), name=start.name
+                    )  # the name back, if an early stop had changed it
                     self.id = existing
-                    with contextlib.suppress(MlflowException):  # resumed after an early stop: no longer one
-                        self.client.delete_tag(existing, EARLY_STOP_TAG)
+                    for tag in EARLY_STOP_TAGS:  # resumed after an early stop: no longer one
+                        with contextlib.suppress(MlflowException):
+                            self.client.delete_tag(existing, tag)
                     return
             new = self.client.create_run(
                 exp_id,
@@ -290,20 +295,25 @@ class LiveRun:
 
         return self._call("logging the results", go)
 
-    def stopped(self, stop: EarlyStop, so_far: Accuracy) -> None:
-        """The sequential gate stopped the evaluation: FINISHED, with what it used and why (a tag
-        and params), and the accuracy over the questions scored."""
+    def stopped(self, stop: EarlyStop, so_far: Accuracy, name: str) -> None:
+        """The sequential gate stopped the evaluation: FINISHED, its name starting with where it
+        stopped, tags saying where and why (no accuracy metric: these are part of the questions)."""
         if self.id is None:
             return
 
         def go() -> None:
-            self.client.set_tag(self.id, EARLY_STOP_TAG, stop.summary())
-            self._log_metrics({
-                "early_stop/questions_scored": float(stop.questions_scored),
-                "early_stop/look": float(stop.look),
-                "early_stop/acc_micro": so_far.acc,
-            })  # fmt: skip
-            self.client.set_terminated(self.id, status="FINISHED")
+            where = (
+                f"{stop.verdict} at look {stop.look}/{stop.looks}, "
+                f"{stop.questions_scored}/{stop.questions_total} q"
+            )
+            self.client.set_tag(self.id, EARLY_STOP_TAGS[0], where)
+            self.client.set_tag(
+                self.id,
+                EARLY_STOP_TAGS[1],
+                f"{stop.summary()}: {stop.reason}; gated against run {stop.baseline_run_id}; accuracy on "
+                f"the questions scored {100 * so_far.acc:.2f} %",
+            )
+            self.client.update_run(self.id, status="FINISHED", name=f"stopped ({where}) {name}")
 
         self._call("ending the stopped run", go)
 
