@@ -222,12 +222,13 @@ def publish(
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "report.md").write_text(markdown, encoding="utf-8")
     (output_dir / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
-    report.deltas_png(
-        comp,
-        output_dir / "deltas.png",
-        report.title(base, cand, cfg.mode),
-        margin_line=cfg.mode == "gate",
-    )
+    heading = report.title(base, cand, cfg.mode)
+    if extra and (seq := extra[0].get("sequential")):  # the plot's intervals are not what decided
+        heading += (
+            f"\nsequential gate: {seq['decision']} at look {seq['look']} of {seq['looks']}, "
+            f"{seq['questions_used']:,} questions (fixed-sample intervals, for reference)"
+        )
+    report.deltas_png(comp, output_dir / "deltas.png", heading, margin_line=cfg.mode == "gate")
     if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(summary, "a", encoding="utf-8") as f:
             f.write(markdown + "\n")
