@@ -50,7 +50,7 @@ class SequentialLooks:
         # Fail before the model loads when the reference names nothing.
         self.base = require_finished(resolve(store, gate.baseline, None, "gate", uri), "baseline")
         self.candidate: Run | None = None
-        self.correct: dict[tuple[str, int], bool] = {}
+        self.baseline: dict[tuple[str, int], QuestionResult] = {}
         self.counts: list[LookCounts] = []
         self.used: list[QuestionResult] = []
         self.result: SequentialResult | None = None
@@ -64,12 +64,17 @@ class SequentialLooks:
         if problems := differences(self.base, cand, "gate"):
             raise ComparisonError(f"runs are not comparable: {problems[0]}")
         self.candidate = cand
-        self.correct = {(r.subject, r.index): r.correct for r in self.store.question_results(self.base.id)}
+        self.baseline = {(r.subject, r.index): r for r in self.store.question_results(self.base.id)}
+        if len(self.baseline) != cand.n_questions:  # the same fingerprint, yet rows are missing
+            raise ComparisonError(
+                f"the baseline run {self.base.id} holds {len(self.baseline)} of its {cand.n_questions} "
+                "questions in the store: it cannot be paired question by question"
+            )
 
     def look(self, number: int, results: Sequence[QuestionResult]) -> EarlyStop | None:
         lost = gained = 0
         for r in results:
-            before = self.correct[(r.subject, r.index)]  # equal fingerprints: the same questions
+            before = self.baseline[(r.subject, r.index)].correct  # equal fingerprints: the same questions
             lost += before and not r.correct
             gained += r.correct and not before
         self.counts.append(LookCounts(len(results), lost, gained))
@@ -139,8 +144,7 @@ def execute(
         cand = store.get(run_id)
         assert cand is not None
         res, base = looks.result, looks.base
-        used = {(r.subject, r.index) for r in looks.used}
-        base_used = [r for r in store.question_results(base.id) if (r.subject, r.index) in used]
+        base_used = [looks.baseline[(r.subject, r.index)] for r in looks.used]
         comp = compare(pair(base_used, looks.used), gate)
         verdict = _verdict(res, gate, looks.count, cand.n_questions)
         flagged = [s.name for s in comp.subjects if s.flagged]
