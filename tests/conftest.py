@@ -6,8 +6,10 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,50 @@ def synthetic_record(run_id: str, cfg: EvalConfig, model: str, fingerprint: str,
         host=HostInfo("test", "test", ()),
     )  # fmt: skip
     return RunRecord(run_id, start, {cfg.k: scores.micro.n}, 0, 0, 0, Timing(0, 0, 0, 0, 0, 0, 0), scores)
+
+
+@dataclass(frozen=True)
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def errors(self) -> list[str]:
+        """The `mmlu_track: error:` lines on stderr."""
+        return [line for line in self.err.splitlines() if line.startswith("mmlu_track: error")]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+    """The real entry points called in-process with argv (no interpreter start-up to pay):
+    `cli("compare", "baseline=..", cwd=DIR)`; entry points "eval", "compare" or "runs"."""
+    from mmlu_track import cli as entry
+    from mmlu_track import runs
+
+    mains: dict[str, Callable[[], object]] = {
+        "eval": entry.main,
+        "compare": entry.compare_main,
+        "runs": lambda: sys.exit(runs.main(sys.argv[1:])),
+    }
+
+    def call(which: str, *argv: str, cwd: Path, env: dict[str, str] | None = None) -> CliResult:
+        capsys.readouterr()
+        with monkeypatch.context() as m:
+            m.chdir(cwd)
+            m.setattr(sys, "argv", [which, *argv])
+            m.delenv("HYDRA_FULL_ERROR", raising=False)
+            for key, value in (env or {}).items():
+                m.setenv(key, value)
+            try:
+                mains[which]()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        got = capsys.readouterr()
+        return CliResult(code, got.out, got.err)
+
+    return call
 
 
 def _free_port() -> int:
