@@ -36,7 +36,8 @@ def hydra_exit_codes(then: str) -> Iterator[None]:
     Ctrl-C and SIGTERM (which the pipeline turns into exit 143) end with one line saying what
     `then` happens, and the shell's codes 130 and 143."""
     try:
-        yield
+        with _one_line_config_save():
+            yield
     except SystemExit as exc:
         if exc.code == 1:
             raise SystemExit(2) from None
@@ -46,6 +47,31 @@ def hydra_exit_codes(then: str) -> Iterator[None]:
     except KeyboardInterrupt:
         print(f"mmlu_track: interrupted; {then}", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+@contextmanager
+def _one_line_config_save() -> Iterator[None]:
+    """Hydra writes `.hydra/*.yaml` before our code runs and turns its OSError (a full disk, a
+    read-only `hydra.run.dir=`) into a stack trace and exit 1: by then it is too late to say it in
+    one line, so its writer is wrapped (a SystemExit passes through Hydra's handler untouched)."""
+    import hydra.core.utils as hydra_utils
+
+    save = hydra_utils._save_config
+
+    def one_line(cfg: Any, filename: str, output_dir: Path) -> None:
+        try:
+            save(cfg, filename, output_dir)
+        except OSError as err:
+            fail(
+                f"cannot write Hydra's {filename} into {output_dir}: {err.strerror or err}; free space "
+                "there, or set hydra.run.dir=DIR to a writable folder with room"
+            )
+
+    hydra_utils._save_config = one_line
+    try:
+        yield
+    finally:
+        hydra_utils._save_config = save
 
 
 def config_message(err: Exception) -> str:
@@ -111,6 +137,29 @@ def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str,
                 fail(f"sweep job {number} of {len(jobs)} ({swept}): {config_message(err)}; no job was run")
 
 
+def redact_hydra_files() -> None:
+    """Hydra saved the composed config and the overrides (`.hydra/*.yaml`, a sweep's
+    `multirun.yaml`) before the task runs, with any URL's password: rewritten without it."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from mmlu_track.credentials import redact_text
+
+    hc = HydraConfig.get()
+    files = list((Path(hc.runtime.output_dir) / hc.output_subdir).glob("*.yaml")) if hc.output_subdir else []
+    if hc.mode == RunMode.MULTIRUN:
+        files.append(Path(hc.sweep.dir) / "multirun.yaml")
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            continue  # not written (a launcher's own layout): nothing to hide
+        if (clean := redact_text(text)) != text:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # sweep jobs may rewrite one file at once
+            tmp.write_text(clean, encoding="utf-8")
+            os.replace(tmp, path)
+
+
 def main() -> None:
     if not (CONF_DIR / "eval.yaml").is_file():
         fail(f"config folder {CONF_DIR} is missing: reinstall mmlu_track (its wheel ships conf/)")
@@ -124,6 +173,7 @@ def main() -> None:
 
     @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base="1.3")
     def app(cfg: DictConfig) -> float | None:
+        redact_hydra_files()
         try:
             raw = plain(cfg)
             if isinstance(raw.get("gate"), dict):
@@ -208,6 +258,7 @@ def compare_main() -> None:
 
     @hydra.main(config_path=str(CONF_DIR), config_name="compare", version_base="1.3")
     def app(cfg: DictConfig) -> None:
+        redact_hydra_files()
         try:
             raw = _raw_refs(plain(cfg), list(HydraConfig.get().overrides.task))
             compare_cfg = compare_config_from_dict(raw)

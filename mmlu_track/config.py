@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from mmlu_track.credentials import redact_doc
 from mmlu_track.eval.subjects import SUBJECTS
 
 ModelSource = Literal["hub", "gguf", "tiny"]
@@ -26,6 +27,7 @@ ShotSelection = Literal["first", "random"]
 Dtype = Literal["float32", "bfloat16", "float16", "auto"]
 
 DEV_EXAMPLES_PER_SUBJECT = 5  # MMLU's dev split has exactly 5 per subject
+MAX_SEED = 2**63 - 1  # torch.manual_seed and numpy's generators overflow (a traceback) beyond 64 bits
 
 
 class ConfigError(ValueError):
@@ -95,7 +97,9 @@ class TrackingConfig:
 
     `db_url`: the project's SQL store (any SQLAlchemy URL). `mlflow_uri`: None = MLflow's own
     default (`MLFLOW_TRACKING_URI`, else a local `mlflow.db`). `resume`: continue the newest
-    unfinished run with the same identity instead of starting over.
+    unfinished run with the same identity instead of starting over. `heartbeat_s`: how often a
+    running process says it is alive; `dead_after_s`: a process silent that long counts as dead,
+    wherever it ran (on the same machine a process that is gone counts as dead at once).
     """
 
     db_url: str = DEFAULT_DB_URL
@@ -103,6 +107,8 @@ class TrackingConfig:
     mlflow_uri: str | None = None
     experiment: str = "mmlu_track"
     resume: bool = True
+    heartbeat_s: float = 30.0
+    dead_after_s: float = 150.0  # 5 missed beats: a busy machine may delay one beat, never five
 
 
 @dataclass(frozen=True)
@@ -271,7 +277,14 @@ def parse_subjects(value: Any) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def _check_seed(key: str, seed: int) -> None:
+    if not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"{key}={seed} is out of range: allowed 0..2**63-1 ({MAX_SEED})")
+
+
 def _check_values(cfg: EvalConfig) -> None:
+    _check_seed("seed", cfg.seed)
+    _check_seed("model.tiny_seed", cfg.model.tiny_seed)
     if not 0 <= cfg.k <= DEV_EXAMPLES_PER_SUBJECT:
         raise ConfigError(
             f"k={cfg.k} is impossible: the dev split has {DEV_EXAMPLES_PER_SUBJECT} examples "
@@ -286,6 +299,12 @@ def _check_values(cfg: EvalConfig) -> None:
     if cfg.shards > 1 and not cfg.tracking.resume:
         raise ConfigError(
             "shards > 1 needs tracking.resume=true: the shards find their one run by its identity"
+        )
+    t = cfg.tracking
+    if not 0 < t.heartbeat_s <= t.dead_after_s / 2:
+        raise ConfigError(
+            f"tracking.heartbeat_s={t.heartbeat_s:g} must be above 0 and at most half of "
+            f"tracking.dead_after_s={t.dead_after_s:g} (a process is taken as dead after missing beats)"
         )
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size={cfg.batch_size} must be >= 1")
@@ -324,8 +343,10 @@ def compare_config_from_dict(raw: Mapping[str, Any]) -> CompareConfig:
 
 
 def _check_gate(g: GateConfig) -> None:
-    if not 0 < g.alpha < 1:
-        raise ConfigError(f"gate.alpha={g.alpha} must be between 0 and 1")
+    # Every test of the gate is one-sided: at alpha > 0.5 a pass would need less than a coin flip's evidence.
+    if not 0 < g.alpha <= 0.5:
+        raise ConfigError(f"gate.alpha={g.alpha} must be in (0, 0.5]: a one-sided test level, 0.05 = 5 %")
+    _check_seed("gate.seed", g.seed)
     if not 0 <= g.margin < 1:
         raise ConfigError(f"gate.margin={g.margin} must be in [0, 1): an accuracy difference, 0.01 = 1 point")
     if not 0 <= g.min_effect < 1:
@@ -395,5 +416,5 @@ def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """A JSON-ready dict of a config dataclass (tuples become lists)."""
-    return dataclasses.asdict(cfg)
+    """A config dataclass as stored and reported: a JSON-ready dict, every URL's password `***`."""
+    return redact_doc(dataclasses.asdict(cfg))

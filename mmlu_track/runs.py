@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import DEFAULT_DB_URL
+from mmlu_track.credentials import redact, redact_text
 from mmlu_track.store.db import StoreError
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
         created = f"{r.created_at:%Y-%m-%d %H:%M:%S}"
         cells = (
             r.id[:12],
-            r.status,
+            "dead" if store.dead(r) else r.status,
             r.model_name[:28],
             r.scoring,
             r.formulation,
@@ -81,7 +82,12 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     if run is None:
         print(f"mmlu_track.runs: error: no run {args.run!r} in {store.url}", file=sys.stderr)
         return 2
-    print(f"run {run.id}  status {run.status}  mlflow {run.mlflow_run_id or '-'}")
+    status = (
+        f"dead ({why}; it was {run.status}): rerun its command to resume"
+        if (why := store.dead(run))
+        else run.status
+    )
+    print(f"run {run.id}  status {status}  mlflow {run.mlflow_run_id or '-'}")
     print(
         f"model {run.model_name} ({run.model_revision or '-'}), {run.scoring}, {run.formulation}, k={run.k}"
     )
@@ -107,27 +113,42 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
 
 
 def _sync(store: SqlStore, args: argparse.Namespace) -> int:
-    from mmlu_track.store.mlflow import sync
-    from mmlu_track.store.sql import config_of, record_of
+    """Exit 2 when a run could not be logged (1 is the gate's verdict alone), in one line."""
+    from mmlu_track.store.mlflow import MlflowUnavailable
+    from mmlu_track.store.mlflow_sync import log_run, uri_for_sync
+    from mmlu_track.store.sql import record_of
 
     pending = store.runs(limit=10_000, unsynced=True)
-    logged = 0
+    failed: list[str] = []
     for run in pending:
         record = record_of(run)
         assert record is not None  # finished
-        tracking = config_of(run).tracking
-        # Each run goes where it was meant to go unless the command says otherwise.
-        uri = args.mlflow_uri or tracking.mlflow_uri
+        # Where the process that finished the run tried (its warning's hint names that URI), unless
+        # the command says otherwise; a run recorded before URIs were resolved: MLflow's default.
+        tracking = record.start.config.tracking
         experiment = args.experiment or tracking.experiment
-        mlflow_id = sync(
-            store, record, store.question_results(run.id), uri=uri, experiment=experiment,
-            existing=run.mlflow_run_id, warn=lambda m: print(f"mmlu_track: warning: {m}", file=sys.stderr),
-        )  # fmt: skip
-        if mlflow_id:
-            logged += 1
-            print(f"run {run.id[:12]} -> MLflow run {mlflow_id} (experiment {experiment!r})")
-    print(f"{logged} of {len(pending)} unsynced runs logged to MLflow")
-    return 0 if logged == len(pending) else 1
+        try:
+            uri = uri_for_sync(args.mlflow_uri or tracking.mlflow_uri)
+            mlflow_id = log_run(
+                record, store.question_results(run.id), uri=uri, experiment=experiment,
+                existing=run.mlflow_run_id,
+            )  # fmt: skip
+        except MlflowUnavailable as err:
+            failed.append(f"run {run.id[:12]}: {str(err).splitlines()[0]}")
+            continue
+        store.set_mlflow_run(run.id, mlflow_id, synced=True)
+        print(f"run {run.id[:12]} -> MLflow run {mlflow_id} (experiment {experiment!r})")
+    print(f"{len(pending) - len(failed)} of {len(pending)} unsynced runs logged to MLflow")
+    if failed:
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        print(
+            f"mmlu_track: error: {len(failed)} of {len(pending)} unsynced runs could not be logged to "
+            f"MLflow; {failed[0]}{more}; they stay unsynced: run sync again when MLflow is back, or "
+            "give --mlflow-uri",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
 
 
 def _db_upgrade(url: str) -> None:
@@ -135,7 +156,7 @@ def _db_upgrade(url: str) -> None:
 
     engine = open_engine(url)
     try:
-        print(f"{url}: schema at {upgrade(engine, shared=True)}")
+        print(f"{redact(url)}: schema at {upgrade(engine, shared=True)}")
     except StoreError:
         raise
     except Exception as err:  # an unreachable server: the driver's own error type
@@ -182,12 +203,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if args.command == "list" else 2
         store = SqlStore(args.db)
     except (StoreError, ArgumentError) as err:
-        print(f"mmlu_track.runs: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        print(f"mmlu_track.runs: error: {redact_text(str(err).splitlines()[0])}", file=sys.stderr)
         return 2
     try:
         return COMMANDS[args.command](store, args)
     except StoreError as err:
-        print(f"mmlu_track.runs: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        print(f"mmlu_track.runs: error: {redact_text(str(err).splitlines()[0])}", file=sys.stderr)
         return 2
     finally:
         store.close()

@@ -96,6 +96,7 @@ def synthetic_run(
     """A finished run written straight into a store, with the given correctness per question."""
     from mmlu_track.config import to_dict
     from mmlu_track.eval.results import QuestionResult, aggregate
+    from mmlu_track.store.record import Protocol
     from mmlu_track.store.sql import RunMeta
 
     cfg = compose_eval(
@@ -105,7 +106,10 @@ def synthetic_run(
         identity=f"{model}-{k}-{fingerprint}-{os.urandom(8).hex()}", model_name=model, model_revision="r1",
         scoring="logprob", formulation=formulation, k=k, data_fingerprint=fingerprint, template_hash="t",
         git_commit=None, config=to_dict(cfg), n_questions=sum(map(len, correct.values())),
-        output_dir=None, sweep=None,
+        output_dir=None, sweep=None, protocol=Protocol.of(
+            cfg, questions=fingerprint, n_questions=sum(map(len, correct.values())), dev_fingerprint="d",
+            template_hash="t",
+        ),
     )  # fmt: skip
     run_id, _ = store.start_or_resume(meta)
     results = []

@@ -165,7 +165,7 @@ def test_every_gate_policy_composes(policy: str) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["gate.alpha=1.5"], "gate.alpha=1.5 must be between 0 and 1"),
+        (["gate.alpha=1.5"], "gate.alpha=1.5 must be in (0, 0.5]"),
         (["gate.sequential=true"], "gate.sequential and gate.baseline belong to the evaluation"),
         (["gate.margin=-0.01"], "gate.margin=-0.01"),
         (["gate.correction=bonferroni"], "choose one of: holm, fdr_bh"),

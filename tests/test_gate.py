@@ -127,7 +127,7 @@ def test_model_names_resolve_to_their_latest_comparable_run(tmp_path: Path, db: 
             {"k": 0},
             "k differs (baseline 5, candidate 0); to measure the few-shot gap between them, add mode=",
         ),
-        ({"fingerprint": "e" * 64}, "questions (data fingerprint) differs"),
+        ({"fingerprint": "e" * 64}, "questions differ (baseline 1000 questions, data fingerprint ffffffffffff"),
         ({"formulation": "harness"}, "formulation differs"),
     ],
 )
@@ -145,7 +145,7 @@ def test_unknown_and_missing_runs_exit_2(tmp_path: Path, db: str) -> None:
     SqlStore(db)
     proc = _compare(tmp_path, db, "baseline=nothing-here", "candidate=nothing-either")
     assert proc.returncode == 2
-    assert "unknown run 'nothing-here'" in proc.stderr
+    assert "unknown run 'nothing-either'" in proc.stderr  # the candidate is resolved first
     missing = _compare(tmp_path, db, "candidate=x")
     assert missing.returncode == 2
     assert "Missing mandatory value: baseline" in missing.stderr
@@ -347,7 +347,7 @@ def test_model_name_lookup_uses_the_gates_definition_of_comparable(tmp_path: Pat
     other = synthetic_run(store, "m-other", _correct(21))
     none = _compare(tmp_path, db, "baseline=m-other", f"candidate={cand}")
     assert none.returncode == 2
-    assert f"none of the 1 finished runs of 'm-other' is comparable with the candidate run {cand[:12]}" in (
+    assert f"none of the 1 other finished runs of 'm-other' is comparable with the candidate run {cand[:12]}" in (
         none.stderr
     )
     assert other not in none.stdout
@@ -371,8 +371,8 @@ def test_run_references_ambiguous_numeric_and_self(tmp_path: Path, db: str) -> N
     assert (doc["baseline"]["model"], doc["candidate"]["model"]) == ("8809", "1e5")
 
     same = _compare(tmp_path, db, f"baseline={ids[0]}", f"candidate={ids[0]}")
-    assert "warning: baseline and candidate are the same run" in same.stderr
-    assert "baseline and candidate are the same run" in (tmp_path / "report" / "report.md").read_text()
+    assert same.returncode == 2
+    assert f"baseline and candidate are the same run {ids[0][:12]}" in same.stderr
 
 
 def test_fewshot_gap_is_an_analysis_with_gains_and_losses_visible(tmp_path: Path, db: str) -> None:

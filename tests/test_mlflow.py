@@ -174,7 +174,7 @@ def test_sync_sends_a_run_where_it_was_meant_to_go(
     out = run(cfg, tmp_path / "out", progress=False, echo=lambda _: None)
     assert f"sync --mlflow-uri '{dead}'" in capsys.readouterr().err  # the hint names the intended server
     monkeypatch.chdir(tmp_path)
-    assert runs_main(["--db", sqlite_url, "sync"]) == 1  # its server is still down: not logged elsewhere
+    assert runs_main(["--db", sqlite_url, "sync"]) == 2  # its server is still down: not logged elsewhere
     assert not (tmp_path / "mlflow.db").exists()
     stored = SqlStore(sqlite_url).get(out.run_id)
     assert stored is not None

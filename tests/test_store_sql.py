@@ -19,7 +19,7 @@ from mmlu_track.eval.pipeline import run
 from mmlu_track.resources import MIGRATIONS_DIR
 from mmlu_track.store.db import StoreError, make_engine
 from mmlu_track.store.orm import Base, QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.sql import STALE_AFTER, RunInProgress, RunMeta, SqlStore
+from mmlu_track.store.sql import DEAD_AFTER, RunInProgress, RunMeta, SqlStore
 
 from .conftest import tiny_run_cfg
 
@@ -164,11 +164,11 @@ def test_a_live_run_is_never_resumed_by_a_second_process(sqlite_url: str) -> Non
     # Same host, a process that no longer exists (killed): resumed.
     _set_owner(store, first, f"{socket.gethostname()}:{2**22 + 12345}", now)
     assert store.start_or_resume(_meta())[0] == first
-    # Another machine that committed recently: alive; silent for longer than STALE_AFTER: resumed.
+    # Another machine that committed recently: alive; silent for longer than DEAD_AFTER: resumed.
     _set_owner(store, first, "other-host:1", now)
     with pytest.raises(RunInProgress, match="other-host:1"):
         store.start_or_resume(_meta())
-    _set_owner(store, first, "other-host:1", now - STALE_AFTER - timedelta(minutes=1))
+    _set_owner(store, first, "other-host:1", now - DEAD_AFTER - timedelta(minutes=1))
     assert store.start_or_resume(_meta())[0] == first
     # A failed run is resumed whoever started it.
     store.mark(first, "failed")

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -81,6 +82,35 @@ def file_sha256(path: Path) -> str:
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
+    return h.hexdigest()
+
+
+def folder_sha256(folder: Path, cache_dir: Path) -> str:
+    """sha256 over a model folder's files (names and contents; hidden ones aside), so other
+    weights in the same folder are another model. Each file's hash is cached by its path, size
+    and mtime (`cache_dir/file_sha256.json`): a 15 GB folder is read once, not every run."""
+    cache_file = cache_dir / "file_sha256.json"
+    try:
+        cache: dict[str, list[Any]] = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    h, changed = hashlib.sha256(), False
+    files = sorted(
+        p for p in folder.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )  # fmt: skip
+    for path in files:
+        st = path.stat()
+        key, stamp = str(path.resolve()), [st.st_size, st.st_mtime_ns]
+        if (hit := cache.get(key)) is None or hit[:2] != stamp:
+            cache[key], changed = [*stamp, file_sha256(path)], True
+        h.update(f"{path.relative_to(folder).as_posix()}\0{cache[key][2]}\n".encode())
+    if changed:
+        with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(cache))
+            os.replace(tmp, cache_file)
     return h.hexdigest()
 
 
@@ -202,7 +232,10 @@ def _load_hub(
             f"could not load model {cfg.name_or_path!r}: {str(err).rstrip('.')}. Give a local directory, "
             "or a hub id when the hub is reachable; offline, the packaged default is model=smollm2_135m"
         ) from err
-    # The hub resolves a branch to a commit; record that, not the branch name.
+    # The hub resolves a branch to a commit; record that, not the branch name. A local folder has
+    # none: its files' hash tells its weights apart (a path alone would resume into other weights).
+    if local.is_dir():
+        return model, tok, where, None, folder_sha256(local, Path(run.cache_dir).expanduser())
     revision = getattr(model.config, "_commit_hash", None) or cfg.revision
     return model, tok, where, revision, None
 

@@ -104,7 +104,7 @@ def finish_mlflow(
         assert live.id is not None
         store.set_mlflow_run(record.run_id, live.id, synced=True)
         return live.id
-    from mmlu_track.store.mlflow import sync
+    from mmlu_track.store.mlflow_sync import sync
 
     t = cfg.tracking
     return sync(

@@ -18,11 +18,10 @@ part (a look's questions) scores only its missing questions when resumed.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,7 +51,7 @@ from mmlu_track.eval.plan import looks as plan_looks
 from mmlu_track.eval.results import QuestionResult, Scores, aggregate, table, write_jsonl
 from mmlu_track.eval.score_units import Counts, Looks, Prepared, acc, score, score_looks
 from mmlu_track.store.record import DataInfo, EarlyStop, HostInfo, RunRecord, RunStart, Timing
-from mmlu_track.store.sql import RunMeta, Shard, SqlStore
+from mmlu_track.store.sql import Heartbeat, RunMeta, Shard, SqlStore, StoreVanished, open_store
 
 if TYPE_CHECKING:
     from mmlu_track.store.mlflow import LiveRun
@@ -84,7 +83,14 @@ def run(
 ) -> RunOutput:
     """Evaluate `cfg.model` (this process's shard of it), record the run in the SQL store and MLflow,
     write files to `output_dir`; in `looks` when given (unsharded only)."""
-    store = SqlStore(cfg.tracking.db_url)  # fail before any work when the database is unusable
+    if cfg.tracking.mlflow:
+        from mmlu_track.store.mlflow_sync import effective_uri
+
+        # One MLflow URI from the start, recorded with the run: its hint and `runs sync` name that
+        # server, not whatever MLflow's default is in the shell that syncs later.
+        tracking = replace(cfg.tracking, mlflow_uri=effective_uri(cfg.tracking.mlflow_uri))
+        cfg = replace(cfg, tracking=tracking)
+    store = open_store(cfg.tracking)  # fail before any work when the database is unusable
     try:
         with sigterm_as_exit():
             return _run(cfg, output_dir, store, progress=progress, echo=echo, sweep=sweep, looks=looks)
@@ -122,9 +128,7 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
         host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"])),
         sweep=sweep,
     )
-    ident = identity(cfg, lm.info, the_plan.fingerprint)
-    if not cfg.tracking.resume:  # a fresh identity of the same length (the column holds 64 characters)
-        ident = hashlib.sha256(f"{ident}-{time.time_ns()}".encode()).hexdigest()
+    ident = identity(cfg, lm.info, start.protocol, fresh=not cfg.tracking.resume)
     return Prepared(lm, the_plan, rendered, start, ident, t1 - t0, t2 - t1)
 
 
@@ -145,6 +149,7 @@ def _meta(prep: Prepared, output_dir: Path) -> RunMeta:
         n_questions=start.data.n_questions,
         output_dir=str(output_dir),
         sweep=start.sweep,
+        protocol=start.protocol,
     )
 
 
@@ -188,11 +193,8 @@ def _run(
     sweep: str | None,
     looks: Looks | None,
 ) -> RunOutput:
-    from mmlu_track.store.db import StoreError
-
     started = time.time()
     prep = _prepare(cfg, sweep)
-    start = prep.start
     shard = Shard(cfg.shard, cfg.shards)
     in_looks = plan_looks(prep.rendered, looks.count, cfg.seed) if looks is not None else []
     all_units = [u for look in in_looks for u in look] if looks is not None else units(cfg, prep.rendered)
@@ -205,6 +207,33 @@ def _run(
         echo(f"{shard} has no unit to score (this run has {len(all_units)} units): nothing to do")
         return RunOutput(None, [], None, None, output_dir, None)
     run_id, done = store.start_or_resume(_meta(prep, output_dir), shard)
+    with Heartbeat(store, run_id, shard, cfg.tracking.heartbeat_s):
+        return _claimed(
+            cfg, output_dir, store, prep, run_id, done=done, all_units=all_units, mine=mine,
+            in_looks=in_looks, started=started, progress=progress, echo=echo, looks=looks,
+        )  # fmt: skip
+
+
+def _claimed(
+    cfg: EvalConfig,
+    output_dir: Path,
+    store: SqlStore,
+    prep: Prepared,
+    run_id: str,
+    *,
+    done: dict[str, list[QuestionResult]],
+    all_units: list[Unit],
+    mine: list[Unit],
+    in_looks: list[list[Unit]],
+    started: float,
+    progress: bool,
+    echo: Echo,
+    looks: Looks | None,
+) -> RunOutput:
+    """Score this process's units of the claimed run, then finalize it if this process is the last."""
+    from mmlu_track.store.db import StoreError
+
+    start, shard = prep.start, Shard(cfg.shard, cfg.shards)
     sharded = f" ({shard})" if cfg.shards > 1 else ""
     if done:
         n_done = sum(map(len, done.values()))
@@ -235,11 +264,56 @@ def _run(
                 store.mark(run_id, "failed")  # still resumable: its committed questions are kept
         if live is not None:
             live.end("KILLED" if isinstance(err, KeyboardInterrupt | SystemExit) else "FAILED")
+        if isinstance(err, StoreVanished):
+            raise _vanished(err, held, output_dir, run_id) from err
         if isinstance(err, StoreError):
             raise StoreError(
                 f"{err}; the questions committed so far are kept: run the same command to resume"
             ) from err
         raise
+    try:
+        return _finalize(
+            cfg, output_dir, store, prep, run_id, held=held, counts=counts, live=live, done=done,
+            started=started, scoring_started=scoring_started, echo=echo, looks=looks,
+        )  # fmt: skip
+    except StoreVanished as err:
+        raise _vanished(err, held, output_dir, run_id) from err
+
+
+def _vanished(
+    err: StoreVanished, held: dict[Unit, list[QuestionResult]], output_dir: Path, run_id: str
+) -> Exception:
+    """The store went away under the run: keep what this process scored in its folder, say where."""
+    from mmlu_track.store.db import StoreError
+
+    kept = [r for rs in held.values() for r in rs]
+    where = own_folder(output_dir, run_id) / PREDICTIONS_FILE
+    write_jsonl(where, kept)
+    return StoreError(
+        f"{err}; the {len(kept)} questions this process scored are in {where}: point tracking.db_url at "
+        "a database that stays, and run again"
+    )
+
+
+def _finalize(
+    cfg: EvalConfig,
+    output_dir: Path,
+    store: SqlStore,
+    prep: Prepared,
+    run_id: str,
+    *,
+    held: dict[Unit, list[QuestionResult]],
+    counts: Counts,
+    live: LiveRun | None,
+    done: dict[str, list[QuestionResult]],
+    started: float,
+    scoring_started: float,
+    echo: Echo,
+    looks: Looks | None,
+) -> RunOutput:
+    """This process's units are committed: finalize the run if it was the last to commit."""
+    start, shard = prep.start, Shard(cfg.shard, cfg.shards)
+    sharded = f" ({shard})" if cfg.shards > 1 else ""
     finished = time.time()
     own = [r for rs in held.values() for r in rs]
     scored_now = counts.scored

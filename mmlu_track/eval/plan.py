@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ import numpy as np
 from mmlu_track.config import EvalConfig, identity_dict
 from mmlu_track.eval import models, prompts
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
-from mmlu_track.store.record import ModelInfo
+from mmlu_track.store.record import ModelInfo, Protocol
 
 
 def fits_check(lm: models.LoadedModel, reserve: int) -> Callable[[str], bool]:
@@ -36,14 +37,16 @@ def fits_check(lm: models.LoadedModel, reserve: int) -> Callable[[str], bool]:
     return fits
 
 
-def identity(cfg: EvalConfig, info: ModelInfo, data_fp: str) -> str:
-    """Hash of everything that determines a run's results: settings, weights, questions, template."""
+def identity(cfg: EvalConfig, info: ModelInfo, protocol: Protocol, *, fresh: bool = False) -> str:
+    """Hash of everything that determines a run's results: the protocol (questions, prompts,
+    scoring: what the gate compares), the weights and the dtype they ran in, and the settings.
+    `fresh` (tracking.resume=false): a new identity of the same length, which nothing resumes."""
     # The dtype actually used: `auto` means fp32 on a CPU and bf16 on a GPU, different results.
     ident = {
         "config": {**identity_dict(cfg), "dtype": info.dtype},
         "weights": [info.location, info.revision, info.weights_sha256],
-        "data": data_fp,
-        "template": prompts.template_hash(cfg.formulation),
+        "protocol": protocol.to_json(),
+        **({"fresh": time.time_ns()} if fresh else {}),
     }
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from mmlu_track.credentials import redact_text
+
 PACKAGES = (
     "mmlu_track",
     "torch",
@@ -74,4 +76,6 @@ def git_commit(where: Path | None = None) -> str | None:
 
 
 def host() -> dict[str, Any]:
-    return {"hostname": platform.node(), "platform": platform.platform(), "argv": sys.argv}
+    # The command line may hold a URL with its password (tracking.db_url=...): recorded without it.
+    argv = [redact_text(a) for a in sys.argv]
+    return {"hostname": platform.node(), "platform": platform.platform(), "argv": argv}

@@ -8,15 +8,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import CompareMode, GateConfig
+from mmlu_track.eval.results import QuestionResult
 from mmlu_track.gate.stats import Comparison, ComparisonError
-from mmlu_track.store.sql import config_of, early_stop_of
+from mmlu_track.store.sql import early_stop_of, protocol_of
 
 if TYPE_CHECKING:
     from mmlu_track.store.orm import Run
+    from mmlu_track.store.sql import SqlStore
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -83,50 +86,69 @@ def analysis(comp: Comparison) -> Verdict:
     return Verdict("analysis", headline, (), EXIT_PASS)
 
 
-def _scoring_key(run: Run) -> tuple[str, str]:
-    scoring = config_of(run).scoring
-    return scoring.method, scoring.calibration
-
-
 def differences(base: Run, cand: Run, mode: CompareMode) -> list[str]:
-    """Why two runs cannot be compared in `mode` (empty: they can). The one definition of
-    "comparable": the gate checks it, and a model name resolves to its newest run passing it."""
-    checks: list[tuple[str, object, object]] = [
-        ("questions (data fingerprint)", base.data_fingerprint, cand.data_fingerprint),
-        ("formulation", base.formulation, cand.formulation),
-        ("scoring (method, calibration)", _scoring_key(base), _scoring_key(cand)),
-    ]
-    if mode == "gate":
-        checks.append(("k", base.k, cand.k))
-    else:  # fewshot_gap: the same model and questions, only k differs
-        checks.append(
-            ("model", (base.model_name, base.model_revision), (cand.model_name, cand.model_revision))
-        )
-    out = [f"{what} differs (baseline {b}, candidate {c})" for what, b, c in checks if b != c]
-    if mode == "gate" and base.k != cand.k:
-        out = [
-            f"{o}; to measure the few-shot gap between them, add mode=fewshot_gap"
-            if o.startswith("k ")
-            else o
-            for o in out
-        ]
-    if mode == "fewshot_gap" and base.k == cand.k:
-        out.append(f"mode=fewshot_gap needs two different k, both runs have k={base.k}")
+    """Why two runs cannot be compared in `mode` (empty: they can): `record.Protocol`'s one
+    definition (the same questions, prompts and scoring), and for `fewshot_gap` the same model.
+    The gate checks it, and a model name resolves to its newest run passing it."""
+    gap = mode == "fewshot_gap"
+    out = protocol_of(base).differences(protocol_of(cand), fewshot_gap=gap)
+    if not gap and base.k != cand.k:
+        out = [f"{o}; to measure the few-shot gap between them, add mode=fewshot_gap" if o.startswith("k ")
+               else o for o in out]  # fmt: skip
+    if gap:
+        models = (base.model_name, base.model_revision), (cand.model_name, cand.model_revision)
+        if models[0] != models[1]:
+            out.append(f"model differs (baseline {models[0]}, candidate {models[1]})")
+        if base.k == cand.k:
+            out.append(f"mode=fewshot_gap needs two different k, both runs have k={base.k}")
     return out
 
 
-def require_finished(run: Run, side: str) -> Run:
-    """The run, if finished: a stopped one (the sequential gate's) holds part of the questions."""
-    if run.status != "finished":
-        stopped = early_stop_of(run)
-        why = f" ({stopped.summary()}; its own command without gate.sequential resumes it)" if stopped else ""
-        raise ComparisonError(f"the {side} run {run.id} is {run.status}, not finished{why}")
-    return run
+def unrecorded(base: Run, cand: Run) -> list[str]:
+    """Notes on what could not be compared: settings a run predates."""
+    out = []
+    for run, side in ((base, "baseline"), (cand, "candidate")):
+        if missing := protocol_of(run).unrecorded():
+            out.append(f"the {side} run {run.id[:12]} has no record of {', '.join(missing)}: not compared")
+    return out
 
 
-def check_comparable(base: Run, cand: Run, mode: CompareMode) -> None:
+def same_prompts(base: Sequence[QuestionResult], cand: Sequence[QuestionResult]) -> None:
+    """Refuse a gate between runs that asked some question with different prompts (the settings
+    agree, yet e.g. shots were dropped to fit one model's shorter context)."""
+    theirs = {(r.subject, r.index): r for r in cand}
+    pairs = [(r, theirs[(r.subject, r.index)]) for r in base if (r.subject, r.index) in theirs]
+    if differ := [(b, c) for b, c in pairs if b.prompt_hash != c.prompt_hash]:
+        b, c = differ[0]
+        dropped = any(x.shots_used != y.shots_used for x, y in differ)
+        hint = (
+            "; shots were dropped to fit a shorter context: give both the same max_length" if dropped else ""
+        )
+        raise ComparisonError(
+            f"runs are not comparable: {len(differ)} of {len(pairs)} questions were asked with different "
+            f"prompts (e.g. {b.subject} question {b.index}: baseline {b.shots_used} shots, candidate "
+            f"{c.shots_used}){hint}"
+        )
+
+
+def require_finished(run: Run, side: str, store: SqlStore) -> Run:
+    """The run, if finished; else one line saying what it is and what to do."""
+    if run.status == "finished":
+        return run
+    if stopped := early_stop_of(run):  # the sequential gate's: it holds part of the questions
+        why = f" ({stopped.summary()}; its own command without gate.sequential resumes it)"
+    elif dead := store.dead(run):
+        why = f": it is dead ({dead}); rerun its command to resume it"
+    elif run.status == "failed":
+        why = ": rerun its command to resume it"
+    else:
+        why = ": wait for it to finish"
+    raise ComparisonError(f"the {side} run {run.id} is {run.status}, not finished{why}")
+
+
+def check_comparable(base: Run, cand: Run, mode: CompareMode, store: SqlStore) -> None:
     """Refuse unfinished runs and pairs whose differences are not the thing being compared."""
     for run, side in ((base, "baseline"), (cand, "candidate")):
-        require_finished(run, side)
+        require_finished(run, side, store)
     if problems := differences(base, cand, mode):
         raise ComparisonError(f"runs are not comparable: {problems[0]}")

@@ -4,8 +4,12 @@ Markdown (verdict first), JSON, PNG."""
 from __future__ import annotations
 
 import dataclasses
+import html
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from mmlu_track.gate.stats import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta
 
@@ -21,6 +25,35 @@ ICONS = {
     "analysis": "📊 ANALYSIS",
 }
 GAP_ROWS = 6  # a few-shot gap shows this many biggest gains and biggest losses unfolded
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$#])")
+# Our own intervals ("[-1.20 pts, +0.40 pts]") stay as written: with every other bracket escaped
+# and none at the start (where a reference definition would begin), they are never a link.
+_INTERVAL = re.compile(r"(?<=.)\[[-+]\d+\.\d\d( pts)?, [-+]\d+\.\d\d( pts)?\]")
+_PLAIN_CODE = re.compile(r"[\w.:@/+-]*")
+
+
+def _md_part(text: str) -> str:
+    one_line = re.sub(r"[\r\n]+", " ", text)  # a newline in a name would start a block of its own
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(one_line, quote=False))
+
+
+def md_text(text: str) -> str:
+    """`text` (a model name, a path, a reason embedding either) as Markdown that shows it as written:
+    HTML escaped (a folder named `<img src=x onerror=...>` is text, not markup, in report.md and
+    the job summary) and Markdown's specials backslash-escaped (`|` never splits a table cell,
+    `**` never starts bold)."""
+    out, last = [], 0
+    for m in _INTERVAL.finditer(text):
+        out += [_md_part(text[last : m.start()]), m.group()]
+        last = m.end()
+    return "".join([*out, _md_part(text[last:])])
+
+
+def md_code(text: str) -> str:
+    """An id or setting in backticks; as escaped text when it holds anything a code span cannot
+    show as written (a backtick, `|` in a table, HTML that a summary might render)."""
+    return f"`{text}`" if _PLAIN_CODE.fullmatch(text) else md_text(text)
 
 
 def title(base: Run, cand: Run, mode: str) -> str:
@@ -51,9 +84,9 @@ _HEADER = (
 )
 
 
-def _first_line(verdict: Verdict) -> str:
+def _first_line(verdict: Verdict, escape: Callable[[str], str] = str) -> str:
     code = "" if verdict.status == "analysis" else f" (exit {verdict.exit_code})"
-    return f"{ICONS[verdict.status]}: {verdict.headline}{code}"
+    return f"{ICONS[verdict.status]}: {escape(verdict.headline)}{code}"
 
 
 def _gap_rows(ordered: list[Delta]) -> list[Delta]:
@@ -100,8 +133,13 @@ def _mlflow_links(base: Run, cand: Run, uri: str | None) -> list[str]:
     """Links from the report to the two runs in the MLflow UI (a tracking server only)."""
     if not (uri and uri.startswith(("http://", "https://"))):
         return []
+    from mmlu_track.credentials import strip_userinfo
+
+    uri = strip_userinfo(uri)  # a report is shared: its links never carry a password (a browser asks)
+    # Percent-encoded: a `)`, `<` or space in the configured URI would end the link or start markup.
+    base_url = quote(uri.rstrip("/"), safe=":/?#[]@!$&'*+,;=%~")
     links = [
-        f"[{side} run]({uri.rstrip('/')}/#/runs/{run.mlflow_run_id})"
+        f"[{side} run]({base_url}/#/runs/{quote(run.mlflow_run_id, safe='')})"
         for side, run in (("baseline", base), ("candidate", cand))
         if run.mlflow_run_id
     ]
@@ -114,18 +152,21 @@ def markdown(
     """Verdict first, then the overall rows, then subjects sorted by Δ (flagged marked), full table folded."""
     s = comp.settings
     gate_mode = cfg.mode == "gate"
-    lines = [f"## MMLU {'release gate' if gate_mode else 'few-shot gap'}: {_first_line(verdict)}", ""]
-    lines += [f"- {r}" for r in verdict.reasons]
+    # Names (models, paths, ids, a policy's name) are the user's: escaped wherever they are shown.
+    heading = f"## MMLU {'release gate' if gate_mode else 'few-shot gap'}: {_first_line(verdict, md_text)}"
+    lines = [heading, ""]
+    lines += [f"- {md_text(r)}" for r in verdict.reasons]
     policy = (
-        f", policy `{cfg.gate.name}` (α={s.alpha}, δ={100 * s.margin:.1f} pts, min effect "
+        f", policy {md_code(cfg.gate.name)} (α={s.alpha}, δ={100 * s.margin:.1f} pts, min effect "
         f"{100 * s.min_effect:.0f} pts, {s.correction})"
         if gate_mode
         else f" (α={s.alpha}, {s.correction})"
     )
     lines += [
         "",
-        f"**{title(base, cand, cfg.mode)}** — candidate run `{cand.id[:12]}` vs baseline `{base.id[:12]}`, "
-        f"{comp.micro.n} paired questions, formulation `{cand.formulation}`, scoring `{cand.scoring}`, "
+        f"**{md_text(title(base, cand, cfg.mode))}** — candidate run {md_code(cand.id[:12])} vs baseline "
+        f"{md_code(base.id[:12])}, {comp.micro.n} paired questions, formulation {md_code(cand.formulation)}, "
+        f"scoring {md_code(cand.scoring)}, "
         f"k={base.k}{'' if base.k == cand.k else f'→{cand.k}'}{policy}.",
         *_mlflow_links(base, cand, cfg.tracking.mlflow_uri),
         "",

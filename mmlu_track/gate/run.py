@@ -18,9 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import CompareConfig, CompareMode, GateConfig
-from mmlu_track.gate.policy import Verdict, analysis, check_comparable, decide, differences
+from mmlu_track.gate.policy import (
+    Verdict,
+    analysis,
+    check_comparable,
+    decide,
+    differences,
+    same_prompts,
+    unrecorded,
+)
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair
-from mmlu_track.store.sql import record_of
+from mmlu_track.store.sql import open_store, record_of
 
 if TYPE_CHECKING:
     from mmlu_track.store.orm import Run
@@ -67,11 +75,17 @@ def resolve(
     def problems(run: Run) -> list[str]:
         return differences(known, run, mode) if side == "baseline" else differences(run, known, mode)
 
+    runs = [r for r in runs if r.id != known.id]  # never the other side's own run
     for run in runs:
         if not problems(run):
             return run
+    if not runs:
+        raise ComparisonError(
+            f"{ref!r} has no finished run but the {side} run {known.id[:12]} itself: a verdict needs two "
+            "different runs; name the baseline by its run id (python -m mmlu_track.runs list)"
+        )
     raise ComparisonError(
-        f"none of the {len(runs)} finished runs of {ref!r} is comparable with the {side} run "
+        f"none of the {len(runs)} other finished runs of {ref!r} is comparable with the {side} run "
         f"{known.id[:12]}: the newest has {problems(runs[0])[0]}"
     )
 
@@ -165,28 +179,32 @@ def warn(message: str) -> None:
 
 def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
     """Run one comparison end to end; return the exit code."""
-    from mmlu_track.store.sql import SqlStore
-
-    store = SqlStore(cfg.tracking.db_url)
+    store = open_store(cfg.tracking)
     try:
         uri = cfg.tracking.mlflow_uri
-        # A model name resolves to its newest run comparable with the other side: resolve ids first.
-        if _looks_like_id(store, cfg.baseline) or not _looks_like_id(store, cfg.candidate):
+        # A model name resolves to its newest run comparable with the other side (never to that run
+        # itself): resolve the candidate first, unless only the baseline is named by id.
+        if _looks_like_id(store, cfg.baseline) and not _looks_like_id(store, cfg.candidate):
             base = resolve(store, cfg.baseline, None, cfg.mode, uri)
             cand = resolve(store, cfg.candidate, (base, "baseline"), cfg.mode, uri)
         else:
             cand = resolve(store, cfg.candidate, None, cfg.mode, uri)
             base = resolve(store, cfg.baseline, (cand, "candidate"), cfg.mode, uri)
-        check_comparable(base, cand, cfg.mode)
         if base.id == cand.id:
-            warn(f"baseline and candidate are the same run ({base.id[:12]}): the comparison shows nothing")
+            raise ComparisonError(
+                f"baseline and candidate are the same run {base.id[:12]} ({cfg.baseline!r} and "
+                f"{cfg.candidate!r}): a verdict needs two different runs"
+            )
+        check_comparable(base, cand, cfg.mode, store)
         g = cfg.gate
-        comp = compare(pair(store.question_results(base.id), store.question_results(cand.id)), g)
+        base_results, cand_results = store.question_results(base.id), store.question_results(cand.id)
+        if cfg.mode == "gate":
+            same_prompts(base_results, cand_results)
+        comp = compare(pair(base_results, cand_results), g)
         verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
         sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))
         notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]
-        if base.id == cand.id:
-            notes.insert(0, "baseline and candidate are the same run")
+        notes += unrecorded(base, cand)
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
         publish(store, comp, verdict, base=base, cand=cand, cfg=cfg, output_dir=output_dir, echo=echo)
         if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":
@@ -210,32 +228,54 @@ def publish(
 ) -> None:
     """The comparison's reports (report.md, report.json, deltas.png, the job summary, the console),
     its row in the SQL store and its MLflow run. `extra`: a section of report.json and metrics
-    (the sequential gate's)."""
+    (the sequential gate's). The reports go into `output_dir`, or a subfolder of it named after the
+    comparison when another comparison's reports are already there: a report is never overwritten."""
     from mmlu_track.gate import report
     from mmlu_track.store.orm import ComparisonRow
 
     g = cfg.gate
+    comparison_id = uuid.uuid4().hex
     doc = report.to_json(comp, verdict, base, cand, cfg)
     if extra:
         doc.update(extra[0])
     markdown = report.markdown(comp, verdict, base, cand, cfg, sequential=extra is not None)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "report.md").write_text(markdown, encoding="utf-8")
-    (output_dir / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
     heading = report.title(base, cand, cfg.mode)
     if extra and (seq := extra[0].get("sequential")):  # the plot's intervals are not what decided
         heading += (
             f"\nsequential gate: {seq['decision']} at look {seq['look']} of {seq['looks']}, "
             f"{seq['questions_used']:,} questions (fixed-sample intervals, for reference)"
         )
-    report.deltas_png(comp, output_dir / "deltas.png", heading, margin_line=cfg.mode == "gate")
+    name = f"compare-{cand.id[:12]}-vs-{base.id[:12]}"
+    try:
+        # The last choice holds this comparison's own id: it is never taken.
+        for folder in (output_dir, output_dir / name, output_dir / f"{name}-{comparison_id[:12]}"):
+            folder.mkdir(parents=True, exist_ok=True)
+            if (folder / "report.json").exists():
+                continue
+            try:  # created exclusively: of two compares sharing a folder at once, one gets it
+                (folder / "report.md").open("x").close()
+                break
+            except FileExistsError:
+                continue
+        output_dir = folder
+        (output_dir / "report.md").write_text(markdown, encoding="utf-8")
+        (output_dir / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
+        report.deltas_png(comp, output_dir / "deltas.png", heading, margin_line=cfg.mode == "gate")
+    except OSError as err:  # a full disk or a read-only folder: exit 2 in one line, never a traceback
+        raise ComparisonError(
+            f"cannot write the comparison's reports into {output_dir}: {err.strerror or err}; free space "
+            "there, or set hydra.run.dir=DIR to a writable folder with room"
+        ) from err
     if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(summary, "a", encoding="utf-8") as f:
-            f.write(markdown + "\n")
+        try:
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(markdown + "\n")
+        except OSError as err:  # the reports are written: like MLflow, the summary never costs the verdict
+            warn(f"report not appended to GITHUB_STEP_SUMMARY ({summary}): {err.strerror or err}")
     echo(report.console(comp, verdict, base, cand, cfg, sequential=extra is not None))
     echo(f"reports in {output_dir}")
     row = ComparisonRow(
-        id=uuid.uuid4().hex, baseline_run_id=base.id, candidate_run_id=cand.id,
+        id=comparison_id, baseline_run_id=base.id, candidate_run_id=cand.id,
         mode="sequential" if extra else cfg.mode,
         policy=g.name, verdict=verdict.status, delta_micro=comp.micro.delta, delta_macro=comp.macro.delta,
         p_regression=comp.micro.p_regression, p_noninferiority=comp.noninferiority.p_value,

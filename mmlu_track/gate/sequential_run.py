@@ -25,12 +25,19 @@ from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import CompareConfig, EvalConfig, GateConfig
 from mmlu_track.eval.results import QuestionResult
-from mmlu_track.gate.policy import EXIT_PASS, EXIT_REGRESSION, Verdict, differences, require_finished
+from mmlu_track.gate.policy import (
+    EXIT_PASS,
+    EXIT_REGRESSION,
+    Verdict,
+    differences,
+    require_finished,
+    same_prompts,
+)
 from mmlu_track.gate.run import publish, resolve
 from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide
 from mmlu_track.gate.stats import ComparisonError, compare, pair
 from mmlu_track.store.record import EarlyStop
-from mmlu_track.store.sql import RunMeta, new_run
+from mmlu_track.store.sql import RunMeta, config_of, early_stop_of, new_run, open_store
 
 if TYPE_CHECKING:
     from mmlu_track.store.orm import Run
@@ -48,7 +55,7 @@ class SequentialLooks:
         assert gate.baseline is not None
         self.store, self.gate, self.uri, self.count = store, gate, uri, gate.looks
         # Fail before the model loads when the reference names nothing.
-        self.base = require_finished(resolve(store, gate.baseline, None, "gate", uri), "baseline")
+        self.base = require_finished(resolve(store, gate.baseline, None, "gate", uri), "baseline", store)
         self.candidate: Run | None = None
         self.baseline: dict[tuple[str, int], QuestionResult] = {}
         self.counts: list[LookCounts] = []
@@ -56,13 +63,16 @@ class SequentialLooks:
         self.result: SequentialResult | None = None
 
     def begin(self, candidate: RunMeta) -> None:
-        """Pick the baseline comparable with the candidate (a model name: its newest such run)."""
+        """Pick the baseline comparable with the candidate (a model name: its newest such run), and
+        refuse to resume a run of this identity under other gate settings."""
         assert self.gate.baseline is not None
         cand = new_run(candidate)
         found = resolve(self.store, self.gate.baseline, (cand, "candidate"), "gate", self.uri)
-        self.base = require_finished(found, "baseline")
+        self.base = require_finished(found, "baseline", self.store)
         if problems := differences(self.base, cand, "gate"):
             raise ComparisonError(f"runs are not comparable: {problems[0]}")
+        if (earlier := self.store.unfinished(candidate.identity)) is not None:
+            self._same_settings(earlier)
         self.candidate = cand
         self.baseline = {(r.subject, r.index): r for r in self.store.question_results(self.base.id)}
         if len(self.baseline) != cand.n_questions:  # the same fingerprint, yet rows are missing
@@ -71,7 +81,39 @@ class SequentialLooks:
                 "questions in the store: it cannot be paired question by question"
             )
 
+    def _same_settings(self, earlier: Run) -> None:
+        """δ, α, the looks and the baseline are fixed for the life of a run: choosing them after
+        seeing its committed questions would void the error guarantees."""
+        if not (committed := self.store.n_committed(earlier.id)):
+            return
+        was, g = config_of(earlier).gate, self.gate
+        if was is None or not was.sequential:
+            why = "without the sequential gate"
+        elif (was.margin, was.alpha, was.looks, was.baseline) != (g.margin, g.alpha, g.looks, g.baseline):
+            why = (
+                f"with gate.margin={was.margin} gate.alpha={was.alpha} gate.looks={was.looks} "
+                f"gate.baseline={was.baseline}"
+            )
+        elif (stop := early_stop_of(earlier)) is not None and stop.baseline_run_id != self.base.id:
+            why = (
+                f"against the baseline {stop.baseline_run_id[:12]} ({g.baseline} is now {self.base.id[:12]})"
+            )
+        else:
+            return
+        raise ComparisonError(
+            f"run {earlier.id[:12]} with these settings was started {why} and has {committed} questions "
+            "committed: a sequential gate's settings are fixed for the life of its run; resume it with "
+            "those, or start a separate run with tracking.resume=false"
+        )
+
     def look(self, number: int, results: Sequence[QuestionResult]) -> EarlyStop | None:
+        if self.store.get(self.base.id) is None:
+            raise ComparisonError(
+                f"the baseline run {self.base.id[:12]} was deleted from the store during the evaluation "
+                f"(before look {number} of {self.count}); the candidate's committed questions are kept: "
+                "gate them against another baseline with tracking.resume=false"
+            )
+        same_prompts([self.baseline[(r.subject, r.index)] for r in results], results)
         lost = gained = 0
         for r in results:
             before = self.baseline[(r.subject, r.index)].correct  # equal fingerprints: the same questions
@@ -131,11 +173,9 @@ def execute(
 
     `evaluate(looks)` runs the evaluation in those looks and returns its run id (the entry point
     passes the pipeline's `run`: the gate never imports the evaluation)."""
-    from mmlu_track.store.sql import SqlStore
-
     gate = cfg.gate
     assert gate is not None
-    store = SqlStore(cfg.tracking.db_url)
+    store = open_store(cfg.tracking)
     try:
         looks = SequentialLooks(store, gate, cfg.tracking.mlflow_uri)
         run_id = evaluate(looks)
@@ -144,6 +184,11 @@ def execute(
         cand = store.get(run_id)
         assert cand is not None
         res, base = looks.result, looks.base
+        if store.get(base.id) is None:
+            raise ComparisonError(
+                f"the baseline run {base.id[:12]} was deleted from the store during the evaluation; the "
+                f"candidate run {cand.id[:12]} is kept ({cand.status}): compare it with another baseline"
+            )
         base_used = [looks.baseline[(r.subject, r.index)] for r in looks.used]
         comp = compare(pair(base_used, looks.used), gate)
         verdict = _verdict(res, gate, looks.count, cand.n_questions)

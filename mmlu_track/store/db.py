@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from mmlu_track.credentials import redact, redact_text
 from mmlu_track.resources import MIGRATIONS_DIR
 
 
@@ -33,6 +34,15 @@ def busy_timeout() -> float:
     if value <= 0:
         raise StoreError(f"MMLU_TRACK_SQLITE_BUSY_TIMEOUT={raw!r} must be a number of seconds above 0")
     return value
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None: another backend, memory, or a `file:` URI)."""
+    parsed = make_url(url)
+    db = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(db).expanduser().resolve()
 
 
 def make_engine(url: str) -> Engine:
@@ -102,7 +112,8 @@ def upgrade(engine: Engine, *, shared: bool = False) -> str:
         )
     if current not in (None, head) and engine.dialect.name != "sqlite" and not shared:
         raise StoreError(
-            f"the results database {engine.url.render_as_string(hide_password=True)} has schema {current}, "
+            f"the results database {redact(engine.url.render_as_string(hide_password=True))} has schema "
+            f"{current}, "
             f"this mmlu_track needs {head}: upgrade it once with "
             "`python -m mmlu_track.runs --db URL db-upgrade` (clients older than this one then refuse it)"
         )
@@ -121,7 +132,11 @@ def upgrade(engine: Engine, *, shared: bool = False) -> str:
 
 
 def db_error(url: str, err: Exception, what: str) -> StoreError:
+    """One line naming the database (its password as `***`) and what the driver said."""
     text = str(getattr(err, "orig", None) or err).splitlines()[0]
+    # A driver may quote the URL it was given (an unparsable one, say): never with its password.
+    text = redact_text(text.replace(url, redact(url)))
+    url = redact(url)
     if "locked" in text:
         return StoreError(
             f"the results database {url} stayed locked by another process (waited {busy_timeout():g} s)"

@@ -7,29 +7,28 @@ FAILED / KILLED (`end`). A resumed evaluation reopens the same MLflow run.
 
 MLflow being unreachable costs nothing: the first failure is one warning, later calls are
 skipped, the SQL store keeps the run, and `python -m mmlu_track.runs sync` logs it when MLflow is
-back (`log_run`: open + finish, reusing the run's MLflow id where it exists). The SQL store marks a
-run synced only when `finish` succeeded.
+back (`mlflow_sync`). A URI may carry credentials (`http://user:password@host`): they reach the
+server as MLflow's own client sends them, and no message carries the password.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
+import sys
 import tempfile
-import urllib.request
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from mmlu_track.credentials import redact, redact_text
 from mmlu_track.eval.results import Accuracy, QuestionResult, write_jsonl
 from mmlu_track.store.record import EarlyStop, RunRecord, RunStart
-
-if TYPE_CHECKING:
-    from mmlu_track.store.sql import SqlStore
 
 SWEEP_TAG = "mmlu_track.sweep"
 RUN_ID_TAG = "mmlu_track.run_id"
@@ -137,7 +136,7 @@ HTTP_LIMITS = {
 }
 
 
-def _resolved_uri(uri: str | None) -> str:
+def resolved_uri(uri: str | None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"  # MLflow >= 3.7's default
 
 
@@ -145,7 +144,7 @@ def _resolved_uri(uri: str | None) -> str:
 def _first_use_lock(uri: str | None) -> Iterator[None]:
     """Serialise first use of a SQLite MLflow store: MLflow creates its tables on first use, and
     processes starting together race on it ("table ... already exists")."""
-    resolved = _resolved_uri(uri)
+    resolved = resolved_uri(uri)
     if not resolved.startswith("sqlite:///"):
         yield
         return
@@ -176,28 +175,51 @@ def client_and_experiment(uri: str | None, experiment: str) -> tuple[Any, str]:
 
 
 def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
-    """Fail fast on an HTTP tracking server that does not answer (MLflow itself retries for minutes)."""
-    if uri and uri.startswith(("http://", "https://")):
-        try:
-            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as resp:
-                resp.read()
-        except OSError as err:
-            raise MlflowUnavailable(f"MLflow server {uri} is unreachable: {err}") from err
+    """Fail fast on an HTTP tracking server that does not answer (MLflow itself retries for minutes).
+
+    Asked through MLflow's own HTTP layer, once: the same credentials (the URL's `user:password@`,
+    `MLFLOW_TRACKING_USERNAME`/`_PASSWORD`, a token), TLS settings and proxies as its client."""
+    if not (uri and uri.startswith(("http://", "https://"))):
+        return
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    try:
+        with quiet():
+            creds = get_default_host_creds(uri.rstrip("/"))  # type: ignore[no-untyped-call]
+            resp = http_request(  # type: ignore[no-untyped-call]
+                creds, "/health", "GET", max_retries=0, backoff_factor=0, timeout=timeout,
+                raise_on_status=False,
+            )  # fmt: skip
+    except Exception as err:  # MLflow wraps the connection error; its cause is the readable part
+        reason = str(err.__cause__ or err).splitlines()[0]
+        raise MlflowUnavailable(f"MLflow server {redact(uri)} is unreachable: {redact_text(reason)}") from err
+    if resp.status_code != 200:
+        raise MlflowUnavailable(
+            f"MLflow server {redact(uri)} is unreachable: /health answered HTTP {resp.status_code}"
+        )
 
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
-        yield
+    # MLflow prints its run links ("View run ... at: URI/#/...") with the tracking URI's password.
+    printed = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
+            warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
+            yield
+    finally:
+        sys.stdout.write(redact_text(printed.getvalue()))
 
 
 class LiveRun:
     """One evaluation's MLflow run, kept in step with it. No method raises: the first failure is
     reported through `warn` and turns the rest into no-ops (`broken`)."""
 
-    def __init__(self, uri: str | None, experiment: str, warn: Warn) -> None:
-        self.uri, self.experiment, self._warn = uri, experiment, warn
+    def __init__(
+        self, uri: str | None, experiment: str, warn: Warn, then: str = "; the evaluation goes on without it"
+    ) -> None:
+        self.uri, self.experiment, self._warn, self._then = uri, experiment, warn, then
         self.client: Any = None
         self.id: str | None = None
         self.broken = False
@@ -212,8 +234,8 @@ class LiveRun:
         except Exception as err:  # MLflow raises many types for a broken store; all mean "not logged"
             self.broken = True
             self._warn(
-                f"{what} in MLflow ({self.uri or 'default'}) failed: {str(err).splitlines()[0]}; "
-                "the evaluation goes on without it"
+                f"{what} in MLflow ({redact(self.uri or 'default')}) failed: "
+                f"{redact_text(str(err).splitlines()[0])}{self._then}"
             )
             return False
         return True
@@ -322,48 +344,6 @@ class LiveRun:
             self._call("ending the run", lambda: self.client.set_terminated(self.id, status=status))
 
 
-def log_run(
-    record: RunRecord,
-    results: Sequence[QuestionResult],
-    *,
-    uri: str | None,
-    experiment: str,
-    existing: str | None,
-) -> str:
-    """Log a finished run in one go (`runs sync`); its MLflow id. Raises `MlflowUnavailable`."""
-    errors: list[str] = []
-    live = LiveRun(uri, experiment, errors.append)
-    live.open(record.run_id, record.start, existing)
-    if not live.finish(record, results):
-        raise MlflowUnavailable(errors[0] if errors else "logging to MLflow failed")
-    assert live.id is not None
-    return live.id
-
-
-def sync(
-    store: SqlStore,
-    record: RunRecord,
-    results: Sequence[QuestionResult],
-    *,
-    uri: str | None,
-    experiment: str,
-    existing: str | None,
-    warn: Warn,
-) -> str | None:
-    """Log a finished run in one go and mark it synced in the SQL store; its MLflow id, or None after
-    a warning that names the command to retry with."""
-    try:
-        mlflow_id = log_run(record, results, uri=uri, experiment=experiment, existing=existing)
-    except MlflowUnavailable as err:
-        warn(
-            f"{err}. The run is saved in the SQL store ({store.url}); log it to MLflow later with: "
-            f"python -m mmlu_track.runs --db '{store.url}' sync" + (f" --mlflow-uri '{uri}'" if uri else "")
-        )
-        return None
-    store.set_mlflow_run(record.run_id, mlflow_id, synced=True)
-    return mlflow_id
-
-
 def log_comparison(
     *,
     uri: str | None,
@@ -394,4 +374,6 @@ def log_comparison(
             client.set_terminated(rid)
         return str(rid)
     except Exception as err:
-        raise MlflowUnavailable(f"logging to MLflow ({uri or 'default'}) failed: {err}") from err
+        raise MlflowUnavailable(
+            f"logging to MLflow ({redact(uri or 'default')}) failed: {redact_text(str(err).splitlines()[0])}"
+        ) from err

@@ -40,9 +40,10 @@ class Run(Base):
     sweep: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
-    owner: Mapped[str | None] = mapped_column(String(255))  # host:pid that last claimed or finalizes it
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last commit
+    owner: Mapped[str | None] = mapped_column(String(255))  # sql.Owner of the claimer or finalizer
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last beat
     stop_json: Mapped[str | None] = mapped_column(Text)  # record.EarlyStop: the sequential gate stopped it
+    protocol_json: Mapped[str | None] = mapped_column(Text)  # record.Protocol (None: stored before 0007)
 
 
 class RunShard(Base):
@@ -54,8 +55,8 @@ class RunShard(Base):
     shards: Mapped[int] = mapped_column(Integer, primary_key=True)
     shard: Mapped[int] = mapped_column(Integer, primary_key=True)
     status: Mapped[str] = mapped_column(String(16))  # running | done | failed
-    owner: Mapped[str | None] = mapped_column(String(255))  # host:pid
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last commit
+    owner: Mapped[str | None] = mapped_column(String(255))  # sql.Owner: host, pid, start time, boot
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last beat
 
 
 class SubjectScore(Base):

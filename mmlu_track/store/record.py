@@ -61,6 +61,138 @@ class HostInfo:
 
 
 @dataclass(frozen=True)
+class Protocol:
+    """What makes two runs' answers comparable question by question: the same questions, asked with
+    the same prompts, scored the same way. The one declaration of comparability: the run identity
+    hashes it (`plan.identity`), the SQL store keeps it (`runs.protocol_json`), the gate compares it
+    field by field (`differences`) and a model name resolves to the newest run it allows.
+
+    None in a field means "not recorded" (a run stored before the field was): such a field is not
+    compared, and `unrecorded` names it so the report can say so.
+    """
+
+    questions: str  # the data fingerprint: sha256 of the scored test questions
+    n_questions: int
+    limit: int | None  # questions per subject (a seeded sample) or None for all
+    sample_seed: int | None  # the seed that drew a limit= sample (None without a limit)
+    formulation: str
+    template_hash: str | None
+    k: int
+    shot_selection: str | None
+    shot_seed: int | None  # the seed of random shots (None for the first k dev rows)
+    dev_fingerprint: str | None  # sha256 of the dev rows used as shots
+    max_length: int | None  # the configured context limit (None: each model's own)
+    allow_truncation: bool | None
+    scoring: str
+    calibration: str | None
+
+    @classmethod
+    def of(
+        cls,
+        cfg: EvalConfig,
+        *,
+        questions: str,
+        n_questions: int,
+        dev_fingerprint: str | None,
+        template_hash: str | None,
+    ) -> Protocol:
+        return cls(
+            questions=questions,
+            n_questions=n_questions,
+            limit=cfg.limit,
+            sample_seed=cfg.seed if cfg.limit is not None else None,
+            formulation=cfg.formulation,
+            template_hash=template_hash,
+            k=cfg.k,
+            shot_selection=cfg.shot_selection,
+            shot_seed=cfg.seed if cfg.shot_selection == "random" and cfg.k > 0 else None,
+            dev_fingerprint=dev_fingerprint,
+            max_length=cfg.max_length,
+            allow_truncation=cfg.allow_truncation,
+            scoring=cfg.scoring.method,
+            calibration=cfg.scoring.calibration,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Protocol:
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in doc.items() if k in names})
+        except TypeError as err:
+            raise RecordError(f"unreadable protocol record: {err}") from err
+
+    def differences(self, other: Protocol, *, fewshot_gap: bool = False) -> list[str]:
+        """Why runs of `self` (the baseline) and `other` (the candidate) are not comparable, each
+        in one phrase naming the setting; empty when they are. `fewshot_gap`: k (and so the shots)
+        is what differs on purpose."""
+        b, c = self, other
+        out = []
+        if b.questions != c.questions or b.n_questions != c.n_questions:
+            why = ""
+            if b.limit != c.limit:
+                why = f": limit={_shown(b.limit)} vs limit={_shown(c.limit)}"
+            elif b.limit is not None and b.sample_seed != c.sample_seed:
+                why = f": the limit={b.limit} sample is drawn by seed={b.sample_seed} vs seed={c.sample_seed}"
+            out.append(
+                f"questions differ{why} (baseline {b.n_questions} questions, data fingerprint "
+                f"{b.questions[:12]}; candidate {c.n_questions}, {c.questions[:12]})"
+            )
+        checks = ["formulation", "template_hash", "scoring", "calibration"]
+        if not fewshot_gap:
+            checks.append("k")
+        if not fewshot_gap or min(b.k, c.k) > 0:
+            checks += ["shot_selection", "shot_seed"]
+        if not fewshot_gap:
+            checks.append("dev_fingerprint")
+        checks += ["max_length", "allow_truncation"]
+        for name in checks:
+            x, y = getattr(b, name), getattr(c, name)
+            if x != y and not (name in _RECORDED and None in (x, y)):
+                out.append(
+                    f"{_LABELS[name]} differs (baseline {_value(name, x)}, candidate {_value(name, y)})"
+                )
+        return out
+
+    def unrecorded(self) -> list[str]:
+        """The settings this run has no record of (stored before they were): not compared."""
+        return [_LABELS[name] for name in _RECORDED if getattr(self, name) is None]
+
+
+# Fields every run records from now on: None there means "not recorded" (compared on what the runs
+# have); in the others None is a value (no limit, the first shots, each model's own context).
+_RECORDED = ("template_hash", "shot_selection", "dev_fingerprint", "allow_truncation", "calibration")
+_LABELS = {
+    "formulation": "formulation",
+    "template_hash": "prompt template (template hash)",
+    "scoring": "scoring method",
+    "calibration": "scoring.calibration",
+    "k": "k",
+    "shot_selection": "shot_selection",
+    "shot_seed": "the seed of random shots (seed=)",
+    "dev_fingerprint": "the few-shot examples (dev rows fingerprint)",
+    "max_length": "the context limit max_length",
+    "allow_truncation": "allow_truncation",
+}
+
+
+def _value(name: str, value: object) -> str:
+    if value is None:
+        return "null"
+    if name == "dev_fingerprint":
+        return str(value)[:12]
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _shown(value: int | None) -> str:
+    return "null" if value is None else str(value)
+
+
+@dataclass(frozen=True)
 class RunStart:
     """A run as it starts scoring."""
 
@@ -74,6 +206,16 @@ class RunStart:
     git_commit: str | None
     host: HostInfo
     sweep: str | None = None  # the Hydra sweep folder of a -m job
+
+    @property
+    def protocol(self) -> Protocol:
+        return Protocol.of(
+            self.config,
+            questions=self.data.fingerprint,
+            n_questions=self.data.n_questions,
+            dev_fingerprint=self.data.dev_fingerprint,
+            template_hash=self.template_hash,
+        )
 
     @property
     def name(self) -> str:

@@ -12,52 +12,120 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from mmlu_track.config import ConfigError, EvalConfig, eval_config_from_dict
+from mmlu_track.config import ConfigError, EvalConfig, TrackingConfig, eval_config_from_dict
+from mmlu_track.credentials import redact
 from mmlu_track.eval.results import QuestionResult
-from mmlu_track.store.db import StoreError, db_error, open_engine, upgrade
+from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.record import EarlyStop, RecordError, RunRecord
+from mmlu_track.store.record import EarlyStop, Protocol, RecordError, RunRecord
 
 UNFINISHED = ("running", "failed", "finalizing", "stopped")  # resumable
+ACTIVE = ("running", "finalizing")  # a process should be at work on it: alive or dead
 
 
 class RunInProgress(StoreError):
     """Another live process is evaluating the run this one would resume."""
 
 
-# A run on another machine whose last commit is older than this is taken as dead (a subject can
-# take tens of minutes on a CPU, so this is generous).
-STALE_AFTER = timedelta(hours=2)
+# A running process beats this often (a thread, `Heartbeat`); one silent for `DEAD_AFTER` counts as
+# dead wherever it ran (5 missed beats: a busy machine may delay a beat, never five).
+HEARTBEAT = timedelta(seconds=30)
+DEAD_AFTER = timedelta(seconds=150)
 
 
-def current_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+def _boot_id() -> str:
+    """The kernel's boot id: a process start time means something only within one boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        return ""
 
 
-def _alive(owner: str | None, last_commit: datetime, now: datetime) -> bool:
-    """Is the process `owner` (host:pid) still there? On another host: has it committed lately?"""
-    if not owner:
-        return False  # recorded before owners were: resumable, as always
-    host, _, pid = owner.rpartition(":")
-    if host == socket.gethostname() and pid.isdigit():
-        try:
-            os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # it exists, owned by another user
-        return True
-    return now - last_commit < STALE_AFTER
+def _start_ticks(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat field 22), None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]  # after the command name, which may hold spaces
+
+
+# Without /proc (macOS): a random token per process stands in for its start time.
+_TOKEN = "t" + uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process that claims a run or shard: host, PID, the PID's start time and the boot.
+
+    A PID alone lies: after a container restart the tool is PID 1 again, and any PID is reused.
+    PID + start time + boot id names one process for the life of a machine."""
+
+    host: str
+    pid: int
+    started: str  # start ticks, or a per-process token where there is no /proc
+    boot: str
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}:{self.started}:{self.boot}"
+
+    @property
+    def short(self) -> str:
+        return f"{self.host}:{self.pid}"
+
+    @classmethod
+    def parse(cls, text: str) -> Owner | None:
+        """`host:pid:started:boot`, or the `host:pid` of runs stored before start times were."""
+        parts = text.split(":")
+        if len(parts) >= 4 and parts[-3].isdigit():
+            return cls(":".join(parts[:-3]), int(parts[-3]), parts[-2], parts[-1])
+        host, _, pid = text.rpartition(":")
+        return cls(host, int(pid), "", "") if pid.isdigit() else None
+
+
+def current_owner() -> Owner:
+    pid = os.getpid()
+    return Owner(socket.gethostname(), pid, _start_ticks(pid) or _TOKEN, _boot_id())
+
+
+def liveness(
+    owner: str | None, last_beat: datetime | None, now: datetime, dead_after: timedelta
+) -> str | None:
+    """None when the process `owner` is alive; else why it is taken as dead (a phrase).
+
+    On this machine (same host and boot) the process itself is looked up: dead at once when its PID
+    is gone or now belongs to a process started at another time. Elsewhere (another host, another
+    boot, no /proc): dead after `dead_after` without a heartbeat."""
+    who = Owner.parse(owner) if owner else None
+    if who is None:
+        return "no owner recorded"
+    beat = f"last beat {last_beat:%Y-%m-%d %H:%M:%S} UTC" if last_beat else "no beat recorded"
+    me = current_owner()
+    if who.host == me.host and who.boot in ("", me.boot):
+        if not who.started.startswith("t"):
+            started = _start_ticks(who.pid)
+            if started is None:
+                return f"process {who.short} is gone ({beat})"
+            if who.started and started != who.started:
+                return f"process {who.short} is gone: its PID now belongs to another process ({beat})"
+            return None
+        if who.started == me.started:  # no /proc where it ran: only this very process is known
+            return None
+    if last_beat is not None and now - last_beat < dead_after:
+        return None
+    return f"process {who.short} has not beaten for over {dead_after.total_seconds():g} s ({beat})"
 
 
 @dataclass(frozen=True)
@@ -88,6 +156,7 @@ class RunMeta:
     n_questions: int
     output_dir: str | None
     sweep: str | None
+    protocol: Protocol | None = None  # None only in tests of the store alone
 
 
 def _now() -> datetime:
@@ -124,7 +193,8 @@ def new_run(meta: RunMeta) -> Run:
         template_hash=meta.template_hash, git_commit=meta.git_commit,
         config_json=json.dumps(meta.config), n_questions=meta.n_questions,
         output_dir=meta.output_dir, sweep=meta.sweep, created_at=now,
-        owner=current_owner(), heartbeat_at=now,
+        owner=str(current_owner()), heartbeat_at=now,
+        protocol_json=json.dumps(meta.protocol.to_json()) if meta.protocol else None,
     )  # fmt: skip
 
 
@@ -148,6 +218,24 @@ def early_stop_of(run: Run) -> EarlyStop | None:
         raise StoreError(f"run {run.id}: {err}") from err
 
 
+def protocol_of(run: Run) -> Protocol:
+    """What the run's answers are comparable on; for a run stored before `protocol_json`, derived
+    from its settings (the dev rows fingerprint from its record, when finished)."""
+    if run.protocol_json:
+        try:
+            return Protocol.from_json(json.loads(run.protocol_json))
+        except (ValueError, RecordError) as err:
+            raise StoreError(f"run {run.id}: {err}") from err
+    record = record_of(run)
+    return Protocol.of(
+        config_of(run),
+        questions=run.data_fingerprint,
+        n_questions=run.n_questions,
+        dev_fingerprint=record.start.data.dev_fingerprint if record else None,
+        template_hash=run.template_hash,
+    )
+
+
 def config_of(run: Run) -> EvalConfig:
     """The settings a run was started with."""
     try:
@@ -156,9 +244,51 @@ def config_of(run: Run) -> EvalConfig:
         raise StoreError(f"run {run.id} was recorded with settings this version cannot read: {err}") from err
 
 
+class Heartbeat:
+    """A thread that beats for this process's claim on a run every `every` seconds, so that
+    others can tell it alive wherever they run (`liveness`); a failed beat is left to the next
+    commit to report."""
+
+    def __init__(self, store: SqlStore, run_id: str, shard: Shard, every: float) -> None:
+        self.store, self.run_id, self.shard, self.every = store, run_id, shard, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="mmlu_track-heartbeat", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            with contextlib.suppress(StoreError):
+                self.store.beat(self.run_id, self.shard)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class StoreVanished(StoreError):
+    """The SQLite file was deleted or replaced under a running process: what it committed is gone."""
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def open_store(tracking: TrackingConfig) -> SqlStore:
+    """The store a run's or a comparison's tracking settings name."""
+    return SqlStore(tracking.db_url, timedelta(seconds=tracking.dead_after_s))
+
+
 class SqlStore:
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, url: str, dead_after: timedelta = DEAD_AFTER) -> None:
+        self.url = redact(url)  # for messages: the engine alone holds the password
+        self.dead_after = dead_after
         self.engine = open_engine(url)
         try:
             self.revision = upgrade(self.engine)
@@ -167,10 +297,25 @@ class SqlStore:
             if isinstance(err, StoreError):
                 raise
             raise db_error(url, err, "cannot be opened") from err  # driver errors vary by backend
+        # An open SQLite connection writes on into a deleted file, and a new one into whatever file
+        # now has the name: every write first checks that the file is still the one opened.
+        self._file = sqlite_file(url)
+        self._file_id = _file_id(self._file) if self._file else None
+
+    def _check_file(self) -> None:
+        if self._file is None or _file_id(self._file) == self._file_id:
+            return
+        what = "deleted" if not self._file.exists() else "replaced by another file"
+        raise StoreVanished(
+            f"the results database {self._file} was {what} while this process was using it: "
+            "what it had committed there is gone"
+        )
 
     @contextlib.contextmanager
     def _session(self, write: bool = False) -> Iterator[Session]:
         """One session (one transaction when `write`); database failures become `StoreError`."""
+        if write:
+            self._check_file()
         try:
             with Session(self.engine, expire_on_commit=False) as s:
                 if write:
@@ -213,27 +358,33 @@ class SqlStore:
                 s.add(run)
                 s.flush()
                 s.add(RunShard(run_id=run.id, shards=shard.count, shard=shard.index, status="running",
-                               owner=current_owner(), heartbeat_at=now))  # fmt: skip
+                               owner=str(current_owner()), heartbeat_at=now))  # fmt: skip
                 return run.id, {}
             claim = s.get(RunShard, (run.id, shard.count, shard.index))
             if claim is not None and claim.status == "running":
                 last = claim.heartbeat_at or run.created_at
-                if _alive(claim.owner, last, now):
+                if liveness(claim.owner, last, now, self.dead_after) is None:
                     which = "" if shard.count == 1 else f" ({shard})"
+                    who = Owner.parse(claim.owner or "")
                     raise RunInProgress(
                         f"run {run.id}{which} with these settings is being evaluated by process "
-                        f"{claim.owner} (last commit {last:%Y-%m-%d %H:%M} UTC): wait for it, or stop it "
-                        "and run the same command again to resume; tracking.resume=false starts a "
-                        "separate run"
+                        f"{who.short if who else claim.owner} (last beat {last:%Y-%m-%d %H:%M:%S} UTC): "
+                        "wait for it, or stop it and run the same command again to resume; "
+                        "tracking.resume=false starts a separate run"
                     )
-            if run.status == "finalizing" and _alive(run.owner, run.heartbeat_at or now, now):
-                raise RunInProgress(f"run {run.id} is being finalized by process {run.owner}: wait for it")
+            if (
+                run.status == "finalizing"
+                and liveness(run.owner, run.heartbeat_at, now, self.dead_after) is None
+            ):
+                who = Owner.parse(run.owner or "")
+                by = who.short if who else run.owner
+                raise RunInProgress(f"run {run.id} is being finalized by process {by}: wait for it")
             if claim is None:
                 claim = RunShard(run_id=run.id, shards=shard.count, shard=shard.index)
                 s.add(claim)
-            claim.status, claim.owner, claim.heartbeat_at = "running", current_owner(), now
+            claim.status, claim.owner, claim.heartbeat_at = "running", str(current_owner()), now
             if run.status != "running":  # failed, or a finalizer that died: this process takes it on
-                run.status, run.owner, run.heartbeat_at = "running", current_owner(), now
+                run.status, run.owner, run.heartbeat_at = "running", str(current_owner()), now
             if shard.count == 1:
                 run.output_dir = meta.output_dir
             done: dict[str, list[QuestionResult]] = {}
@@ -262,6 +413,43 @@ class SqlStore:
             if claim := s.get(RunShard, (run_id, shard.count, shard.index)):
                 claim.heartbeat_at = now
 
+    def beat(self, run_id: str, shard: Shard) -> None:
+        """This process is alive and at work on `shard` of the run (and, finalizing, on the run)."""
+        now = _now()
+        me = str(current_owner())
+        with self._session(write=True) as s:
+            mine = (RunShard.run_id == run_id, RunShard.shards == shard.count, RunShard.shard == shard.index)
+            s.execute(update(RunShard).where(*mine, RunShard.owner == me).values(heartbeat_at=now))
+            s.execute(update(Run).where(Run.id == run_id, Run.owner == me).values(heartbeat_at=now))
+
+    def dead(self, run: Run) -> str | None:
+        """Why a run that should be at work (running, finalizing) is not: every process on it is
+        dead (see `liveness`); None when one is alive, or the run is in another state."""
+        if run.status not in ACTIVE:
+            return None
+        now = _now()
+        if run.status == "finalizing":
+            return liveness(run.owner, run.heartbeat_at, now, self.dead_after)
+        with self._session() as s:
+            claims = list(
+                s.scalars(select(RunShard).where(RunShard.run_id == run.id, RunShard.status == "running"))
+            )
+        if not claims:
+            return liveness(run.owner, run.heartbeat_at, now, self.dead_after)
+        reasons = [liveness(c.owner, c.heartbeat_at, now, self.dead_after) for c in claims]
+        return None if None in reasons else "; ".join(r for r in reasons if r)
+
+    def unfinished(self, identity: str) -> Run | None:
+        """The run a process with this identity would resume, if any."""
+        with self._session() as s:
+            query = select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED))
+            return s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
+
+    def n_committed(self, run_id: str) -> int:
+        with self._session() as s:
+            query = select(func.count()).select_from(QuestionRow).where(QuestionRow.run_id == run_id)
+            return int(s.scalar(query) or 0)
+
     def end_shard(self, run_id: str, shard: Shard, status: str) -> None:
         """This shard is `done` (its units committed) or `failed` (resumable)."""
         with self._session(write=True) as s:
@@ -284,7 +472,7 @@ class SqlStore:
             claimed = s.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.status.in_(("running", "failed")))
-                .values(status="finalizing", owner=current_owner(), heartbeat_at=_now())
+                .values(status="finalizing", owner=str(current_owner()), heartbeat_at=_now())
             )
             return bool(claimed.rowcount == 1)  # type: ignore[attr-defined]
 

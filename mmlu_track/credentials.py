@@ -1,0 +1,81 @@
+"""Secrets in URLs never leave the process: what to print, store or report instead of a URL.
+
+`redact(url)` replaces the password of a `scheme://user:password@host...` URL (SQLAlchemy's
+`postgresql+psycopg://`, http(s), any scheme) with `***`, keeping the user, and the value of a
+`password=` query parameter (which psycopg accepts) likewise; a URL without a password comes back
+unchanged, and redacting twice changes nothing. `redact_text` does the same for every URL inside a
+longer text (an error message, a YAML file), `redact_doc` for every string of a document (a
+config as stored). `strip_userinfo` drops `user:password@` altogether
+(for links a browser opens, and requests whose credentials travel apart from the URL).
+`refill` finds, among URLs this process knows, the one a stored (redacted) URL stood for.
+
+Pure: the standard library only, nothing read from the environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+MASK = "***"
+
+# userinfo = user ":" password "@", before the host. The password runs to the last "@" before the
+# path (an unencoded "@" in a password is then masked too, never half-shown); it stops at
+# whitespace and at the quotes and brackets a URL is written between in YAML, JSON or a message.
+_USERINFO = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@'\"<>\[\]]*:)(?P<password>[^\s/'\"<>\[\]]+)@"
+)
+# `?password=...`, `&password=...` (psycopg's connection parameters), and a DSN's `password=...`.
+_PASSWORD_PARAM = re.compile(
+    r"(?i)(?P<head>(?<![A-Za-z0-9])(?:password|passwd|pwd)=)(?P<password>[^\s&;'\"<>]+)"
+)
+_STRIP = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#'\"<>\[\]]*@")
+
+
+def _mask(match: re.Match[str]) -> str:
+    return f"{match['head']}{MASK}" + ("@" if match.re is _USERINFO else "")
+
+
+def redact_text(text: str) -> str:
+    """`text` with the password of every URL in it (and every `password=` value) as `***`."""
+    return _PASSWORD_PARAM.sub(_mask, _USERINFO.sub(_mask, text))
+
+
+def redact_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-like document with `redact_text` applied to every string in it, however nested."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return redact_text(value)
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return type(value)(clean(v) for v in value)
+        return value
+
+    return {k: clean(v) for k, v in doc.items()}
+
+
+def redact(url: str) -> str:
+    """One URL with its password as `***` (the user kept); unchanged when it has none."""
+    return redact_text(url)
+
+
+def strip_userinfo(url: str) -> str:
+    """The URL without `user:password@` (and with any `password=` value masked)."""
+    return redact_text(_STRIP.sub(lambda m: m["head"], url))
+
+
+def is_redacted(url: str) -> bool:
+    """Does this URL hold a `***` where its password was (as stored configs and hints do)?"""
+    return f":{MASK}@" in url or bool(re.search(rf"(?i)(?:password|passwd|pwd)={re.escape(MASK)}", url))
+
+
+def refill(stored: str, known: Iterable[str | None]) -> str | None:
+    """The URL among `known` that `stored` (redacted) stands for: same everything but the password;
+    None when none is."""
+    for url in known:
+        if url and redact(url) == stored:
+            return url
+    return None

@@ -1,0 +1,100 @@
+"""Which MLflow a run belongs to, and logging a finished run there in one go.
+
+A run records into one MLflow URI, fixed when it starts (`effective_uri`: `tracking.mlflow_uri`,
+else `MLFLOW_TRACKING_URI`, else MLflow's default `./mlflow.db` made absolute), never "whatever
+MLflow's default is" in the shell that syncs it later. An evaluation whose MLflow failed makes one
+last try (`sync`) and otherwise warns with the command that logs it later, naming that URI;
+`python -m mmlu_track.runs sync` sends each run there (`uri_for_sync`: the stored URI has `***`
+for its password, refilled from this process's environment) with `log_run`, which reuses the run's
+MLflow id where it exists. The SQL store marks a run synced only when everything went in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from mmlu_track.credentials import is_redacted, redact, refill, strip_userinfo
+from mmlu_track.eval.results import QuestionResult
+from mmlu_track.store.mlflow import LiveRun, MlflowUnavailable, Warn, resolved_uri
+from mmlu_track.store.record import RunRecord
+
+if TYPE_CHECKING:
+    from mmlu_track.store.sql import SqlStore
+
+
+def effective_uri(uri: str | None) -> str:
+    """The MLflow URI a run records into: `uri` (tracking.mlflow_uri), else `MLFLOW_TRACKING_URI`,
+    else MLflow's default `./mlflow.db`; a relative SQLite file or local path made absolute against
+    the working directory, so that `runs sync`, from another shell or folder, reaches the same one."""
+    resolved = resolved_uri(uri)
+    if resolved.startswith("sqlite:///"):
+        path, sep, query = resolved.removeprefix("sqlite:///").partition("?")
+        if path and not path.startswith(("/", ":memory:", "file:")):
+            return f"sqlite:///{os.path.abspath(path)}{sep}{query}"
+    elif "://" not in resolved and ":" not in resolved[:2]:  # a bare path: MLflow's file store
+        return os.path.abspath(resolved)
+    return resolved
+
+
+def uri_for_sync(recorded: str | None) -> str | None:
+    """A recorded URI made usable again: a stored URI has `***` for its password, which comes back
+    from `MLFLOW_TRACKING_URI` (the same URI, with it) or, through MLflow's own
+    `MLFLOW_TRACKING_USERNAME`/`MLFLOW_TRACKING_PASSWORD`, from the environment; else one line
+    (`MlflowUnavailable`) saying how to give it."""
+    if recorded is None or not is_redacted(recorded):
+        return recorded
+    if full := refill(recorded, [os.environ.get("MLFLOW_TRACKING_URI")]):
+        return full
+    if os.environ.get("MLFLOW_TRACKING_USERNAME") and os.environ.get("MLFLOW_TRACKING_PASSWORD"):
+        return strip_userinfo(recorded)  # else the URL's `***` would be sent instead of them
+    raise MlflowUnavailable(
+        f"the MLflow URI {recorded} was recorded without its password: give it with --mlflow-uri URL, "
+        "or set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+    )
+
+
+def log_run(
+    record: RunRecord,
+    results: Sequence[QuestionResult],
+    *,
+    uri: str | None,
+    experiment: str,
+    existing: str | None,
+) -> str:
+    """Log a finished run in one go (`runs sync`); its MLflow id. Raises `MlflowUnavailable`."""
+    errors: list[str] = []
+    live = LiveRun(uri, experiment, errors.append, then="")
+    live.open(record.run_id, record.start, existing)
+    if not live.finish(record, results):
+        raise MlflowUnavailable(errors[0] if errors else "logging to MLflow failed")
+    assert live.id is not None
+    return live.id
+
+
+def sync(
+    store: SqlStore,
+    record: RunRecord,
+    results: Sequence[QuestionResult],
+    *,
+    uri: str | None,
+    experiment: str,
+    existing: str | None,
+    warn: Warn,
+) -> str | None:
+    """Log a finished run in one go and mark it synced in the SQL store; its MLflow id, or None after
+    a warning that names the command to retry with."""
+    try:
+        mlflow_id = log_run(record, results, uri=uri, experiment=experiment, existing=existing)
+    except MlflowUnavailable as err:
+        target = f" --mlflow-uri '{redact(uri)}'" if uri else ""
+        command = f"python -m mmlu_track.runs --db '{redact(store.url)}' sync{target}"
+        secret = " (with the password in place of ***)" if "***" in command else ""
+        warn(
+            f"{err}. The run is saved in the SQL store ({redact(store.url)}); log it to MLflow later "
+            f"with: {command}{secret}"
+        )
+        return None
+    store.set_mlflow_run(record.run_id, mlflow_id, synced=True)
+    return mlflow_id
