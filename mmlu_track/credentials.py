@@ -7,13 +7,15 @@ unchanged, and redacting twice changes nothing. `redact_text` does the same for 
 longer text (an error message, a YAML file), `redact_doc` for every string of a document (a
 config as stored). `strip_userinfo` drops `user:password@` altogether
 (for links a browser opens, and requests whose credentials travel apart from the URL).
-`refill` finds, among URLs this process knows, the one a stored (redacted) URL stood for.
+`refill` finds, among URLs this process knows, the one a stored (redacted) URL stood for;
+`RedactingFilter` masks log records.
 
 Pure: the standard library only, nothing read from the environment.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -22,15 +24,17 @@ MASK = "***"
 
 # userinfo = user ":" password "@", before the host. The password runs to the last "@" before the
 # path (an unencoded "@" in a password is then masked too, never half-shown); it stops at
-# whitespace and at the quotes and brackets a URL is written between in YAML, JSON or a message.
+# whitespace and at the quotes a URL is written between in YAML, JSON or a message. A backslash
+# may escape any character: Hydra writes a sweep job's overrides so (`http\://u\:pw@h\:5000`).
+_SCHEME = r"\b[A-Za-z][A-Za-z0-9+.\-]*\\?://"
 _USERINFO = re.compile(
-    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@'\"<>\[\]]*:)(?P<password>[^\s/'\"<>\[\]]+)@"
+    rf"(?P<head>{_SCHEME}(?:[^\s:/?#@'\"<>\\]|\\[^:\s])*\\?:)(?P<password>(?:[^\s/'\"<>\\]|\\\S)+)@"
 )
 # `?password=...`, `&password=...` (psycopg's connection parameters), and a DSN's `password=...`.
 _PASSWORD_PARAM = re.compile(
-    r"(?i)(?P<head>(?<![A-Za-z0-9])(?:password|passwd|pwd)=)(?P<password>[^\s&;'\"<>]+)"
+    r"(?i)(?P<head>(?<![A-Za-z0-9])(?:password|passwd|pwd)\\?=)(?P<password>(?:[^\s&;'\"<>\\]|\\\S)+)"
 )
-_STRIP = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#'\"<>\[\]]*@")
+_STRIP = re.compile(rf"(?P<head>{_SCHEME})(?:[^\s/?#'\"<>\\]|\\\S)*@")
 
 
 def _mask(match: re.Match[str]) -> str:
@@ -79,3 +83,14 @@ def refill(stored: str, known: Iterable[str | None]) -> str | None:
         if url and redact(url) == stored:
             return url
     return None
+
+
+class RedactingFilter(logging.Filter):
+    """Masks passwords in every log record: Hydra's launcher logs each sweep job's overrides, and
+    the run's log file keeps what its libraries say (`conf/eval.yaml` puts it on both)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if (clean := redact_text(message)) != message:
+            record.msg, record.args = clean, ()
+        return True

@@ -46,7 +46,9 @@ def _full_disk(where: Path) -> Iterator[Path]:
                              capture_output=True, check=False)  # fmt: skip
     assert mounted.returncode == 0, mounted.stderr  # root in this project's machines (and CI) may mount
     try:
-        subprocess.run(["dd", "if=/dev/zero", f"of={where / 'fill'}", "bs=1k"], capture_output=True, check=False)
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={where / 'fill'}", "bs=1k"], capture_output=True, check=False
+        )
         yield where
     finally:
         # Lazy: Hydra's job log handler may still hold a file open there after an in-process run.
@@ -67,7 +69,8 @@ def test_compares_sharing_a_folder_each_keep_their_own_report(cli: Cli, tmp_path
         folders.append(_reports_in(res))
     assert folders[0] == shared
     assert folders[1] == shared / f"compare-{d[:12]}-vs-{c[:12]}"
-    assert folders[2].parent == shared and folders[2].name.startswith(folders[1].name + "-")
+    assert folders[2].parent == shared
+    assert folders[2].name.startswith(folders[1].name + "-")  # the same pair again: its own folder too
     for folder, (base, cand) in zip(folders, ((a, b), (c, d), (c, d)), strict=True):
         doc = json.loads((folder / "report.json").read_text())
         assert (doc["baseline"]["id"], doc["candidate"]["id"]) == (base, cand)
@@ -81,7 +84,8 @@ def test_the_default_compare_folder_is_unique_to_the_microsecond() -> None:
         eval_cfg = compose("eval", return_hydra_config=True)
     pattern = OmegaConf.to_container(compare_cfg.hydra.run, resolve=False)
     evaluation = OmegaConf.to_container(eval_cfg.hydra.run, resolve=False)
-    assert isinstance(pattern, dict) and isinstance(evaluation, dict)
+    assert isinstance(pattern, dict)
+    assert isinstance(evaluation, dict)
     assert pattern["dir"] == "outputs/compare/${now:%Y-%m-%d}/${now:%H-%M-%S-%f}"
     assert pattern["dir"].endswith(evaluation["dir"].removeprefix("outputs"))
 
@@ -107,7 +111,8 @@ def test_names_with_html_and_markdown_are_escaped_in_the_markdown_only(
     md = (tmp_path / "r" / "report.md").read_text()
     assert summary.read_text() == md + "\n"
     for text in (md, summary.read_text()):
-        assert "<img" not in text and "<b>" not in text
+        assert "<img" not in text
+        assert "<b>" not in text
         assert "&lt;img src=x onerror=alert(1)&gt;" in text
     title = next(line for line in md.splitlines() if line.startswith("**"))
     assert re.search(r"(?<!\\)[|`\[\]]|(?<!\\)\*(?!\*)", title.removeprefix("**").split("**")[0]) is None
@@ -127,9 +132,9 @@ def test_normal_names_render_as_before(cli: Cli, tmp_path: Path) -> None:
     assert res.code == 0, res.err
     md = (tmp_path / "r" / "report.md").read_text()
     assert (
-        f"**tiny-random-llama vs baseline HuggingFaceTB/SmolLM2-135M-Instruct** — candidate run `{cand[:12]}` "
-        f"vs baseline `{base[:12]}`, 300 paired questions, formulation `original`, scoring `logprob`, k=5, "
-        "policy `default` (α=0.05, δ=1.0 pts, min effect 5 pts, holm)."
+        "**tiny-random-llama vs baseline HuggingFaceTB/SmolLM2-135M-Instruct** — "
+        f"candidate run `{cand[:12]}` vs baseline `{base[:12]}`, 300 paired questions, formulation "
+        "`original`, scoring `logprob`, k=5, policy `default` (α=0.05, δ=1.0 pts, min effect 5 pts, holm)."
     ) in md
     assert "\\" not in md
 
@@ -148,7 +153,9 @@ def test_a_seed_out_of_range_is_one_line(cli: Cli, tmp_path: Path, seed: str) ->
     ]
     gate = _compare(cli, tmp_path, "a", "b", f"gate.seed={seed}", f"hydra.run.dir={tmp_path / 'cmp'}")
     assert gate.code == 2
-    assert gate.errors == [f"mmlu_track: error: gate.seed={seed} is out of range: allowed 0..2**63-1 ({2**63 - 1})"]
+    assert gate.errors == [
+        f"mmlu_track: error: gate.seed={seed} is out of range: allowed 0..2**63-1 ({2**63 - 1})"
+    ]
 
 
 def test_a_one_sided_level_above_one_half_is_refused(cli: Cli, tmp_path: Path) -> None:
@@ -164,17 +171,15 @@ def test_a_full_disk_under_hydras_config_is_one_line_in_both_entry_points(cli: C
     store = SqlStore(db)
     base, cand = (synthetic_run(store, f"m{i}", CORRECT) for i in range(2))
     with _full_disk(tmp_path / "full") as full:
-        runs = {
-            "eval": cli("eval", "experiment=smoke", "tracking=sql_only", f"tracking.db_url={db}",
-                        f"hydra.run.dir={full / 'eval'}", cwd=tmp_path),  # fmt: skip
-            "compare": _compare(cli, tmp_path, base, cand, f"hydra.run.dir={full / 'compare'}"),
-        }
-        for which, res in runs.items():
-            assert res.code == 2, res.err
-            assert res.err.strip().splitlines() == [
-                f"mmlu_track: error: cannot write Hydra's config.yaml into {full / which / '.hydra'}: No space "
-                "left on device; free space there, or set hydra.run.dir=DIR to a writable folder with room"
-            ]
+        evaluation = cli("eval", "experiment=smoke", "tracking=sql_only", f"tracking.db_url={db}",
+                         f"hydra.run.dir={full / 'eval'}", cwd=tmp_path)  # fmt: skip
+        comparison = _compare(cli, tmp_path, base, cand, f"hydra.run.dir={full / 'compare'}")
+    for which, res in (("eval", evaluation), ("compare", comparison)):
+        assert res.code == 2, res.err
+        assert res.err.strip().splitlines() == [
+            f"mmlu_track: error: cannot write Hydra's config.yaml into {full / which / '.hydra'}: No "
+            "space left on device; free space there, or set hydra.run.dir=DIR to a writable folder with room"
+        ]
 
 
 def test_a_full_disk_under_the_reports_is_one_line_and_records_nothing(cli: Cli, tmp_path: Path) -> None:
@@ -183,7 +188,8 @@ def test_a_full_disk_under_the_reports_is_one_line_and_records_nothing(cli: Cli,
     base, cand = (synthetic_run(store, f"m{i}", CORRECT) for i in range(2))
     with _full_disk(tmp_path / "full") as full:
         # Hydra's own files off: the reports are the first thing written there.
-        res = _compare(cli, tmp_path, base, cand, f"hydra.run.dir={full / 'cmp'}", "hydra.output_subdir=null")
+        off = "hydra.output_subdir=null"
+        res = _compare(cli, tmp_path, base, cand, f"hydra.run.dir={full / 'cmp'}", off)
     assert res.code == 2, res.err
     assert res.err.strip().splitlines() == [
         f"mmlu_track: error: cannot write the comparison's reports into {full / 'cmp'}: No space left on "
@@ -202,6 +208,7 @@ def test_a_job_summary_that_cannot_be_written_warns_and_keeps_the_verdict(cli: C
                        env={"GITHUB_STEP_SUMMARY": str(summary)})  # fmt: skip
     assert res.code == 0, res.err
     assert res.err.strip().splitlines() == [
-        f"mmlu_track: warning: report not appended to GITHUB_STEP_SUMMARY ({summary}): No space left on device"
+        f"mmlu_track: warning: report not appended to GITHUB_STEP_SUMMARY ({summary}): No space left on "
+        "device"
     ]
     assert (tmp_path / "r" / "report.md").is_file()

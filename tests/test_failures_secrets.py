@@ -189,6 +189,21 @@ def test_a_credentialed_mlflow_url_that_is_down_warns_without_the_password(tmp_p
     _nowhere(tmp_path, ML_SECRET)
 
 
+def test_a_sweep_keeps_no_password_in_its_files_or_its_launcher_log(tmp_path: Path, cli: Cli) -> None:
+    uri = f"http://muser:{ML_SECRET}@127.0.0.1:{_closed_port()}"
+    db, multi = f"tracking.db_url=sqlite:///{tmp_path / 's.db'}", tmp_path / "multi"
+    got = cli(
+        "eval", "-m", "experiment=smoke", "device=cpu", "k=0,1", db, f"tracking.mlflow_uri={uri}",
+        f"hydra.sweep.dir={multi}", cwd=tmp_path,
+    )  # fmt: skip
+    assert got.code == 0, got.err
+    assert "muser\\:***@" in got.out  # the launcher's line per job, the URL escaped (`http\\://u\\:pw@`)
+    assert ML_SECRET not in got.out + got.err
+    _nowhere(tmp_path, ML_SECRET)
+    assert "muser:***@" in (multi / "multirun.yaml").read_text()
+    assert "muser\\:***@" in (multi / "1" / ".hydra" / "overrides.yaml").read_text()
+
+
 def test_the_sync_hint_names_mlflow_tracking_uri_and_sync_goes_there_later(
     tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:

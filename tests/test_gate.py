@@ -341,7 +341,8 @@ def test_model_name_lookup_uses_the_gates_definition_of_comparable(tmp_path: Pat
     cand = synthetic_run(store, "m-cand", _correct(21), calibration="mean")
     proc = _compare(tmp_path, db, "baseline=m-base", f"candidate={cand}")
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    folder = Path(proc.stdout.split("reports in ")[1].splitlines()[0])  # report/ keeps the gap's report
+    doc = json.loads((folder / "report.json").read_text())
     assert doc["baseline"]["id"] == calibrated_base != plain
 
     other = synthetic_run(store, "m-other", _correct(21))
