@@ -27,7 +27,7 @@ _ROW = "{:<12} {:<9} {:<28} {:<8} {:<9} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<
 
 def _dtype_and_limit(run: Run) -> tuple[str, str]:
     """What tells two runs of one model apart beyond the columns: the dtype it ran in, the limit."""
-    from mmlu_track.store.sql import config_of, record_of
+    from mmlu_track.store.rows import config_of, record_of
 
     try:
         config, record = config_of(run), record_of(run)
@@ -96,7 +96,7 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     print(
         f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC  finished {finished}  output {run.output_dir or '-'}"
     )
-    from mmlu_track.store.sql import early_stop_of, record_of
+    from mmlu_track.store.rows import early_stop_of, record_of
 
     if stop := early_stop_of(run):
         resumed = "" if run.status == "stopped" else " (since resumed)"
@@ -116,7 +116,7 @@ def _sync(store: SqlStore, args: argparse.Namespace) -> int:
     """Exit 2 when a run could not be logged (1 is the gate's verdict alone), in one line."""
     from mmlu_track.store.mlflow import MlflowUnavailable
     from mmlu_track.store.mlflow_sync import log_run, uri_for_sync
-    from mmlu_track.store.sql import record_of
+    from mmlu_track.store.rows import record_of
 
     pending = store.runs(limit=10_000, unsynced=True)
     failed: list[str] = []

@@ -23,8 +23,9 @@ import pytest
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
+from mmlu_track.store.liveness import Heartbeat, current_owner
 from mmlu_track.store.orm import QuestionRow, Run, RunShard
-from mmlu_track.store.sql import Heartbeat, Shard, SqlStore, current_owner
+from mmlu_track.store.sql import Shard, SqlStore
 
 from .conftest import CliResult
 
@@ -78,10 +79,9 @@ def _as_killed(
         for row in rows[keep:]:
             s.delete(row)
         who, when = owner or _dead_owner(), beat or datetime.now(UTC).replace(tzinfo=None)
-        s.execute(update(Run).where(Run.id == run_id).values(status="running", record_json=None, owner=who,
-                                                             heartbeat_at=when, finished_at=None))  # fmt: skip
-        s.execute(update(RunShard).where(RunShard.run_id == run_id).values(status="running", owner=who,
-                                                                           heartbeat_at=when))  # fmt: skip
+        alive = {"status": "running", "owner": who, "heartbeat_at": when}
+        s.execute(update(Run).where(Run.id == run_id).values(**alive, record_json=None, finished_at=None))
+        s.execute(update(RunShard).where(RunShard.run_id == run_id).values(**alive))
     store.close()
 
 
@@ -122,8 +122,9 @@ def _dev_changed(tmp: Path) -> list[str]:
     root = tmp / "local"
     for split, rows in (("dev", data.dev), ("test", data.test)):
         (root / split).mkdir(parents=True)
+        changed = {("dev", 0)}
         lines = [{"question": q.question, "choices": list(q.choices),
-                  "answer": (q.answer + 1) % 4 if split == "dev" and q.index == 0 else q.answer} for q in rows]  # fmt: skip
+                  "answer": (q.answer + ((split, q.index) in changed)) % 4} for q in rows]  # fmt: skip
         (root / split / "anatomy.jsonl").write_text("\n".join(json.dumps(r) for r in lines))
     return ["data=local", f"data.path={root}"]
 
@@ -134,7 +135,8 @@ PROMPT_CASES: list[tuple[str, Callable[[Path], list[str]], Callable[[Path], list
     ("random shots, other seed", lambda _: ["shot_selection=random", "limit=null"],
      lambda _: ["shot_selection=random", "seed=99", "limit=null"],
      "the seed of random shots (seed=) differs (baseline 1234, candidate 99)"),
-    ("one dev answer changed", lambda _: [], _dev_changed, "the few-shot examples (dev rows fingerprint) differs"),
+    ("one dev answer changed", lambda _: [], _dev_changed,
+     "the few-shot examples (dev rows fingerprint) differs"),
     ("a shorter context", lambda _: [], lambda _: ["max_length=200", "allow_truncation=true"],
      "the context limit max_length differs (baseline null, candidate 200)"),
     ("truncation allowed", lambda _: [], lambda _: ["allow_truncation=true"],
@@ -150,7 +152,8 @@ def test_runs_asked_with_other_prompts_are_not_comparable(
     common = [*SMOKE, "subjects=anatomy", "k=5"]
     _, base = _eval(cli, tmp_path, "base", *common, *base_args(tmp_path))
     _, cand = _eval(cli, tmp_path, "cand", *common, *cand_args(tmp_path))
-    assert base and cand
+    assert base
+    assert cand
     for policy in ("gate=default", "gate=strict"):
         got = _compare(cli, tmp_path, f"baseline={base}", f"candidate={cand}", policy)
         assert got.code == 2, got.out
@@ -226,7 +229,8 @@ def test_a_run_killed_in_a_restarted_container_is_resumed(tmp_path: Path) -> Non
     db = tmp_path / "store.db"
     cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, "-m", "mmlu_track",
            f"tracking.db_url=sqlite:///{db}", "model=tiny", "device=cpu", "tracking=sql_only", "k=0",
-           "batch_size=1", "limit=40", "subjects=[abstract_algebra,anatomy,astronomy,virology]", f"hydra.run.dir={tmp_path / 'o'}"]  # fmt: skip
+           "batch_size=1", "limit=40", "subjects=[abstract_algebra,anatomy,astronomy,virology]",
+           f"hydra.run.dir={tmp_path / 'o'}"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
@@ -266,7 +270,7 @@ def test_another_hosts_shard_is_dead_after_missed_beats_and_says_so(cli: Cli, tm
     assert "rerun its command to resume" in shown.out
     got = _compare(cli, tmp_path, f"baseline={run_id}", f"candidate={run_id[:10]}x")
     assert got.code == 2
-    other, other_id = _eval(cli, tmp_path, "c", *SMOKE, "batch_size=2", "tracking.resume=false")
+    _other, other_id = _eval(cli, tmp_path, "c", *SMOKE, "batch_size=2", "tracking.resume=false")
     (line,) = _compare(cli, tmp_path, f"baseline={other_id}", f"candidate={run_id}").errors
     assert f"the candidate run {run_id} is running, not finished: it is dead (process node-7:4242" in line
     assert line.endswith("rerun its command to resume it")
@@ -281,7 +285,8 @@ def test_a_process_gone_on_this_machine_is_dead_at_once(cli: Cli, tmp_path: Path
     assert run_id
     _as_killed(tmp_path, run_id, keep=2)  # a beat just now, but the process is gone
     shown = cli("runs", "--db", f"sqlite:///{tmp_path / 'store.db'}", "show", run_id, cwd=tmp_path)
-    assert "status dead (process" in shown.out and "is gone" in shown.out
+    assert "status dead (process" in shown.out
+    assert "is gone" in shown.out
     # A PID that now belongs to another process (started at another time) is not the owner either.
     me = current_owner()
     _as_killed(tmp_path, run_id, keep=2, owner=f"{me.host}:{os.getpid()}:1:{me.boot}")
@@ -297,10 +302,11 @@ def test_a_running_process_beats(tmp_path: Path) -> None:
     store = _store(tmp_path)
     run_id = synthetic_run(store, "m", {"anatomy": [True]})
     _as_killed(tmp_path, run_id, keep=1, owner=str(current_owner()), beat=datetime(2020, 1, 1))
-    with Heartbeat(store, run_id, Shard(), every=0.05):
+    with Heartbeat(lambda: store.beat(run_id, Shard()), every=0.05):
         time.sleep(0.5)
     run = store.get(run_id)
-    assert run is not None and run.heartbeat_at is not None
+    assert run is not None
+    assert run.heartbeat_at is not None
     assert run.heartbeat_at > datetime(2026, 1, 1)
     assert store.dead(run) is None
 
@@ -330,8 +336,8 @@ def test_a_store_that_vanishes_mid_run_is_an_error_and_the_scores_are_kept(
 
     thread = threading.Thread(target=vandal)
     thread.start()
-    got, _ = _eval(cli, tmp_path, "o", "model=tiny", "device=cpu", "tracking=sql_only", "k=0", "batch_size=1", "limit=20",
-                   "subjects=[abstract_algebra,anatomy,astronomy,virology]")  # fmt: skip
+    got, _ = _eval(cli, tmp_path, "o", "model=tiny", "device=cpu", "tracking=sql_only", "k=0", "batch_size=1",
+                   "limit=20", "subjects=[abstract_algebra,anatomy,astronomy,virology]")  # fmt: skip
     thread.join()
     assert got.code == 2
     (line,) = got.errors
@@ -360,7 +366,7 @@ SEQ = [
 def test_a_sequential_run_resumes_only_with_its_own_settings(cli: Cli, tmp_path: Path) -> None:
     _, base = _eval(cli, tmp_path, "base", *SEQ)
     gate = ["gate.sequential=true", f"gate.baseline={base}", "gate.looks=4"]
-    done, cand = _eval(cli, tmp_path, "cand", *SEQ, *gate, "gate.margin=0.01", "batch_size=2")
+    done, _cand = _eval(cli, tmp_path, "cand", *SEQ, *gate, "gate.margin=0.01", "batch_size=2")
     assert done.code in (0, 1), done.err
     run_id = json.loads(next((tmp_path / "cand").rglob("report.json")).read_text())["candidate"]["id"]
     _as_killed(tmp_path, run_id, keep=12)

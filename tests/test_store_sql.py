@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session
 from mmlu_track.eval.pipeline import run
 from mmlu_track.resources import MIGRATIONS_DIR
 from mmlu_track.store.db import StoreError, make_engine
+from mmlu_track.store.liveness import DEAD_AFTER
 from mmlu_track.store.orm import Base, QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.sql import DEAD_AFTER, RunInProgress, RunMeta, SqlStore
+from mmlu_track.store.sql import RunInProgress, RunMeta, SqlStore
 
 from .conftest import tiny_run_cfg
 

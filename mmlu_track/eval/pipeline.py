@@ -50,8 +50,9 @@ from mmlu_track.eval.plan import (
 from mmlu_track.eval.plan import looks as plan_looks
 from mmlu_track.eval.results import QuestionResult, Scores, aggregate, table, write_jsonl
 from mmlu_track.eval.score_units import Counts, Looks, Prepared, acc, score, score_looks
+from mmlu_track.store.liveness import Heartbeat
 from mmlu_track.store.record import DataInfo, EarlyStop, HostInfo, RunRecord, RunStart, Timing
-from mmlu_track.store.sql import Heartbeat, RunMeta, Shard, SqlStore, StoreVanished, open_store
+from mmlu_track.store.sql import RunMeta, Shard, SqlStore, StoreVanished, open_store
 
 if TYPE_CHECKING:
     from mmlu_track.store.mlflow import LiveRun
@@ -207,7 +208,7 @@ def _run(
         echo(f"{shard} has no unit to score (this run has {len(all_units)} units): nothing to do")
         return RunOutput(None, [], None, None, output_dir, None)
     run_id, done = store.start_or_resume(_meta(prep, output_dir), shard)
-    with Heartbeat(store, run_id, shard, cfg.tracking.heartbeat_s):
+    with Heartbeat(lambda: store.beat(run_id, shard), cfg.tracking.heartbeat_s):
         return _claimed(
             cfg, output_dir, store, prep, run_id, done=done, all_units=all_units, mine=mine,
             in_looks=in_looks, started=started, progress=progress, echo=echo, looks=looks,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from mmlu_track.config import CompareMode, GateConfig
 from mmlu_track.eval.results import QuestionResult
 from mmlu_track.gate.stats import Comparison, ComparisonError
-from mmlu_track.store.sql import early_stop_of, protocol_of
+from mmlu_track.store.rows import early_stop_of, protocol_of
 
 if TYPE_CHECKING:
     from mmlu_track.store.orm import Run

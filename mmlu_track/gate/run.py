@@ -28,7 +28,8 @@ from mmlu_track.gate.policy import (
     unrecorded,
 )
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair
-from mmlu_track.store.sql import open_store, record_of
+from mmlu_track.store.rows import record_of
+from mmlu_track.store.sql import open_store
 
 if TYPE_CHECKING:
     from mmlu_track.store.orm import Run

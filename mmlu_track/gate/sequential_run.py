@@ -37,7 +37,8 @@ from mmlu_track.gate.run import publish, resolve
 from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide
 from mmlu_track.gate.stats import ComparisonError, compare, pair
 from mmlu_track.store.record import EarlyStop
-from mmlu_track.store.sql import RunMeta, config_of, early_stop_of, new_run, open_store
+from mmlu_track.store.rows import config_of, early_stop_of
+from mmlu_track.store.sql import RunMeta, new_run, open_store
 
 if TYPE_CHECKING:
     from mmlu_track.store.orm import Run

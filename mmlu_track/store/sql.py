@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,12 +21,13 @@ from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from mmlu_track.config import ConfigError, EvalConfig, TrackingConfig, eval_config_from_dict
+from mmlu_track.config import TrackingConfig
 from mmlu_track.credentials import redact
 from mmlu_track.eval.results import QuestionResult
 from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
+from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.record import EarlyStop, Protocol, RecordError, RunRecord
+from mmlu_track.store.record import EarlyStop, Protocol, RunRecord
 
 UNFINISHED = ("running", "failed", "finalizing", "stopped")  # resumable
 ACTIVE = ("running", "finalizing")  # a process should be at work on it: alive or dead
@@ -37,95 +35,6 @@ ACTIVE = ("running", "finalizing")  # a process should be at work on it: alive o
 
 class RunInProgress(StoreError):
     """Another live process is evaluating the run this one would resume."""
-
-
-# A running process beats this often (a thread, `Heartbeat`); one silent for `DEAD_AFTER` counts as
-# dead wherever it ran (5 missed beats: a busy machine may delay a beat, never five).
-HEARTBEAT = timedelta(seconds=30)
-DEAD_AFTER = timedelta(seconds=150)
-
-
-def _boot_id() -> str:
-    """The kernel's boot id: a process start time means something only within one boot."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
-    except OSError:
-        return ""
-
-
-def _start_ticks(pid: int) -> str | None:
-    """When process `pid` started (clock ticks since boot, /proc/PID/stat field 22), None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rpartition(")")[2].split()[19]  # after the command name, which may hold spaces
-
-
-# Without /proc (macOS): a random token per process stands in for its start time.
-_TOKEN = "t" + uuid.uuid4().hex[:12]
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The process that claims a run or shard: host, PID, the PID's start time and the boot.
-
-    A PID alone lies: after a container restart the tool is PID 1 again, and any PID is reused.
-    PID + start time + boot id names one process for the life of a machine."""
-
-    host: str
-    pid: int
-    started: str  # start ticks, or a per-process token where there is no /proc
-    boot: str
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.pid}:{self.started}:{self.boot}"
-
-    @property
-    def short(self) -> str:
-        return f"{self.host}:{self.pid}"
-
-    @classmethod
-    def parse(cls, text: str) -> Owner | None:
-        """`host:pid:started:boot`, or the `host:pid` of runs stored before start times were."""
-        parts = text.split(":")
-        if len(parts) >= 4 and parts[-3].isdigit():
-            return cls(":".join(parts[:-3]), int(parts[-3]), parts[-2], parts[-1])
-        host, _, pid = text.rpartition(":")
-        return cls(host, int(pid), "", "") if pid.isdigit() else None
-
-
-def current_owner() -> Owner:
-    pid = os.getpid()
-    return Owner(socket.gethostname(), pid, _start_ticks(pid) or _TOKEN, _boot_id())
-
-
-def liveness(
-    owner: str | None, last_beat: datetime | None, now: datetime, dead_after: timedelta
-) -> str | None:
-    """None when the process `owner` is alive; else why it is taken as dead (a phrase).
-
-    On this machine (same host and boot) the process itself is looked up: dead at once when its PID
-    is gone or now belongs to a process started at another time. Elsewhere (another host, another
-    boot, no /proc): dead after `dead_after` without a heartbeat."""
-    who = Owner.parse(owner) if owner else None
-    if who is None:
-        return "no owner recorded"
-    beat = f"last beat {last_beat:%Y-%m-%d %H:%M:%S} UTC" if last_beat else "no beat recorded"
-    me = current_owner()
-    if who.host == me.host and who.boot in ("", me.boot):
-        if not who.started.startswith("t"):
-            started = _start_ticks(who.pid)
-            if started is None:
-                return f"process {who.short} is gone ({beat})"
-            if who.started and started != who.started:
-                return f"process {who.short} is gone: its PID now belongs to another process ({beat})"
-            return None
-        if who.started == me.started:  # no /proc where it ran: only this very process is known
-            return None
-    if last_beat is not None and now - last_beat < dead_after:
-        return None
-    return f"process {who.short} has not beaten for over {dead_after.total_seconds():g} s ({beat})"
 
 
 @dataclass(frozen=True)
@@ -196,76 +105,6 @@ def new_run(meta: RunMeta) -> Run:
         owner=str(current_owner()), heartbeat_at=now,
         protocol_json=json.dumps(meta.protocol.to_json()) if meta.protocol else None,
     )  # fmt: skip
-
-
-def record_of(run: Run) -> RunRecord | None:
-    """A finished run's typed record (None while it is unfinished)."""
-    if not run.record_json:
-        return None
-    try:
-        return RunRecord.from_json(json.loads(run.record_json))
-    except (ValueError, RecordError) as err:
-        raise StoreError(f"run {run.id}: {err}") from err
-
-
-def early_stop_of(run: Run) -> EarlyStop | None:
-    """Why the sequential gate stopped this run (kept after a later resume completes it)."""
-    if not run.stop_json:
-        return None
-    try:
-        return EarlyStop.from_json(json.loads(run.stop_json))
-    except (ValueError, RecordError) as err:
-        raise StoreError(f"run {run.id}: {err}") from err
-
-
-def protocol_of(run: Run) -> Protocol:
-    """What the run's answers are comparable on; for a run stored before `protocol_json`, derived
-    from its settings (the dev rows fingerprint from its record, when finished)."""
-    if run.protocol_json:
-        try:
-            return Protocol.from_json(json.loads(run.protocol_json))
-        except (ValueError, RecordError) as err:
-            raise StoreError(f"run {run.id}: {err}") from err
-    record = record_of(run)
-    return Protocol.of(
-        config_of(run),
-        questions=run.data_fingerprint,
-        n_questions=run.n_questions,
-        dev_fingerprint=record.start.data.dev_fingerprint if record else None,
-        template_hash=run.template_hash,
-    )
-
-
-def config_of(run: Run) -> EvalConfig:
-    """The settings a run was started with."""
-    try:
-        return eval_config_from_dict(json.loads(run.config_json))
-    except (ValueError, ConfigError) as err:
-        raise StoreError(f"run {run.id} was recorded with settings this version cannot read: {err}") from err
-
-
-class Heartbeat:
-    """A thread that beats for this process's claim on a run every `every` seconds, so that
-    others can tell it alive wherever they run (`liveness`); a failed beat is left to the next
-    commit to report."""
-
-    def __init__(self, store: SqlStore, run_id: str, shard: Shard, every: float) -> None:
-        self.store, self.run_id, self.shard, self.every = store, run_id, shard, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="mmlu_track-heartbeat", daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every):
-            with contextlib.suppress(StoreError):
-                self.store.beat(self.run_id, self.shard)
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 class StoreVanished(StoreError):
