@@ -84,7 +84,10 @@ def config_message(err: Exception) -> str:
 
 
 def fail(message: str) -> NoReturn:
-    one_line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    from mmlu_track.credentials import redact_text
+
+    # Masked here too: the last place any message passes before it leaves the process.
+    one_line = redact_text(" ".join(part.strip() for part in message.splitlines() if part.strip()))
     print(f"mmlu_track: error: {one_line}", file=sys.stderr)
     sys.exit(2)
 

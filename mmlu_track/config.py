@@ -394,22 +394,13 @@ def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
 
 
 def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
-    """The settings that determine a run's results (not where it is cached or recorded, nor how
-    it is batched: scores do not depend on batching, so a run that ran out of memory can be
-    resumed with smaller batches; nor whether truncation was allowed, which only permits; nor how
-    it is sharded: all shards of a run write into that one run; nor the sequential gate, whose
-    stopped run the same command without it resumes)."""
+    """The settings that determine a run's results, beside `record.Protocol` (which `plan.identity`
+    adds): not where it is cached or recorded, nor how it is batched (scores do not depend on
+    batching, so a run that ran out of memory resumes with smaller batches), nor how it is sharded
+    (all shards write into one run), nor the sequential gate (its stopped run the same command
+    without it resumes; its own settings are checked by the gate when a run is resumed)."""
     out = to_dict(cfg)
-    skip = (
-        "tracking",
-        "cache_dir",
-        "batch_size",
-        "batch_tokens",
-        "allow_truncation",
-        "shards",
-        "shard",
-        "gate",
-    )
+    skip = ("tracking", "cache_dir", "batch_size", "batch_tokens", "shards", "shard", "gate")
     for key in skip:
         out.pop(key)
     return out

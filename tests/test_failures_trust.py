@@ -416,3 +416,24 @@ def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> N
         execute(cfg, tmp_path / "cand", evaluate, echo=lambda _: None)
     with Session(_store(tmp_path).engine) as s:
         assert s.scalar(select(func.count()).select_from(Run)) == 1  # the candidate is kept
+
+
+def test_settings_a_run_predates_are_not_compared_and_named() -> None:
+    from dataclasses import replace
+
+    from mmlu_track.store.record import Protocol
+
+    from .conftest import compose_eval
+
+    new = Protocol.of(
+        compose_eval(SMOKE), questions="q", n_questions=6, dev_fingerprint="d1", template_hash="t"
+    )
+    old = replace(new, dev_fingerprint=None, template_hash=None)
+    assert new.differences(old) == []
+    assert old.unrecorded() == [
+        "prompt template (template hash)",
+        "the few-shot examples (dev rows fingerprint)",
+    ]
+    assert new.differences(replace(new, dev_fingerprint="d2")) == [
+        "the few-shot examples (dev rows fingerprint) differs (baseline d1, candidate d2)"
+    ]

@@ -24,7 +24,8 @@ from mmlu_track.store.sql import SqlStore
 from .conftest import tiny_run_cfg
 
 SUBJECTS = "[high_school_psychology,professional_law,miscellaneous,moral_scenarios]"
-ARGS = ["k=2", f"subjects={SUBJECTS}", "limit=100"]
+LIMIT = 40  # a unit per subject: killed after one, three are left to resume
+ARGS = ["k=2", f"subjects={SUBJECTS}", f"limit={LIMIT}"]
 
 
 def _start(db: str, out: Path, *batching: str) -> subprocess.Popen[str]:
@@ -69,7 +70,7 @@ def test_killed_run_resumes_and_equals_an_uninterrupted_run(tmp_path: Path, sig:
     second = _start(db, tmp_path / "second", "batch_size=2", "batch_tokens=null")
     stdout, stderr = second.communicate(timeout=300)
     assert second.returncode == 0, stderr
-    assert f"resuming run {killed.id}: {100 * done_before} of 400 questions were committed" in stdout
+    assert f"resuming run {killed.id}: {LIMIT * done_before} of {4 * LIMIT} questions were committed" in stdout
 
     reference = run(
         tiny_run_cfg(f"sqlite:///{tmp_path / 'ref.db'}", *ARGS),
