@@ -1,37 +1,29 @@
-"""The command line as a user runs it: a subprocess on the tiny model."""
+"""The command line as a user runs it, through the real entry point (in-process), on the tiny model."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, CliResult
+
+Cli = Callable[..., CliResult]
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HYDRA_FULL_ERROR": ""}
-    return subprocess.run(
-        [sys.executable, "-m", "mmlu_track", *args],
-        cwd=cwd,
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def _cli(cli: Cli, *args: str, cwd: Path) -> CliResult:
+    """`python -m mmlu_track ARGS` run from `cwd`, in-process."""
+    return cli("eval", *args, cwd=cwd)
 
 
-def test_end_to_end_run_writes_results_and_is_reproducible(tmp_path: Path) -> None:
+def test_end_to_end_run_writes_results_and_is_reproducible(cli: Cli, tmp_path: Path) -> None:
     outs = []
     for name in ("a", "b"):
-        proc = _cli("experiment=smoke", "device=cpu", f"hydra.run.dir={tmp_path / name}", cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr
-        assert "micro average" in proc.stdout
+        proc = _cli(cli, "experiment=smoke", "device=cpu", f"hydra.run.dir={tmp_path / name}", cwd=tmp_path)
+        assert proc.code == 0, proc.err
+        assert "micro average" in proc.out
         outs.append(tmp_path / name)
     record = json.loads((outs[0] / "results.json").read_text())
     assert record["config"]["model"]["source"] == "tiny"
@@ -81,15 +73,18 @@ def test_end_to_end_run_writes_results_and_is_reproducible(tmp_path: Path) -> No
         (["model=hf_hub", "model.name_or_path=/nonexistent/model"], 2, "could not load model"),
     ],
 )
-def test_bad_input_is_one_clear_message(tmp_path: Path, args: list[str], code: int, message: str) -> None:
-    proc = _cli(*args, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
-    assert proc.returncode == code
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_bad_input_is_one_clear_message(
+    cli: Cli, tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    proc = _cli(cli, *args, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.code == code
+    assert message in proc.err
+    assert "Traceback" not in proc.err
 
 
-def test_multirun_gives_one_output_per_job(tmp_path: Path) -> None:
+def test_multirun_gives_one_output_per_job(cli: Cli, tmp_path: Path) -> None:
     proc = _cli(
+        cli,
         "-m",
         "experiment=smoke",
         "device=cpu",
@@ -99,7 +94,7 @@ def test_multirun_gives_one_output_per_job(tmp_path: Path) -> None:
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         cwd=tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.code == 0, proc.err
     records = sorted((tmp_path / "sweep").glob("*/results.json"))
     assert len(records) == 2
     assert sorted(json.loads(p.read_text())["config"]["k"] for p in records) == [0, 1]

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,9 @@ from sqlalchemy.orm import Session
 from mmlu_track.store.orm import ComparisonRow
 from mmlu_track.store.sql import SqlStore
 
-from .conftest import synthetic_run
+from .conftest import CliResult, synthetic_run
+
+Cli = Callable[..., CliResult]
 
 SUBJECTS = ("anatomy", "virology", "college_physics", "philosophy", "marketing")
 
@@ -38,15 +38,20 @@ def _degrade(
     return out
 
 
-def _compare(
-    tmp_path: Path, db: str, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "mmlu_track.compare", f"tracking.db_url={db}", "tracking.mlflow=false",
-           f"hydra.run.dir={tmp_path / 'report'}", *args]  # fmt: skip
-    full_env = {**os.environ, "HYDRA_FULL_ERROR": "", **(env or {})}
-    return subprocess.run(
-        cmd, cwd=tmp_path, env=full_env, capture_output=True, text=True, check=False, timeout=300
-    )
+def _compare(cli: Cli, tmp_path: Path, db: str, *args: str, env: dict[str, str] | None = None) -> CliResult:
+    """`python -m mmlu_track.compare` in-process, reporting into a fresh folder: the first call's
+    into report/, the next ones' into report-2/, report-3/, ..."""
+    folder, n = tmp_path / "report", 1
+    while folder.exists():
+        n += 1
+        folder = tmp_path / f"report-{n}"
+    return cli("compare", f"tracking.db_url={db}", "tracking.mlflow=false", f"hydra.run.dir={folder}", *args,
+               cwd=tmp_path, env=env)  # fmt: skip
+
+
+def _reports(got: CliResult) -> Path:
+    """The folder a compare says it wrote its reports into."""
+    return Path(got.out.split("reports in ")[1].splitlines()[0])
 
 
 @pytest.fixture
@@ -54,17 +59,17 @@ def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
-def test_identical_runs_pass_and_write_every_report(tmp_path: Path, db: str) -> None:
+def test_identical_runs_pass_and_write_every_report(cli: Cli, tmp_path: Path, db: str) -> None:
     store = SqlStore(db)
     base = synthetic_run(store, "m-base", _correct(1))
     cand = synthetic_run(store, "m-cand", _correct(1))
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
     proc = _compare(
-        tmp_path, db, f"baseline={base}", f"candidate={cand}", env={"GITHUB_STEP_SUMMARY": str(summary)}
+        cli, tmp_path, db, f"baseline={base}", f"candidate={cand}", env={"GITHUB_STEP_SUMMARY": str(summary)}
     )
-    assert proc.returncode == 0, proc.stderr
-    assert "PASS" in proc.stdout
+    assert proc.code == 0, proc.err
+    assert "PASS" in proc.out
     report = tmp_path / "report"
     md = (report / "report.md").read_text()
     assert md.startswith("## MMLU release gate: ✅ PASS: non-inferiority shown at δ = 1.0 pts")
@@ -79,43 +84,45 @@ def test_identical_runs_pass_and_write_every_report(tmp_path: Path, db: str) -> 
         assert (row.baseline_run_id, row.candidate_run_id, row.verdict) == (base, cand, "pass")
 
 
-def test_regression_fails_and_warn_only_passes(tmp_path: Path, db: str) -> None:
+def test_regression_fails_and_warn_only_passes(cli: Cli, tmp_path: Path, db: str) -> None:
     store = SqlStore(db)
     good = _correct(2)
     base = synthetic_run(store, "m-base", good)
     cand = synthetic_run(store, "m-cand", _degrade(good, None, 0.10, seed=3))
-    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
-    assert proc.returncode == 1, proc.stderr
-    assert "REGRESSION" in proc.stdout
-    assert proc.stdout.startswith("❌ REGRESSION: significant overall drop")
-    assert "non-inferiority at δ = 1.0 pts not shown" in proc.stdout
-    warn = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate=warn_only")
-    assert warn.returncode == 0
-    assert "REGRESSION" in warn.stdout
+    proc = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={cand}")
+    assert proc.code == 1, proc.err
+    assert "REGRESSION" in proc.out
+    assert proc.out.startswith("❌ REGRESSION: significant overall drop")
+    assert "non-inferiority at δ = 1.0 pts not shown" in proc.out
+    warn = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate=warn_only")
+    assert warn.code == 0
+    assert "REGRESSION" in warn.out
 
 
-def test_one_subject_collapsing_is_flagged_and_fails_the_strict_policy(tmp_path: Path, db: str) -> None:
+def test_one_subject_collapsing_is_flagged_and_fails_the_strict_policy(
+    cli: Cli, tmp_path: Path, db: str
+) -> None:
     store = SqlStore(db)
     good = _correct(4, n=300)
     base = synthetic_run(store, "m-base", good)
     cand = synthetic_run(store, "m-cand", _degrade(good, "virology", 0.5, seed=5))
     strict = _compare(
-        tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate=strict", "gate.margin=0.05"
+        cli, tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate=strict", "gate.margin=0.05"
     )
-    assert strict.returncode == 1, strict.stderr
-    assert "regressed significantly: virology" in strict.stdout
+    assert strict.code == 1, strict.err
+    assert "regressed significantly: virology" in strict.out
     doc = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [s["name"] for s in doc["subjects"] if s["flagged"]] == ["virology"]
     assert "⚠️ virology" in (tmp_path / "report" / "report.md").read_text()
 
 
-def test_model_names_resolve_to_their_latest_comparable_run(tmp_path: Path, db: str) -> None:
+def test_model_names_resolve_to_their_latest_comparable_run(cli: Cli, tmp_path: Path, db: str) -> None:
     store = SqlStore(db)
     synthetic_run(store, "m-base", _correct(6), k=0)  # other settings: never picked against k=5
     base = synthetic_run(store, "m-base", _correct(6))
     cand = synthetic_run(store, "m-cand", _correct(6))
-    proc = _compare(tmp_path, db, "baseline=m-base", f"candidate={cand[:12]}")
-    assert proc.returncode == 0, proc.stderr
+    proc = _compare(cli, tmp_path, db, "baseline=m-base", f"candidate={cand[:12]}")
+    assert proc.code == 0, proc.err
     doc = json.loads((tmp_path / "report" / "report.json").read_text())
     assert (doc["baseline"]["id"], doc["candidate"]["id"]) == (base, cand)
 
@@ -131,34 +138,36 @@ def test_model_names_resolve_to_their_latest_comparable_run(tmp_path: Path, db: 
         ({"formulation": "harness"}, "formulation differs"),
     ],
 )
-def test_incomparable_runs_exit_2(tmp_path: Path, db: str, setup: dict[str, object], message: str) -> None:
+def test_incomparable_runs_exit_2(
+    cli: Cli, tmp_path: Path, db: str, setup: dict[str, object], message: str
+) -> None:
     store = SqlStore(db)
     base = synthetic_run(store, "m-base", _correct(8))
     cand = synthetic_run(store, "m-cand", _correct(8), **setup)  # type: ignore[arg-type]
-    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
-    assert proc.returncode == 2
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr
+    proc = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={cand}")
+    assert proc.code == 2
+    assert message in proc.err
+    assert "Traceback" not in proc.err
 
 
-def test_unknown_and_missing_runs_exit_2(tmp_path: Path, db: str) -> None:
+def test_unknown_and_missing_runs_exit_2(cli: Cli, tmp_path: Path, db: str) -> None:
     SqlStore(db)
-    proc = _compare(tmp_path, db, "baseline=nothing-here", "candidate=nothing-either")
-    assert proc.returncode == 2
-    assert "unknown run 'nothing-either'" in proc.stderr  # the candidate is resolved first
-    missing = _compare(tmp_path, db, "candidate=x")
-    assert missing.returncode == 2
-    assert "Missing mandatory value: baseline" in missing.stderr
+    proc = _compare(cli, tmp_path, db, "baseline=nothing-here", "candidate=nothing-either")
+    assert proc.code == 2
+    assert "unknown run 'nothing-either'" in proc.err  # the candidate is resolved first
+    missing = _compare(cli, tmp_path, db, "candidate=x")
+    assert missing.code == 2
+    assert "Missing mandatory value: baseline" in missing.err
 
 
-def test_fewshot_gap_reports_per_subject_and_category(tmp_path: Path, db: str) -> None:
+def test_fewshot_gap_reports_per_subject_and_category(cli: Cli, tmp_path: Path, db: str) -> None:
     store = SqlStore(db)
     zero = _correct(9, p=0.4)
     five = {s: [a or (s == "philosophy" and i % 2 == 0) for i, a in enumerate(v)] for s, v in zero.items()}
     k0 = synthetic_run(store, "m", zero, k=0)
     k5 = synthetic_run(store, "m", five, k=5)
-    proc = _compare(tmp_path, db, f"baseline={k0}", f"candidate={k5}", "mode=fewshot_gap")
-    assert proc.returncode == 0, proc.stderr
+    proc = _compare(cli, tmp_path, db, f"baseline={k0}", f"candidate={k5}", "mode=fewshot_gap")
+    assert proc.code == 0, proc.err
     md = (tmp_path / "report" / "report.md").read_text()
     assert md.startswith("## MMLU few-shot gap: 📊 ANALYSIS")
     doc = json.loads((tmp_path / "report" / "report.json").read_text())
@@ -166,11 +175,11 @@ def test_fewshot_gap_reports_per_subject_and_category(tmp_path: Path, db: str) -
     assert gaps["philosophy"]["delta"] > 0.1
     assert gaps["philosophy"]["improved"]
     assert {c["name"] for c in doc["categories"]} >= {"humanities", "STEM"}
-    same_k = _compare(tmp_path, db, f"baseline={k0}", f"candidate={k0}", "mode=fewshot_gap")
-    assert same_k.returncode == 2
+    same_k = _compare(cli, tmp_path, db, f"baseline={k0}", f"candidate={k0}", "mode=fewshot_gap")
+    assert same_k.code == 2
 
 
-def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(tmp_path: Path, db: str) -> None:
+def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_path: Path, db: str) -> None:
     from mlflow.tracking import MlflowClient
 
     store = SqlStore(db)
@@ -185,10 +194,10 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(tmp_path: Path
     version = client.create_model_version("mmlu-model", f"runs:/{mlflow_base}/model", run_id=mlflow_base)
     client.set_registered_model_alias("mmlu-model", "champion", version.version)
     proc = _compare(
-        tmp_path, db, "baseline=models:/mmlu-model@champion", f"candidate={cand}",
+        cli, tmp_path, db, "baseline=models:/mmlu-model@champion", f"candidate={cand}",
         "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.code == 0, proc.err
     doc = json.loads((tmp_path / "report" / "report.json").read_text())
     assert doc["baseline"]["id"] == base
     with Session(store.engine) as s:
@@ -206,26 +215,26 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(tmp_path: Path
     store.set_mlflow_run(cand, client.create_run(exp).info.run_id, synced=True)
     promote = ("gate.promote_alias=champion", "gate.registered_model=mmlu-model")
     promoted = _compare(
-        tmp_path, db, "baseline=models:/mmlu-model@champion", f"candidate={cand}", *promote,
+        cli, tmp_path, db, "baseline=models:/mmlu-model@champion", f"candidate={cand}", *promote,
         "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}",
     )  # fmt: skip
-    assert promoted.returncode == 0, promoted.stderr
-    assert "promoted: mmlu-model@champion -> version 2" in promoted.stdout
+    assert promoted.code == 0, promoted.err
+    assert "promoted: mmlu-model@champion -> version 2" in promoted.out
     promoted_run = store.get(cand)
     assert promoted_run is not None
     assert client.get_model_version_by_alias("mmlu-model", "champion").run_id == promoted_run.mlflow_run_id
     unlogged = synthetic_run(store, "m-new", _correct(10))
-    refused = _compare(tmp_path, db, f"baseline={cand}", f"candidate={unlogged}", promote[0],
+    refused = _compare(cli, tmp_path, db, f"baseline={cand}", f"candidate={unlogged}", promote[0],
                        f"tracking.mlflow_uri={mlflow_uri}")  # fmt: skip
-    assert refused.returncode == 2
-    assert "cannot promote m-new@champion: the candidate run" in refused.stderr
-    bad_alias = _compare(tmp_path, db, "baseline=models:/mmlu-model@nope", f"candidate={cand}",
+    assert refused.code == 2
+    assert "cannot promote m-new@champion: the candidate run" in refused.err
+    bad_alias = _compare(cli, tmp_path, db, "baseline=models:/mmlu-model@nope", f"candidate={cand}",
                          f"tracking.mlflow_uri={mlflow_uri}")  # fmt: skip
-    assert bad_alias.returncode == 2
-    assert "no MLflow model version for models:/mmlu-model@nope" in bad_alias.stderr
+    assert bad_alias.code == 2
+    assert "no MLflow model version for models:/mmlu-model@nope" in bad_alias.err
 
 
-def test_an_unfinished_run_is_refused(tmp_path: Path, db: str) -> None:
+def test_an_unfinished_run_is_refused(cli: Cli, tmp_path: Path, db: str) -> None:
     from mmlu_track.store.sql import RunMeta
 
     store = SqlStore(db)
@@ -236,9 +245,9 @@ def test_an_unfinished_run_is_refused(tmp_path: Path, db: str) -> None:
         output_dir=None, sweep=None,
     )  # fmt: skip
     cand, _ = store.start_or_resume(meta)
-    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
-    assert proc.returncode == 2
-    assert f"the candidate run {cand} is running, not finished" in proc.stderr
+    proc = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={cand}")
+    assert proc.code == 2
+    assert f"the candidate run {cand} is running, not finished" in proc.err
 
 
 def _same(subjects: int, per_subject: int) -> dict[str, list[bool]]:
@@ -252,17 +261,17 @@ def _same(subjects: int, per_subject: int) -> dict[str, list[bool]]:
     [(57, 2, "about 268 questions"), (2, 3, "about 268 questions")],  # quick (114 q), smoke (6 q)
 )
 def test_no_change_on_few_questions_is_inconclusive_not_a_pass(
-    tmp_path: Path, db: str, subjects: int, per_subject: int, needed: str
+    cli: Cli, tmp_path: Path, db: str, *, subjects: int, per_subject: int, needed: str
 ) -> None:
     store = SqlStore(db)
     base = synthetic_run(store, "m-fp32", _same(subjects, per_subject))
     cand = synthetic_run(store, "m-bf16", _same(subjects, per_subject))
-    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
-    assert proc.returncode == 1, proc.stderr
-    first = proc.stdout.splitlines()[0]
+    proc = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={cand}")
+    assert proc.code == 1, proc.err
+    first = proc.out.splitlines()[0]
     assert first.startswith("⚠️ INCONCLUSIVE: too few questions to tell")
     assert first.endswith("(exit 1)")
-    assert needed in proc.stdout
+    assert needed in proc.out
     md = (tmp_path / "report" / "report.md").read_text()
     assert md.splitlines()[0] == f"## MMLU release gate: {first}"
     doc = json.loads((tmp_path / "report" / "report.json").read_text())
@@ -274,7 +283,7 @@ def test_no_change_on_few_questions_is_inconclusive_not_a_pass(
         assert row.verdict == "inconclusive"
 
 
-def test_noise_on_285_questions_is_inconclusive_not_a_regression(tmp_path: Path, db: str) -> None:
+def test_noise_on_285_questions_is_inconclusive_not_a_regression(cli: Cli, tmp_path: Path, db: str) -> None:
     store = SqlStore(db)
     good = _same(57, 5)
     noisy = {s: list(v) for s, v in good.items()}
@@ -285,19 +294,19 @@ def test_noise_on_285_questions_is_inconclusive_not_a_regression(tmp_path: Path,
         noisy[s][1] = True
     base = synthetic_run(store, "m-fp32", good)
     cand = synthetic_run(store, "m-bf16", noisy)
-    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate.bootstrap_resamples=0")
-    assert proc.returncode == 1, proc.stderr
-    assert proc.stdout.startswith("⚠️ INCONCLUSIVE")
-    assert "REGRESSION" not in proc.stdout
-    assert "3 lost and 4 gained of 285 questions" in proc.stdout
+    proc = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate.bootstrap_resamples=0")
+    assert proc.code == 1, proc.err
+    assert proc.out.startswith("⚠️ INCONCLUSIVE")
+    assert "REGRESSION" not in proc.out
+    assert "3 lost and 4 gained of 285 questions" in proc.out
 
 
-def test_intervals_stay_inside_minus_100_to_100_at_two_questions(tmp_path: Path, db: str) -> None:
+def test_intervals_stay_inside_minus_100_to_100_at_two_questions(cli: Cli, tmp_path: Path, db: str) -> None:
     store = SqlStore(db)
     base = synthetic_run(store, "m-base", {"anatomy": [True, True], "virology": [True, False]})
     cand = synthetic_run(store, "m-cand", {"anatomy": [False, False], "virology": [True, False]})
-    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}")
-    assert proc.returncode == 1, proc.stderr
+    proc = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={cand}")
+    assert proc.code == 1, proc.err
     doc = json.loads((tmp_path / "report" / "report.json").read_text())
     rows = {s["name"]: s for s in doc["subjects"]}
     assert rows["anatomy"]["delta"] == -1.0
@@ -317,21 +326,21 @@ def test_intervals_stay_inside_minus_100_to_100_at_two_questions(tmp_path: Path,
         (["mode=gap"], "mode='gap' is not allowed"),
     ],
 )
-def test_a_typo_never_exits_1(tmp_path: Path, db: str, args: list[str], message: str) -> None:
+def test_a_typo_never_exits_1(cli: Cli, tmp_path: Path, db: str, args: list[str], message: str) -> None:
     store = SqlStore(db)
     base = synthetic_run(store, "m-base", _correct(1))
-    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={base}", *args)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr
+    proc = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={base}", *args)
+    assert proc.code == 2, proc.out + proc.err
+    assert message in proc.err
+    assert "Traceback" not in proc.err
 
 
-def test_model_name_lookup_uses_the_gates_definition_of_comparable(tmp_path: Path, db: str) -> None:
+def test_model_name_lookup_uses_the_gates_definition_of_comparable(cli: Cli, tmp_path: Path, db: str) -> None:
     store = SqlStore(db)
     k0 = synthetic_run(store, "m", _correct(20), k=0)
     k5 = synthetic_run(store, "m", _correct(20), k=5)
-    gap = _compare(tmp_path, db, "baseline=m", f"candidate={k5}", "mode=fewshot_gap")
-    assert gap.returncode == 0, gap.stderr
+    gap = _compare(cli, tmp_path, db, "baseline=m", f"candidate={k5}", "mode=fewshot_gap")
+    assert gap.code == 0, gap.err
     doc = json.loads((tmp_path / "report" / "report.json").read_text())
     assert (doc["baseline"]["id"], doc["candidate"]["id"]) == (k0, k5)
 
@@ -339,45 +348,44 @@ def test_model_name_lookup_uses_the_gates_definition_of_comparable(tmp_path: Pat
     calibrated_base = synthetic_run(store, "m-base", _correct(21), calibration="mean")
     synthetic_run(store, "m-base", _correct(21))  # newest, but not calibrated: never picked
     cand = synthetic_run(store, "m-cand", _correct(21), calibration="mean")
-    proc = _compare(tmp_path, db, "baseline=m-base", f"candidate={cand}")
-    assert proc.returncode == 0, proc.stderr
-    folder = Path(proc.stdout.split("reports in ")[1].splitlines()[0])  # report/ keeps the gap's report
-    doc = json.loads((folder / "report.json").read_text())
+    proc = _compare(cli, tmp_path, db, "baseline=m-base", f"candidate={cand}")
+    assert proc.code == 0, proc.err
+    doc = json.loads((_reports(proc) / "report.json").read_text())  # report-2/: report/ holds the gap's
     assert doc["baseline"]["id"] == calibrated_base != plain
 
     other = synthetic_run(store, "m-other", _correct(21))
-    none = _compare(tmp_path, db, "baseline=m-other", f"candidate={cand}")
-    assert none.returncode == 2
+    none = _compare(cli, tmp_path, db, "baseline=m-other", f"candidate={cand}")
+    assert none.code == 2
     expected = (
         f"none of the 1 other finished runs of 'm-other' is comparable with the candidate run {cand[:12]}"
     )
-    assert expected in none.stderr
-    assert other not in none.stdout
+    assert expected in none.err
+    assert other not in none.out
 
 
-def test_run_references_ambiguous_numeric_and_self(tmp_path: Path, db: str) -> None:
+def test_run_references_ambiguous_numeric_and_self(cli: Cli, tmp_path: Path, db: str) -> None:
     store = SqlStore(db)
     ids = [synthetic_run(store, f"m{i}", {"anatomy": [True, False]}) for i in range(17)]
     prefix = next(a[0] for a in ids if sum(b[0] == a[0] for b in ids) > 1)  # 17 ids, 16 first digits
-    amb = _compare(tmp_path, db, f"baseline={prefix}", f"candidate={ids[0]}")
-    assert amb.returncode == 2
-    assert f"'{prefix}' matches" in amb.stderr
-    assert "give more of the id" in amb.stderr
-    assert sum(i[:12] in amb.stderr for i in ids if i.startswith(prefix)) >= 2
+    amb = _compare(cli, tmp_path, db, f"baseline={prefix}", f"candidate={ids[0]}")
+    assert amb.code == 2
+    assert f"'{prefix}' matches" in amb.err
+    assert "give more of the id" in amb.err
+    assert sum(i[:12] in amb.err for i in ids if i.startswith(prefix)) >= 2
 
     synthetic_run(store, "8809", _correct(30))
     synthetic_run(store, "1e5", _correct(30))
-    numeric = _compare(tmp_path, db, "baseline=8809", "candidate=1e5")
-    assert numeric.returncode == 0, numeric.stderr
-    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    numeric = _compare(cli, tmp_path, db, "baseline=8809", "candidate=1e5")
+    assert numeric.code == 0, numeric.err
+    doc = json.loads((_reports(numeric) / "report.json").read_text())  # a fresh folder, not report/
     assert (doc["baseline"]["model"], doc["candidate"]["model"]) == ("8809", "1e5")
 
-    same = _compare(tmp_path, db, f"baseline={ids[0]}", f"candidate={ids[0]}")
-    assert same.returncode == 2
-    assert f"baseline and candidate are the same run {ids[0][:12]}" in same.stderr
+    same = _compare(cli, tmp_path, db, f"baseline={ids[0]}", f"candidate={ids[0]}")
+    assert same.code == 2
+    assert f"baseline and candidate are the same run {ids[0][:12]}" in same.err
 
 
-def test_fewshot_gap_is_an_analysis_with_gains_and_losses_visible(tmp_path: Path, db: str) -> None:
+def test_fewshot_gap_is_an_analysis_with_gains_and_losses_visible(cli: Cli, tmp_path: Path, db: str) -> None:
     from mmlu_track.eval.subjects import SUBJECTS
 
     rng = np.random.default_rng(31)
@@ -390,8 +398,8 @@ def test_fewshot_gap_is_an_analysis_with_gains_and_losses_visible(tmp_path: Path
     }
     k0 = synthetic_run(store := SqlStore(db), "m", zero, k=0)
     k5 = synthetic_run(store, "m", five, k=5)
-    proc = _compare(tmp_path, db, f"baseline={k0}", f"candidate={k5}", "mode=fewshot_gap")
-    assert proc.returncode == 0, proc.stderr
+    proc = _compare(cli, tmp_path, db, f"baseline={k0}", f"candidate={k5}", "mode=fewshot_gap")
+    assert proc.code == 0, proc.err
     md = (tmp_path / "report" / "report.md").read_text()
     assert md.startswith("## MMLU few-shot gap: 📊 ANALYSIS: few-shot gap Δ micro")
     unfolded = md.split("<details>")[0]
@@ -399,29 +407,31 @@ def test_fewshot_gap_is_an_analysis_with_gains_and_losses_visible(tmp_path: Path
         assert absent not in unfolded
     assert names[19] in unfolded  # the biggest loss ...
     assert names[0] in unfolded  # ... and a big gain
-    assert "Non-inferiority" not in proc.stdout
+    assert "Non-inferiority" not in proc.out
 
 
-def test_an_unreadable_store_exits_2(tmp_path: Path) -> None:
+def test_an_unreadable_store_exits_2(cli: Cli, tmp_path: Path) -> None:
     bad = tmp_path / "not-a-database.db"
     bad.write_bytes(b"this is not sqlite" * 100)
-    proc = _compare(tmp_path, f"sqlite:///{bad}", "baseline=a", "candidate=b")
-    assert proc.returncode == 2
-    assert "cannot be opened: file is not a database" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    helped = _compare(tmp_path, f"sqlite:///{bad}", "--help")
-    assert helped.returncode == 0
+    proc = _compare(cli, tmp_path, f"sqlite:///{bad}", "baseline=a", "candidate=b")
+    assert proc.code == 2
+    assert "cannot be opened: file is not a database" in proc.err
+    assert "Traceback" not in proc.err
+    helped = _compare(cli, tmp_path, f"sqlite:///{bad}", "--help")
+    assert helped.code == 0
 
 
-def test_report_links_both_runs_in_the_mlflow_ui(tmp_path: Path, db: str) -> None:
+def test_report_links_both_runs_in_the_mlflow_ui(cli: Cli, tmp_path: Path, db: str) -> None:
     store = SqlStore(db)
     base = synthetic_run(store, "m-base", _correct(40))
     cand = synthetic_run(store, "m-cand", _correct(40))
     store.set_mlflow_run(base, "b" * 32, synced=True)
     store.set_mlflow_run(cand, "c" * 32, synced=True)
     server = "http://mlflow.example:5000"
-    proc = _compare(tmp_path, db, f"baseline={base}", f"candidate={cand}", f"tracking.mlflow_uri={server}")
-    assert proc.returncode == 0, proc.stderr
+    proc = _compare(
+        cli, tmp_path, db, f"baseline={base}", f"candidate={cand}", f"tracking.mlflow_uri={server}"
+    )
+    assert proc.code == 0, proc.err
     md = (tmp_path / "report" / "report.md").read_text()
     assert (
         f"MLflow: [baseline run]({server}/#/runs/{'b' * 32}) · [candidate run]({server}/#/runs/{'c' * 32})"

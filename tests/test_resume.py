@@ -70,7 +70,8 @@ def test_killed_run_resumes_and_equals_an_uninterrupted_run(tmp_path: Path, sig:
     second = _start(db, tmp_path / "second", "batch_size=2", "batch_tokens=null")
     stdout, stderr = second.communicate(timeout=300)
     assert second.returncode == 0, stderr
-    assert f"resuming run {killed.id}: {LIMIT * done_before} of {4 * LIMIT} questions were committed" in stdout
+    committed = f"{LIMIT * done_before} of {4 * LIMIT} questions were committed"
+    assert f"resuming run {killed.id}: {committed}" in stdout
 
     reference = run(
         tiny_run_cfg(f"sqlite:///{tmp_path / 'ref.db'}", *ARGS),

@@ -4,10 +4,8 @@ to completion, name lookup never taking a stopped run, and the exit codes."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,24 +24,23 @@ from mmlu_track.runs import main as runs_main
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 
-from .conftest import compose_eval
+from .conftest import CliResult, compose_eval
 
 SUBJECTS = "subjects=[abstract_algebra,anatomy,astronomy,marketing]"
 TINY = ["model=tiny", "device=cpu", "k=0", "limit=50", SUBJECTS, "tracking=sql_only"]
 GATE = ["gate.sequential=true", "gate.margin=0.05", "gate.looks=10"]
+Cli = Callable[..., CliResult]
 
 
-def _cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mmlu_track", *args], cwd=tmp_path, capture_output=True, text=True,
-        check=False, timeout=600, env={**os.environ, "HYDRA_FULL_ERROR": "", **(env or {})},
-    )  # fmt: skip
+def _cli(cli: Cli, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> CliResult:
+    """`python -m mmlu_track` in-process."""
+    return cli("eval", *args, cwd=tmp_path, env=env)
 
 
-def _compare(tmp_path: Path, db: str, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "mmlu_track.compare", f"tracking.db_url={db}", "tracking.mlflow=false",
-           f"hydra.run.dir={tmp_path / 'cmp'}", *args]  # fmt: skip
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
+def _compare(cli: Cli, tmp_path: Path, db: str, *args: str) -> CliResult:
+    """`python -m mmlu_track.compare` in-process."""
+    folder = f"hydra.run.dir={tmp_path / 'cmp'}"
+    return cli("compare", f"tracking.db_url={db}", "tracking.mlflow=false", folder, *args, cwd=tmp_path)
 
 
 def _runs(db: str) -> dict[str, Run]:
@@ -68,7 +65,7 @@ def test_looks_cover_every_subject_in_proportion() -> None:
 
 
 def test_stops_early_reports_and_resumes_to_completion(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cli: Cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     base_cmd = [*TINY, f"tracking.db_url={db}"]
@@ -76,10 +73,10 @@ def test_stops_early_reports_and_resumes_to_completion(
     summary = tmp_path / "summary.md"
     cand_cmd = [*base_cmd, "gate.baseline=tiny-random-llama", *GATE]
     env = {"GITHUB_STEP_SUMMARY": str(summary)}
-    proc = _cli(tmp_path, *cand_cmd, f"hydra.run.dir={tmp_path / 'cand'}", env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert "PASS: non-inferiority shown at δ = 5.0 pts at look 6 of 10" in proc.stdout
-    assert "120 of 200 questions (60 %), 80 questions saved" in proc.stdout
+    proc = _cli(cli, tmp_path, *cand_cmd, f"hydra.run.dir={tmp_path / 'cand'}", env=env)
+    assert proc.code == 0, proc.err
+    assert "PASS: non-inferiority shown at δ = 5.0 pts at look 6 of 10" in proc.out
+    assert "120 of 200 questions (60 %), 80 questions saved" in proc.out
     (stopped,) = set(_runs(db)) - {baseline}
     row = _runs(db)[stopped]
     assert row.status == "stopped"
@@ -108,9 +105,9 @@ def test_stops_early_reports_and_resumes_to_completion(
     assert "unfinished: 120 of 200 questions committed (4 subjects)" in shown
 
     # A stopped run is not a baseline: by id it is refused, by name the finished run is taken.
-    refused = _compare(tmp_path, db, f"baseline={stopped}", f"candidate={baseline}")
-    assert refused.returncode == 2
-    assert "stopped early by the sequential gate (pass) at look 6 of 10" in refused.stderr
+    refused = _compare(cli, tmp_path, db, f"baseline={stopped}", f"candidate={baseline}")
+    assert refused.code == 2
+    assert "stopped early by the sequential gate (pass) at look 6 of 10" in refused.err
     gate = GateConfig(name="default", margin=0.05, bootstrap_resamples=0)
     by_name = CompareConfig("tiny-random-llama", str(baseline), gate, TrackingConfig(db_url=db, mlflow=False))
     with pytest.raises(ComparisonError, match="has no finished run but the candidate run"):
