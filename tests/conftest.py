@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,6 +189,41 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real `mlflow server` on 127.0.0.1 (SQLite backend) for the whole session, stopped at its end:
+    tests that need an empty experiment name their own (`tracking.experiment=...`)."""
+    root = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    cmd = [
+        sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+        "--workers", "1",
+    ]  # fmt: skip
+    log = (root / "server.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text()[-2000:]}")
+                time.sleep(0.5)
+        yield uri
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,8 @@
 """The catalogue of bad inputs and faults, each through the real command line: one line on stderr,
-no traceback, the documented exit code, and nothing stored lost or changed."""
+no traceback, the documented exit code, and nothing stored lost or changed.
+
+In-process (the `cli` fixture) unless the process itself is the point: signals, several processes
+at once, a lock taken by another process while a run is under way."""
 
 from __future__ import annotations
 
@@ -20,17 +23,17 @@ from sqlalchemy.orm import Session
 from mmlu_track.store.orm import QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 
-from .conftest import synthetic_run
+from .conftest import CliResult, synthetic_run
 
 GOOD = {"question": "Fine?", "choices": ["a", "b", "c", "d"], "answer": 1}
 
 
-def _cli(tmp_path: Path, *args: str, db: Path) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "mmlu_track", f"tracking.db_url=sqlite:///{db}", *args]
-    env = {**os.environ, "HYDRA_FULL_ERROR": ""}
-    return subprocess.run(
-        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300
-    )
+Cli = Callable[..., CliResult]
+
+
+def _cli(cli: Cli, tmp_path: Path, *args: str, db: Path, env: dict[str, str] | None = None) -> CliResult:
+    """`python -m mmlu_track tracking.db_url=sqlite:///DB ARGS` run from `tmp_path`, in-process."""
+    return cli("eval", f"tracking.db_url=sqlite:///{db}", *args, cwd=tmp_path, env=env)
 
 
 def _snapshot(db: Path) -> list[tuple[str, str, int]]:
@@ -135,44 +138,54 @@ CASES: list[tuple[str, Setup, int, str]] = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_catalogue(tmp_path: Path, stored: Path, case: tuple[str, Setup, int, str]) -> None:
+def test_catalogue(
+    tmp_path: Path, stored: Path, case: tuple[str, Setup, int, str], cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, setup, code, message = case
+    # Hydra re-raises its own errors under a tracer (a debugger, coverage) instead of printing them:
+    # in-process, make it print as the command line does.
+    monkeypatch.setattr("hydra._internal.utils.is_under_debugger", lambda: False)
     db = tmp_path / "store.db"
     shutil.copy(stored, db)
     before = _snapshot(db)
     args = setup(tmp_path)
     if "tracking=server" not in args and "tracking=sql_only" not in args:
         args.append("tracking=sql_only")
-    proc = _cli(tmp_path, *args, f"hydra.run.dir={tmp_path / 'out'}", db=db)
-    assert proc.returncode == code, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("mmlu_track: error")]
-    assert "Traceback" not in proc.stderr
+    got = _cli(cli, tmp_path, *args, f"hydra.run.dir={tmp_path / 'out'}", db=db)
+    assert got.code == code, got.err
+    lines = got.errors
+    assert "Traceback" not in got.err
     if message.startswith(("Could not", "Key ")):  # Hydra's own message, with its hint lines
-        assert message in proc.stderr
+        assert message in got.err
     else:
-        assert len(lines) == 1, proc.stderr
+        assert len(lines) == 1, got.err
         assert message in lines[0]
     assert _snapshot(db) == before
 
 
-def test_truncation_allowed_is_said_and_recorded(tmp_path: Path) -> None:
+def test_truncation_allowed_is_said_and_recorded(tmp_path: Path, cli: Cli) -> None:
     db = tmp_path / "store.db"
-    proc = _cli(tmp_path, "experiment=smoke", "max_length=16", "allow_truncation=true", "tracking=sql_only",
-                f"hydra.run.dir={tmp_path / 'out'}", db=db)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert "warning: 6 prompts were truncated to their last tokens" in proc.stdout
+    got = _cli(cli, tmp_path, "experiment=smoke", "max_length=16", "allow_truncation=true",
+               "tracking=sql_only", f"hydra.run.dir={tmp_path / 'out'}", db=db)  # fmt: skip
+    assert got.code == 0, got.err
+    assert "warning: 6 prompts were truncated to their last tokens" in got.out
     assert json.loads((tmp_path / "out" / "results.json").read_text())["prompt"]["truncated"] == 6
 
 
-def _slow_tiny_run(tmp_path: Path, db: Path) -> list[str]:
+def _slow_tiny_args(tmp_path: Path, db: Path) -> list[str]:
     """A tiny-model run long enough (one question per forward pass, four subjects) to interrupt."""
     subjects = "subjects=[abstract_algebra,anatomy,astronomy,virology]"
     out = f"hydra.run.dir={tmp_path / 'out'}"
-    return [sys.executable, "-m", "mmlu_track", f"tracking.db_url=sqlite:///{db}", "model=tiny", "device=cpu",
+    return [f"tracking.db_url=sqlite:///{db}", "model=tiny", "device=cpu",
             "tracking=sql_only", "k=0", "batch_size=1", subjects, out]  # fmt: skip
 
 
-def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path) -> None:
+def _slow_tiny_run(tmp_path: Path, db: Path) -> list[str]:
+    """`_slow_tiny_args` as a command line of its own (for a process to signal, or several at once)."""
+    return [sys.executable, "-m", "mmlu_track", *_slow_tiny_args(tmp_path, db)]
+
+
+def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path, cli: Cli) -> None:
     db = tmp_path / "store.db"
     cmd = _slow_tiny_run(tmp_path, db)
     proc = subprocess.Popen(
@@ -193,34 +206,32 @@ def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path) 
     ((run_id, status, kept),) = _snapshot(db)
     assert status == "failed"
     assert kept > 0
-    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
-    assert again.returncode == 0, again.stderr
-    assert f"resuming run {run_id}" in again.stdout
-    assert "resumed from the store" in again.stdout
+    again = cli("eval", *_slow_tiny_args(tmp_path, db), cwd=tmp_path)  # the same command, run again
+    assert again.code == 0, again.err
+    assert f"resuming run {run_id}" in again.out
+    assert "resumed from the store" in again.out
 
 
-def test_a_database_locked_too_long_is_one_line(tmp_path: Path, stored: Path) -> None:
+def test_a_database_locked_too_long_is_one_line(tmp_path: Path, stored: Path, cli: Cli) -> None:
     import sqlite3
 
     db = tmp_path / "store.db"
     shutil.copy(stored, db)
     before = _snapshot(db)
     holder = sqlite3.connect(db, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")  # another process holding the write lock
+    # Another writer holding the write lock: SQLite locks per connection, within a process too.
+    holder.execute("BEGIN IMMEDIATE")
     try:
-        env = {**os.environ, "HYDRA_FULL_ERROR": "", "MMLU_TRACK_SQLITE_BUSY_TIMEOUT": "1"}
-        cmd = [sys.executable, "-m", "mmlu_track", f"tracking.db_url=sqlite:///{db}", "experiment=smoke",
-               "tracking=sql_only", f"hydra.run.dir={tmp_path / 'out'}"]  # fmt: skip
-        proc = subprocess.run(
-            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300
-        )
+        out = f"hydra.run.dir={tmp_path / 'out'}"
+        got = _cli(cli, tmp_path, "experiment=smoke", "tracking=sql_only", out, db=db,
+                   env={"MMLU_TRACK_SQLITE_BUSY_TIMEOUT": "1"})  # fmt: skip
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert proc.returncode == 2, proc.stderr
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("mmlu_track: error")]
+    assert got.code == 2, got.err
+    (line,) = got.errors
     assert "stayed locked by another process (waited 1 s)" in line
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in got.err
     assert _snapshot(db) == before
 
 
@@ -233,7 +244,7 @@ def test_listing_runs_where_there_is_no_store_creates_none(tmp_path: Path) -> No
     assert not missing.exists()
 
 
-def test_a_damaged_converted_model_names_the_folder_to_delete(tmp_path: Path) -> None:
+def test_a_damaged_converted_model_names_the_folder_to_delete(tmp_path: Path, cli: Cli) -> None:
     from mmlu_track.config import ModelConfig
     from mmlu_track.eval import models
 
@@ -245,54 +256,44 @@ def test_a_damaged_converted_model_names_the_folder_to_delete(tmp_path: Path) ->
     (key_dir / "model" / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (key_dir / "model" / "model.safetensors").write_bytes(b"\0" * 100)  # a copy cut short
     args = (f"cache_dir={tmp_path / 'cache'}", "subjects=anatomy", "limit=1", "tracking=sql_only")
-    proc = _cli(tmp_path, *args, f"hydra.run.dir={tmp_path / 'out'}", db=tmp_path / "store.db")
-    assert proc.returncode == 2, proc.stderr
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("mmlu_track: error")]
+    got = _cli(cli, tmp_path, *args, f"hydra.run.dir={tmp_path / 'out'}", db=tmp_path / "store.db")
+    assert got.code == 2, got.err
+    (line,) = got.errors
     assert f"the converted copy of {filename} in {key_dir} cannot be read" in line
     assert "delete that folder and run again" in line
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in got.err
 
 
-def test_truncated_runs_are_named_in_the_comparison(tmp_path: Path) -> None:
+def test_truncated_runs_are_named_in_the_comparison(tmp_path: Path, cli: Cli) -> None:
     db = tmp_path / "store.db"
     ids = []
     for batch in (1, 4):  # the same questions, scored twice
         args = ("experiment=smoke", "max_length=16", "allow_truncation=true", f"batch_size={batch}")
-        proc = _cli(tmp_path, *args, "tracking=sql_only", f"hydra.run.dir={tmp_path / str(batch)}", db=db)
-        assert proc.returncode == 0, proc.stderr
+        got = _cli(cli, tmp_path, *args, "tracking=sql_only", f"hydra.run.dir={tmp_path / str(batch)}", db=db)
+        assert got.code == 0, got.err
         ids.append(json.loads((tmp_path / str(batch) / "results.json").read_text())["run_id"])
     report = f"hydra.run.dir={tmp_path / 'cmp'}"
-    cmd = [sys.executable, "-m", "mmlu_track.compare", f"baseline={ids[0]}", f"candidate={ids[1]}",
-           f"tracking.db_url=sqlite:///{db}", "tracking.mlflow=false", report]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
-    assert "the baseline run scored 6 truncated prompts" in proc.stdout, proc.stderr
+    got = cli("compare", f"baseline={ids[0]}", f"candidate={ids[1]}", f"tracking.db_url=sqlite:///{db}",
+              "tracking.mlflow=false", report, cwd=tmp_path)  # fmt: skip
+    assert "the baseline run scored 6 truncated prompts" in got.out, got.err
     assert "the candidate run scored 6 truncated prompts" in (tmp_path / "cmp" / "report.md").read_text()
 
 
-def test_a_read_only_database_is_one_line_and_unchanged(tmp_path: Path, stored: Path) -> None:
+def test_a_read_only_database_is_one_line_and_unchanged(tmp_path: Path, stored: Path, cli: Cli) -> None:
     # SQLite's read-only mode stands in for a write-protected file (root ignores file modes).
     db = tmp_path / "store.db"
     shutil.copy(stored, db)
     before = _snapshot(db)
     url = f"sqlite:///file:{db}?mode=ro&uri=true"
     out = f"hydra.run.dir={tmp_path / 'out'}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "mmlu_track",
-        f"tracking.db_url='{url}'",
-        "experiment=smoke",
-        "tracking=sql_only",
-        out,
-    ]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
-    assert proc.returncode == 2, proc.stderr
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("mmlu_track: error")]
+    got = cli("eval", f"tracking.db_url='{url}'", "experiment=smoke", "tracking=sql_only", out, cwd=tmp_path)
+    assert got.code == 2, got.err
+    (line,) = got.errors
     assert "is read-only (attempt to write a readonly database)" in line
     assert _snapshot(db) == before
 
 
-def test_a_read_only_working_directory_is_one_line(tmp_path: Path) -> None:
+def test_a_read_only_working_directory_is_one_line(tmp_path: Path, cli: Cli) -> None:
     ro = tmp_path / "ro"
     ro.mkdir()
     mount = ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)]
@@ -304,16 +305,15 @@ def test_a_read_only_working_directory_is_one_line(tmp_path: Path) -> None:
         "tracking.db_url=URL"
     )
     try:
-        for module in ("mmlu_track", "mmlu_track.compare"):
-            cmd = [sys.executable, "-m", module, "experiment=smoke"]
-            proc = subprocess.run(cmd, cwd=ro, capture_output=True, text=True, check=False, timeout=300)
-            assert proc.returncode == 2, proc.stderr
-            assert proc.stderr.strip().splitlines() == [expected]
+        for which in ("eval", "compare"):  # python -m mmlu_track, python -m mmlu_track.compare
+            got = cli(which, "experiment=smoke", cwd=ro)
+            assert got.code == 2, got.err
+            assert got.err.strip().splitlines() == [expected]
     finally:
         subprocess.run(["umount", str(ro)], check=False)
 
 
-def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: Path) -> None:
+def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: Path, cli: Cli) -> None:
     import sqlite3
 
     db = tmp_path / "store.db"
@@ -340,9 +340,9 @@ def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: 
     assert line.endswith("the questions committed so far are kept: run the same command to resume")
     ((run_id, _, kept),) = _snapshot(db)
     assert kept > 0
-    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
-    assert again.returncode == 0, again.stderr
-    assert f"resuming run {run_id}" in again.stdout
+    again = cli("eval", *_slow_tiny_args(tmp_path, db), cwd=tmp_path)  # the same command, run again
+    assert again.code == 0, again.err
+    assert f"resuming run {run_id}" in again.out
 
 
 def test_parallel_runs_in_a_fresh_folder_never_collide(tmp_path: Path) -> None:
@@ -390,7 +390,7 @@ def test_the_same_run_started_three_times_at_once_runs_once(tmp_path: Path) -> N
     assert n > 0
 
 
-def test_an_unhealthy_mlflow_server_costs_seconds_and_names_it_in_the_hint(tmp_path: Path) -> None:
+def test_an_unhealthy_mlflow_server_costs_seconds_and_names_it_in_the_hint(tmp_path: Path, cli: Cli) -> None:
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -409,14 +409,14 @@ def test_an_unhealthy_mlflow_server_costs_seconds_and_names_it_in_the_hint(tmp_p
     uri = f"http://127.0.0.1:{server.server_address[1]}"
     start = time.monotonic()
     try:
-        proc = _cli(tmp_path, "experiment=smoke", "tracking=server", f"tracking.mlflow_uri={uri}",
-                    f"hydra.run.dir={tmp_path / 'out'}", db=tmp_path / "store.db")  # fmt: skip
+        got = _cli(cli, tmp_path, "experiment=smoke", "tracking=server", f"tracking.mlflow_uri={uri}",
+                   f"hydra.run.dir={tmp_path / 'out'}", db=tmp_path / "store.db")  # fmt: skip
     finally:
         server.shutdown()
         server.server_close()
-    assert proc.returncode == 0, proc.stderr
+    assert got.code == 0, got.err
     assert time.monotonic() - start < 120
-    assert f"sync --mlflow-uri '{uri}'" in proc.stderr
+    assert f"sync --mlflow-uri '{uri}'" in got.err
     assert not (tmp_path / "mlflow.db").exists()
 
 

@@ -3,7 +3,7 @@ message, file, stored row, MLflow param, tag or artifact; a credentialed MLflow 
 is synced to the MLflow it was started with (its URI resolved at the start), failing with exit 2.
 
 Through the real command line, in-process (the `cli` fixture), against a real PostgreSQL and a real
-`mlflow server`."""
+`mlflow server` (the session's `mlflow_server` fixture, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,7 @@ from sqlalchemy.engine import make_url
 from mmlu_track.credentials import redact, redact_text, strip_userinfo
 from mmlu_track.store.sql import SqlStore
 
-from . import test_mlflow
 from .conftest import CliResult, synthetic_run
-
-mlflow_server = test_mlflow.mlflow_server  # the real `mlflow server` fixture, reused
 
 DB_SECRET = "s3cretpw-db-7Hq"
 ML_SECRET = "mlpw-9Zx"

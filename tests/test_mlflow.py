@@ -1,15 +1,13 @@
-"""MLflow logging against a real `mlflow server` on 127.0.0.1 (SQLite backend), read back by its client."""
+"""MLflow logging against a real `mlflow server` on 127.0.0.1 (SQLite backend), read back by its client
+(the session's `mlflow_server` fixture, tests/conftest.py: each test logs into its own experiment)."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,44 +18,13 @@ from mmlu_track.runs import main as runs_main
 from mmlu_track.store.mlflow import RUN_ID_TAG, SWEEP_TAG, metric_key
 from mmlu_track.store.sql import SqlStore
 
-from .conftest import tiny_run_cfg
+from .conftest import CliResult, tiny_run_cfg
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
-    cmd = [
-        sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-        "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-        "--workers", "1",
-    ]  # fmt: skip
-    log = (root / "server.log").open("w")
-    proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
-    uri = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2):
-                break
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.5)
-    yield uri
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
 
 
 def test_run_is_logged_with_params_metrics_tags_and_artifacts(
@@ -138,32 +105,23 @@ def test_mlflow_down_keeps_the_run_and_sync_logs_it_later(
     assert "0 of 0 unsynced runs" in capsys.readouterr().out
 
 
-def test_runs_cli_lists_and_shows(sqlite_url: str, tmp_path: Path) -> None:
+def test_runs_cli_lists_and_shows(sqlite_url: str, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
     out = run(tiny_run_cfg(sqlite_url), tmp_path / "out", progress=False, echo=lambda _: None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "mmlu_track.runs", "--db", sqlite_url, "list"],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert out.run_id[:12] in proc.stdout
-    assert "tiny-random-llama" in proc.stdout
-    header, row = proc.stdout.splitlines()[:2]
+    proc = cli("runs", "--db", sqlite_url, "list", cwd=tmp_path)
+    assert proc.code == 0, proc.err
+    assert out.run_id[:12] in proc.out
+    assert "tiny-random-llama" in proc.out
+    header, row = proc.out.splitlines()[:2]
     assert header.split()[6:8] == ["dtype", "limit"]
     assert row.split()[6:8] == ["float32", "3"]
-    shown = subprocess.run(
-        [sys.executable, "-m", "mmlu_track.runs", "--db", sqlite_url, "show", out.run_id[:12]],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
-    assert shown.returncode == 0, shown.stderr
-    assert "micro average" in shown.stdout
-    assert re.search(r"created \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC  finished \d{4}-.* UTC", shown.stdout)
-    assert out.record.start.data.fingerprint in shown.stdout
-    missing = subprocess.run(
-        [sys.executable, "-m", "mmlu_track.runs", "--db", sqlite_url, "show", "nope"],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
-    assert missing.returncode == 2
-    assert "no run 'nope'" in missing.stderr
+    shown = cli("runs", "--db", sqlite_url, "show", out.run_id[:12], cwd=tmp_path)
+    assert shown.code == 0, shown.err
+    assert "micro average" in shown.out
+    assert re.search(r"created \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC  finished \d{4}-.* UTC", shown.out)
+    assert out.record.start.data.fingerprint in shown.out
+    missing = cli("runs", "--db", sqlite_url, "show", "nope", cwd=tmp_path)
+    assert missing.code == 2
+    assert "no run 'nope'" in missing.err
 
 
 def test_sync_sends_a_run_where_it_was_meant_to_go(
