@@ -94,8 +94,15 @@ def fail(message: str) -> NoReturn:
 
 def check_writable_cwd(argv: list[str]) -> None:
     """Hydra creates the output folder before any of our code runs, and its failure is a stack
-    trace: refuse a read-only working directory up front, in one line."""
-    if any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in argv):
+    trace: refuse a read-only working directory, or an unwritable `hydra.run.dir=` /
+    `hydra.sweep.dir=`, up front, in one line."""
+    given = [a.split("=", 1) for a in argv if a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
+    for key, value in given:
+        folder = Path(value.strip("'\"")).expanduser().absolute()
+        existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
+        if not os.access(existing, os.W_OK):
+            fail(f"{key}={folder} cannot be created: {existing} is not writable; choose a writable folder")
+    if given:
         return
     cwd = os.getcwd()
     if not os.access(cwd, os.W_OK):

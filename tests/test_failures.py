@@ -309,6 +309,13 @@ def test_a_read_only_working_directory_is_one_line(tmp_path: Path, cli: Cli) -> 
             got = cli(which, "experiment=smoke", cwd=ro)
             assert got.code == 2, got.err
             assert got.err.strip().splitlines() == [expected]
+            # An explicit output folder there is refused the same way (Hydra's own mkdir would trace).
+            got = cli(which, "experiment=smoke", f"hydra.run.dir={ro / 'out' / 'deep'}", cwd=tmp_path)
+            assert got.code == 2, got.err
+            assert got.err.strip().splitlines() == [
+                f"mmlu_track: error: hydra.run.dir={ro / 'out' / 'deep'} cannot be created: {ro} is not "
+                "writable; choose a writable folder"
+            ]
     finally:
         subprocess.run(["umount", str(ro)], check=False)
 
