@@ -102,7 +102,7 @@ def worker_harness(args: argparse.Namespace, k: int) -> dict[str, Any]:
     from lm_eval.tasks import TaskManager
 
     from mmlu_track.eval import models
-    from mmlu_track.eval.subjects import pretty
+    from mmlu_track.records.subjects import pretty
 
     cfg = _eval_config(args, k, True)
     tok_dir, model_dir = models.converted_dirs(cfg.model, cfg.cache_dir)

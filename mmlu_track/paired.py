@@ -109,11 +109,6 @@ def tango_interval(b: ArrayLike, c: ArrayLike, n: ArrayLike, alpha: float) -> tu
     return tango_limit(b, c, n, z, "lower"), tango_limit(b, c, n, z, "upper")
 
 
-def noninferiority_p(b: ArrayLike, c: ArrayLike, n: ArrayLike, margin: float) -> Floats:
-    """One-sided p-value of H₀: Δ ≤ −margin (Tango's score test)."""
-    return np.asarray(stats.norm.sf(tango_statistic(b, c, n, -margin)), dtype=np.float64)
-
-
 def _psi_grid(margin: float, points: int = 160) -> Floats:
     # Dense near ψ = δ, where the statistic is most skewed and the size peaks.
     u = np.linspace(0.0, 1.0, points)

@@ -14,24 +14,24 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mmlu_track.config import DEFAULT_DB_URL
+from mmlu_track.config import DB_URL_ENV, DEFAULT_DB_URL
 from mmlu_track.credentials import redact, redact_text
+from mmlu_track.records.run import RecordError
 from mmlu_track.store.db import StoreError
 
 if TYPE_CHECKING:
-    from mmlu_track.store.orm import Run
+    from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
 _ROW = "{:<12} {:<9} {:<28} {:<8} {:<9} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<19}  {}"
 
 
-def _dtype_and_limit(run: Run) -> tuple[str, str]:
+def _dtype_and_limit(run: StoredRun) -> tuple[str, str]:
     """What tells two runs of one model apart beyond the columns: the dtype it ran in, the limit."""
-    from mmlu_track.store.rows import config_of, record_of
 
     try:
-        config, record = config_of(run), record_of(run)
-    except StoreError:
+        config, record = run.config, run.record
+    except RecordError:
         return "?", "?"  # recorded by an incompatible version: listed, not fatal
     dtype = record.start.model.dtype if record else config.dtype
     return dtype, "all" if config.limit is None else str(config.limit)
@@ -96,13 +96,12 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     print(
         f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC  finished {finished}  output {run.output_dir or '-'}"
     )
-    from mmlu_track.store.rows import early_stop_of, record_of
 
-    if stop := early_stop_of(run):
+    if stop := run.early_stop:
         resumed = "" if run.status == "stopped" else " (since resumed)"
         print(f"{stop.summary()}{resumed}: {stop.reason}; baseline {stop.baseline_run_id}")
-    if record := record_of(run):
-        from mmlu_track.eval.results import table
+    if record := run.record:
+        from mmlu_track.records.results import table
 
         print(table(record.scores))
     else:
@@ -116,13 +115,13 @@ def _sync(store: SqlStore, args: argparse.Namespace) -> int:
     """Exit 2 when a run could not be logged (1 is the gate's verdict alone), in one line."""
     from mmlu_track.store.mlflow import MlflowUnavailable
     from mmlu_track.store.mlflow_sync import log_run, uri_for_sync
-    from mmlu_track.store.rows import record_of
 
     pending = store.runs(limit=10_000, unsynced=True)
     failed: list[str] = []
     for run in pending:
-        record = record_of(run)
-        assert record is not None  # finished
+        record = run.record
+        if record is None:
+            raise RuntimeError(f"unsynced run {run.id} has no record (a bug: only finished runs are listed)")
         # Where the process that finished the run tried (its warning's hint names that URI), unless
         # the command says otherwise; a run recorded before URIs were resolved: MLflow's default.
         tracking = record.start.config.tracking
@@ -170,9 +169,7 @@ COMMANDS = {"list": _list, "show": _show, "sync": _sync}
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mmlu_track.runs", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--db", default=os.environ.get("MMLU_TRACK_DB_URL", DEFAULT_DB_URL), help="SQLAlchemy URL"
-    )
+    parser.add_argument("--db", default=os.environ.get(DB_URL_ENV, DEFAULT_DB_URL), help="SQLAlchemy URL")
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="list runs, newest first")
     p_list.add_argument("--limit", type=int, default=50)
@@ -207,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[args.command](store, args)
-    except StoreError as err:
+    except (StoreError, RecordError) as err:
         print(f"mmlu_track.runs: error: {redact_text(str(err).splitlines()[0])}", file=sys.stderr)
         return 2
     finally:

@@ -20,8 +20,8 @@ from hydra import compose, initialize_config_dir
 
 from mmlu_track.cli import plain
 from mmlu_track.config import EvalConfig, eval_config_from_dict
-from mmlu_track.eval.results import Scores
-from mmlu_track.store.record import RunRecord
+from mmlu_track.records.results import Scores
+from mmlu_track.records.run import RunRecord, RunStart
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
@@ -96,24 +96,13 @@ def synthetic_run(
     calibration: str = "none",
 ) -> str:
     """A finished run written straight into a store, with the given correctness per question."""
-    from mmlu_track.config import to_dict
-    from mmlu_track.eval.results import QuestionResult, aggregate
-    from mmlu_track.store.record import Protocol
-    from mmlu_track.store.sql import RunMeta
+    from mmlu_track.records.results import QuestionResult, aggregate
 
     cfg = compose_eval(
         ["model=tiny", f"k={k}", f"formulation={formulation}", f"scoring.calibration={calibration}"]
     )
-    meta = RunMeta(
-        identity=f"{model}-{k}-{fingerprint}-{os.urandom(8).hex()}", model_name=model, model_revision="r1",
-        scoring="logprob", formulation=formulation, k=k, data_fingerprint=fingerprint, template_hash="t",
-        git_commit=None, config=to_dict(cfg), n_questions=sum(map(len, correct.values())),
-        output_dir=None, sweep=None, protocol=Protocol.of(
-            cfg, questions=fingerprint, n_questions=sum(map(len, correct.values())), dev_fingerprint="d",
-            template_hash="t",
-        ),
-    )  # fmt: skip
-    run_id, _ = store.start_or_resume(meta)
+    start = synthetic_start(cfg, model, fingerprint, sum(map(len, correct.values())))
+    run_id, _ = store.start_or_resume(start, f"{model}-{k}-{fingerprint}-{os.urandom(8).hex()}")
     results = []
     for subject, flags in correct.items():
         rows = [
@@ -128,16 +117,25 @@ def synthetic_run(
     return str(run_id)
 
 
-def synthetic_record(run_id: str, cfg: EvalConfig, model: str, fingerprint: str, scores: Scores) -> RunRecord:
-    """A complete record for a run whose results were written straight into a store."""
-    from mmlu_track.store.record import DataInfo, HostInfo, ModelInfo, RunStart, Timing
+def synthetic_start(cfg: EvalConfig | None = None, model: str = "m", fingerprint: str = "f" * 64,
+                    n_questions: int = 10) -> RunStart:  # fmt: skip
+    """What a run of `model` records as it starts (weights revision r1, dev rows "d", template "t")."""
+    from mmlu_track.records.run import DataInfo, HostInfo, ModelInfo
 
+    cfg = cfg or compose_eval(["model=tiny"])
     info = ModelInfo(model, "tiny", model, "r1", None, "float32", "cpu", 2048, False, 49152, 1)
-    start = RunStart(
-        config=cfg, model=info, data=DataInfo("packaged", None, fingerprint, "d", scores.micro.n),
+    return RunStart(
+        config=cfg, model=info, data=DataInfo("packaged", None, fingerprint, "d", n_questions),
         template_hash="t", example_prompt="?", seeds={"python": cfg.seed}, versions={}, git_commit=None,
         host=HostInfo("test", "test", ()),
     )  # fmt: skip
+
+
+def synthetic_record(run_id: str, cfg: EvalConfig, model: str, fingerprint: str, scores: Scores) -> RunRecord:
+    """A complete record for a run whose results were written straight into a store."""
+    from mmlu_track.records.run import Timing
+
+    start = synthetic_start(cfg, model, fingerprint, scores.micro.n)
     return RunRecord(run_id, start, {cfg.k: scores.micro.n}, 0, 0, 0, Timing(0, 0, 0, 0, 0, 0, 0), scores)
 
 

@@ -12,10 +12,10 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from mmlu_track.config import GateConfig
-from mmlu_track.eval.results import QuestionResult
 from mmlu_track.gate.run import decide
-from mmlu_track.gate.stats import Comparison, ComparisonError, compare, delta, noninferiority, pair
+from mmlu_track.gate.stats import Comparison, ComparisonError, compare, deltas, noninferiority, pair
 from mmlu_track.paired import critical_value, tango_interval, tango_statistic
+from mmlu_track.records.results import QuestionResult
 
 Z95 = float(stats.norm.ppf(0.975))
 GATE = GateConfig(name="default")
@@ -30,7 +30,7 @@ def test_micro_delta_se_and_mcnemar_by_hand() -> None:
     # 100 questions: 10 lost (b), 4 gained (c), the rest unchanged.
     x = np.array([1] * 10 + [0] * 4 + [1] * 50 + [0] * 36, dtype=float)
     y = np.array([0] * 10 + [1] * 4 + [1] * 50 + [0] * 36, dtype=float)
-    d = delta("micro", x, y, 0.05)
+    [d] = deltas([("micro", x, y)], 0.05)
     assert (d.lost, d.gained, d.n) == (10, 4, 100)
     assert d.delta == pytest.approx(-0.06)
     assert d.se == pytest.approx(math.sqrt(10 + 4 - (4 - 10) ** 2 / 100) / 100)
@@ -145,7 +145,7 @@ def _simulate(
 
 def _gate(pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[str, int]:
     # category() needs real subject names: map the simulated strata onto them.
-    from mmlu_track.eval.subjects import SUBJECTS
+    from mmlu_track.records.subjects import SUBJECTS
 
     named = {SUBJECTS[i]: v for i, v in enumerate(pairs.values())}
     comp = compare(named, FAST)

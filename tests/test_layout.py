@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -59,27 +62,54 @@ def test_no_import_cycle() -> None:
             visit(module, [module])
 
 
-@pytest.mark.parametrize(
-    ("seam", "never"),
-    [
-        ("mmlu_track.eval", ("mmlu_track.gate", "mmlu_track.cli", "mmlu_track.runs")),
-        (
-            "mmlu_track.store",
-            (
-                "mmlu_track.gate",
-                "mmlu_track.cli",
-                "mmlu_track.eval.pipeline",
-                "mmlu_track.eval.models",
-                "mmlu_track.eval.scoring",
-            ),
-        ),
-        ("mmlu_track.gate", ("mmlu_track.cli", "mmlu_track.eval.pipeline", "mmlu_track.eval.models")),
-    ],
-)
-def test_data_flows_one_way_along_the_seams(seam: str, never: tuple[str, ...]) -> None:
-    for module in (m for m in GRAPH if m.startswith(seam)):
-        bad = sorted(d for d in _own(module) if d.startswith(never))
+# The README's rule, layer by layer: what each part may import (its own modules besides).
+FLOOR = ("mmlu_track.records", "mmlu_track.config", "mmlu_track.typed", "mmlu_track.credentials",
+         "mmlu_track.paired", "mmlu_track.resources", "mmlu_track.console")  # fmt: skip
+MAY_IMPORT = {
+    "floor": FLOOR,
+    "mmlu_track.eval": FLOOR,
+    "mmlu_track.store": FLOOR,
+    "mmlu_track.gate": (*FLOOR, "mmlu_track.store"),
+    "mmlu_track.pipeline": (*FLOOR, "mmlu_track.eval", "mmlu_track.store"),
+}
+ENTRY_POINTS = ("mmlu_track.cli", "mmlu_track.runs", "mmlu_track.compare", "mmlu_track.__main__")
+
+
+def _within(module: str, parts: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in parts)
+
+
+def _part(module: str) -> str:
+    """The part of the layout a module is in: "floor", a seam, the pipeline or an entry point."""
+    if _within(module, FLOOR):
+        return "floor"
+    return next((p for p in (*MAY_IMPORT, *ENTRY_POINTS) if _within(module, (p,))), module)
+
+
+def test_every_module_belongs_to_a_part_of_the_layout() -> None:
+    assert [m for m in GRAPH if _part(m) not in (*MAY_IMPORT, *ENTRY_POINTS)] == ["mmlu_track"]
+
+
+@pytest.mark.parametrize("part", sorted(MAY_IMPORT))
+def test_each_part_imports_only_the_parts_below_it(part: str) -> None:
+    allowed = (*MAY_IMPORT[part], part) if part != "floor" else FLOOR
+    for module in (m for m in GRAPH if _part(m) == part):
+        bad = sorted(d for d in _own(module) if d != "mmlu_track" and not _within(d, allowed))
         assert not bad, f"{module} imports {bad}"
+
+
+def test_no_package_imports_another_that_imports_it() -> None:
+    parts = {
+        (_part(m), _part(d)) for m in GRAPH for d in _own(m) if d != "mmlu_track" and _part(m) != _part(d)
+    }
+    assert not sorted((a, b) for a, b in parts if (b, a) in parts)
+
+
+def test_above_the_store_no_module_imports_the_orm() -> None:
+    users = sorted(
+        m for m in GRAPH if _part(m) not in ("mmlu_track.store",) and "mmlu_track.store.orm" in _own(m)
+    )
+    assert users == []
 
 
 def test_hydra_stops_at_the_entry_points() -> None:
@@ -100,3 +130,84 @@ def test_reading_runs_and_gating_never_import_torch() -> None:
 def test_no_module_is_much_over_400_lines() -> None:
     long = {_module(p): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 420}
     assert not long
+
+
+def _trees() -> dict[str, ast.Module]:
+    """Every source file of the package, parsed, by its path from the repository root."""
+    return {
+        p.relative_to(PACKAGE.parent).as_posix(): ast.parse(p.read_text(encoding="utf-8"))
+        for p in sorted(PACKAGE.rglob("*.py"))
+    }
+
+
+def test_no_function_is_over_60_lines() -> None:
+    # From `def` to its last line (decorators aside): 60 is allowed, 61 is not.
+    long = {
+        f"{path}:{node.lineno} {node.name}": lines
+        for path, tree in _trees().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (lines := (node.end_lineno or node.lineno) - node.lineno + 1) > 60
+    }
+    assert not long
+
+
+# `assert` vanishes under `python -O`: a check the package relies on raises instead.
+ASSERTS_ALLOWED_IN: set[str] = set()
+
+
+def test_no_assert_statements_in_the_package() -> None:
+    found = sorted(
+        f"{path}:{node.lineno}"
+        for path, tree in _trees().items()
+        if path not in ASSERTS_ALLOWED_IN
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assert)
+    )
+    assert not found
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement(spec: str) -> str:
+    """The distribution a requirement names: `ray[default]>=2.40,<3` -> `ray`."""
+    return _normal(re.split(r"[\s\[<>=!~;@(]", spec, maxsplit=1)[0])
+
+
+def _third_party_imports() -> set[str]:
+    """Top-level names the package imports (inside functions too), the standard library aside."""
+    names: set[str] = set()
+    for tree in _trees().values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name.partition(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.partition(".")[0])
+    return {n for n in names if n not in sys.stdlib_module_names and n != "mmlu_track"}
+
+
+def test_every_imported_package_is_declared() -> None:
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    required = {_requirement(spec) for spec in project["dependencies"]}
+    # An optional group is enough (an import there is guarded inside the function that needs it).
+    optional = {
+        _requirement(spec): group
+        for group, specs in project.get("optional-dependencies", {}).items()
+        for spec in specs
+    }
+    providers = importlib.metadata.packages_distributions()
+    undeclared, in_groups = [], []
+    for name in sorted(_third_party_imports()):
+        # One import name may come from several distributions (mlflow, mlflow-skinny): any declared will do.
+        dists = {_normal(d) for d in providers.get(name, [])}
+        if dists & required:
+            continue
+        if groups := sorted({optional[d] for d in dists if d in optional}):
+            in_groups.append(f"{name} ({', '.join(groups)})")
+        else:
+            undeclared.append(f"{name} (from {', '.join(sorted(dists)) or 'no installed distribution'})")
+    if in_groups:  # shown with -s or -rP
+        print(f"imported, declared in optional groups only: {', '.join(in_groups)}")
+    assert not undeclared, f"imported by mmlu_track, not declared in pyproject.toml: {undeclared}"

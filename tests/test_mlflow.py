@@ -4,27 +4,19 @@
 from __future__ import annotations
 
 import re
-import socket
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mmlu_track.eval.pipeline import run
+from mmlu_track.pipeline.evaluate import run
 from mmlu_track.runs import main as runs_main
 from mmlu_track.store.mlflow import RUN_ID_TAG, SWEEP_TAG, metric_key
 from mmlu_track.store.sql import SqlStore
 
-from .conftest import CliResult, tiny_run_cfg
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from . import warm
+from .conftest import CliResult, _free_port, synthetic_start, tiny_run_cfg
 
 
 def test_run_is_logged_with_params_metrics_tags_and_artifacts(
@@ -145,12 +137,31 @@ def test_processes_starting_together_share_one_fresh_mlflow_store(tmp_path: Path
         "from mmlu_track.store.mlflow import client_and_experiment\n"
         f"print(client_and_experiment({uri!r}, 'mmlu_track')[1])\n"
     )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(4)
-    ]
+    procs = [warm.Popen(["-c", code]) for _ in range(4)]
     outs = [p.communicate(timeout=240) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-500:] for _, err in outs]
     assert len({out.strip() for out, _ in outs}) == 1
+
+
+def test_every_setting_and_every_loaded_fact_is_a_param() -> None:
+    """A field added to the settings, to ModelInfo or to DataInfo is logged with no edit in
+    store/mlflow.py: the params are every one of them by dotted name (unset ones left out)."""
+    import dataclasses
+
+    from mmlu_track.config import to_dict
+    from mmlu_track.store.mlflow import params
+
+    start = synthetic_start()
+    got = params(start)
+    values: dict[str, object] = {}
+    for k, v in to_dict(start.config).items():
+        if k not in ("tracking", "gate", "subjects"):
+            values |= {f"{k}.{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v}
+    for part, info in (("model", start.model), ("data", start.data)):
+        values |= {f"{part}.{f.name}": getattr(info, f.name) for f in dataclasses.fields(info)}
+    values.pop("scoring.method")  # logged as `scoring`, as before
+    assert {k for k, v in values.items() if v is not None} <= set(got)
+    assert not {k for k, v in values.items() if v is None} & set(got)  # never the string "None"
+    assert got["scoring"] == "logprob"
+    assert got["dtype"] == start.model.dtype
+    assert got["model.revision"] == "r1"  # what was loaded, over what was asked for (None)

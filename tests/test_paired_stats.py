@@ -64,8 +64,9 @@ def test_noninferiority_with_no_flips_needs_the_rule_of_three_sample_size() -> N
     # 0 changed answers among n: shown only once z²(1 − δ)/δ < n (about 3/n, the rule of three).
     margin, z = 0.01, float(stats.norm.ppf(0.95))
     threshold = z**2 * (1 - margin) / margin
-    assert paired.noninferiority_p(0, 0, 114, margin) > 0.05
-    assert paired.noninferiority_p(0, 0, math.ceil(threshold) + 1, margin) < 0.05
+    # Tango's one-sided p-value, 1 − Φ(T(−δ)) (paired.py's docstring)
+    assert stats.norm.sf(paired.tango_statistic(0, 0, 114, -margin)) > 0.05
+    assert stats.norm.sf(paired.tango_statistic(0, 0, math.ceil(threshold) + 1, -margin)) < 0.05
     assert paired.questions_needed(0.0, margin, 0.05) == math.ceil(threshold)
 
 

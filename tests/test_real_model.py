@@ -10,9 +10,10 @@ import torch
 
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import generate, models, prompts
-from mmlu_track.eval.data import LETTERS, load_subjects
+from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.generate import score_generate
 from mmlu_track.eval.scoring import score_logprob
+from mmlu_track.records.subjects import LETTERS
 
 from .conftest import compose_eval
 

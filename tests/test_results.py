@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 
-from mmlu_track.eval.results import Accuracy, QuestionResult, aggregate, read_jsonl, table, write_jsonl
+from mmlu_track.records.results import Accuracy, QuestionResult, aggregate, table, write_jsonl
 
 
 def _r(subject: str, index: int, correct: bool, valid: bool = True) -> QuestionResult:
@@ -68,7 +69,8 @@ def test_aggregate_refuses_nothing() -> None:
 def test_jsonl_round_trip(tmp_path: Path) -> None:
     results = [_r("anatomy", 0, True), _r("anatomy", 1, False, valid=False)]
     write_jsonl(tmp_path / "p.jsonl", results)
-    assert read_jsonl(tmp_path / "p.jsonl") == results
+    lines = (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [QuestionResult.from_json(json.loads(line)) for line in lines] == results
 
 
 def test_subject_plot_order_is_fixed_by_category_then_subject() -> None:

@@ -6,8 +6,6 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,10 +15,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mmlu_track.eval.pipeline import run
+from mmlu_track.pipeline.evaluate import run
 from mmlu_track.store.orm import QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 
+from . import warm
 from .conftest import tiny_run_cfg
 
 SUBJECTS = "[high_school_psychology,professional_law,miscellaneous,moral_scenarios]"
@@ -28,17 +27,13 @@ LIMIT = 40  # a unit per subject: killed after one, three are left to resume
 ARGS = ["k=2", f"subjects={SUBJECTS}", f"limit={LIMIT}"]
 
 
-def _start(db: str, out: Path, *batching: str) -> subprocess.Popen[str]:
+def _start(db: str, out: Path, *batching: str) -> warm.Popen:
     cmd = [
-        sys.executable, "-m", "mmlu_track", "experiment=smoke", "device=cpu", "tracking=sql_only",
+        "-m", "mmlu_track", "experiment=smoke", "device=cpu", "tracking=sql_only",
         f"tracking.db_url={db}", *ARGS, *(batching or ["batch_size=4"]), f"hydra.run.dir={out}",
     ]  # fmt: skip
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
-    return subprocess.Popen(
-        cmd, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        # A child of a non-interactive shell may inherit SIGINT ignored: restore Python's handler.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 (no threads yet)
-    )  # fmt: skip
+    return warm.Popen(cmd, cwd=out.parent, env=env)
 
 
 def _committed_subjects(store: SqlStore) -> int:

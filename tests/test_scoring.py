@@ -11,7 +11,7 @@ import torch
 
 from mmlu_track.config import DataConfig, ScoringConfig
 from mmlu_track.eval import prompts
-from mmlu_track.eval.data import LETTERS, load_subjects
+from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.scoring import (
     _letter_sequences,
     _score_sequences,
@@ -22,6 +22,7 @@ from mmlu_track.eval.scoring import (
     score_generate,
     score_logprob,
 )
+from mmlu_track.records.subjects import LETTERS
 
 LOGPROB = ScoringConfig(method="logprob")
 GENERATE = ScoringConfig(method="generate", max_new_tokens=4)

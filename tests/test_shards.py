@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mmlu_track.eval.pipeline import RunOutput, run
 from mmlu_track.eval.plan import UNIT_QUESTIONS, Unit, assign
+from mmlu_track.pipeline.evaluate import RunOutput, run
 from mmlu_track.store.sql import SqlStore
 
+from . import warm
 from .conftest import tiny_run_cfg
 
 # At limit=200 professional_law (1,534 questions) and virology (166) are cut into slices, anatomy (135) not.
@@ -152,10 +153,7 @@ def _shard_cmd(db: str, out: Path, shards: int, shard: int) -> list[str]:
 def test_a_shard_killed_midway_and_rerun_completes_the_run(tmp_path: Path, reference: RunOutput) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
-    first = subprocess.Popen(
-        [*_shard_cmd(db, tmp_path / "a", 2, 0), "batch_size=2"], cwd=tmp_path, env=env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    first = warm.Popen([*_shard_cmd(db, tmp_path / "a", 2, 0)[1:], "batch_size=2"], cwd=tmp_path, env=env)
     store = SqlStore(db)
     deadline = time.time() + 240
     while not (runs := store.runs()) or not store.question_results(runs[0].id):
@@ -164,14 +162,12 @@ def test_a_shard_killed_midway_and_rerun_completes_the_run(tmp_path: Path, refer
         time.sleep(0.05)
     first.kill()  # SIGKILL: no chance to mark anything
     first.communicate(timeout=60)
-    other = subprocess.run(_shard_cmd(db, tmp_path / "b", 2, 1), cwd=tmp_path, env=env, text=True,
-                           capture_output=True, timeout=300, check=False)  # fmt: skip
+    other = warm.run(_shard_cmd(db, tmp_path / "b", 2, 1)[1:], cwd=tmp_path, env=env)
     assert other.returncode == 0, other.stderr
     assert "finalizes it" in other.stdout  # shard 0's units are still open: not finalized
     (open_run,) = store.runs()
     assert open_run.status == "running"
-    rerun = subprocess.run(_shard_cmd(db, tmp_path / "c", 2, 0), cwd=tmp_path, env=env, text=True,
-                           capture_output=True, timeout=300, check=False)  # fmt: skip
+    rerun = warm.run(_shard_cmd(db, tmp_path / "c", 2, 0)[1:], cwd=tmp_path, env=env)
     assert rerun.returncode == 0, rerun.stderr
     assert f"resuming run {open_run.id} (shard 0 of 2)" in rerun.stdout
     assert "micro average" in rerun.stdout  # the rerun committed the last unit: it finalized

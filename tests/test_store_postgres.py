@@ -5,20 +5,19 @@ Set MMLU_TRACK_TEST_PG_URL to use an existing server instead (its database must 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from mmlu_track.eval.pipeline import run
+from mmlu_track.pipeline.evaluate import run
 from mmlu_track.runs import main as runs_main
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.orm import Base
 from mmlu_track.store.sql import SqlStore
 
+from . import warm
 from .conftest import tiny_run_cfg
 
 
@@ -63,11 +62,6 @@ def test_store_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
 def test_processes_opening_a_fresh_database_together_migrate_it_once(postgres_url: str) -> None:
     """The shards of a run start together against an empty server database: one migrates it."""
     code = f"from mmlu_track.store.sql import SqlStore; SqlStore({postgres_url!r}).close(); print('ok')"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(6)
-    ]
+    procs = [warm.Popen(["-c", code]) for _ in range(6)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [out.strip() for out, _ in outs] == ["ok"] * 6, [err[-400:] for _, err in outs]

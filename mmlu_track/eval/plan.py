@@ -22,7 +22,7 @@ import numpy as np
 from mmlu_track.config import EvalConfig, identity_dict
 from mmlu_track.eval import models, prompts
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
-from mmlu_track.store.record import ModelInfo, Protocol
+from mmlu_track.records.run import ModelInfo, Protocol
 
 
 def fits_check(lm: models.LoadedModel, reserve: int) -> Callable[[str], bool]:

@@ -1,7 +1,8 @@
 """A subject's shared prefix (header + shots) run once; batches of question suffixes run against it.
 
 `run_groups` checks which prompts' tokens extend their prefix's tokens (the others take the
-scorer's plain path) and hands each prefix's rows to the scorer; `run_prefix` computes the
+scorer's plain path) and hands each prefix's rows to the scorer, which runs them with
+`run_suffixes` (the prefix once, then its rows' suffixes in batches); `run_prefix` computes the
 prefix's per-layer keys and values (None for a model whose cache is not a plain per-layer
 key/value cache: sliding windows, recurrent layers), and `suffix_forward` yields a
 `SuffixForward` that runs left-padded suffix batches against them, optionally keeping the
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 
 from mmlu_track.eval import prefix_attention
+from mmlu_track.eval.batching import run_batches
 from mmlu_track.eval.models import LoadedModel
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
@@ -163,3 +165,34 @@ def suffix_forward(lm: LoadedModel, kv: KV, *, shared: bool = True) -> Iterator[
     """A `SuffixForward` over `kv`, "shared" where the model can be switched to it (CPU, SDPA)."""
     with prefix_attention.use_shared_prefix(lm.model) as switched:
         yield SuffixForward(lm, kv, "shared" if shared and switched else "cache")
+
+
+SuffixBatch = Callable[[SuffixForward, Mapping[int, list[int]], list[int]], None]
+
+
+def run_suffixes(
+    lm: LoadedModel,
+    prefix_ids: list[int],
+    rows: list[int],
+    encoded: Sequence[tuple[list[int], bool]],
+    run: SuffixBatch,
+    *,
+    batch_size: int,
+    max_tokens: int | None,
+    forwarded: list[int],
+    shared: bool = True,
+) -> str | None:
+    """Run the prefix once, then `run(forward, suffixes, batch)` for each batch of `rows` (their
+    tokens after the prefix, batched by `run_batches`); return how (`SuffixForward.how`), or None
+    (nothing run: the model's cache is not a plain per-layer key/value cache that can be shared).
+    The prefix's tokens count in `forwarded` on the first row; `run` counts each row's own."""
+    kv = run_prefix(lm, prefix_ids)
+    if kv is None:
+        return None
+    n = len(prefix_ids)
+    forwarded[rows[0]] += n
+    suffixes = {i: encoded[i][0][n:] for i in rows}
+    with suffix_forward(lm, kv, shared=shared) as forward:
+        lengths = {i: len(s) for i, s in suffixes.items()}
+        run_batches(lengths, batch_size, lambda batch: run(forward, suffixes, batch), max_tokens=max_tokens)
+        return forward.how

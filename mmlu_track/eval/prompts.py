@@ -17,8 +17,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from mmlu_track.eval.data import LETTERS, Question
-from mmlu_track.eval.subjects import pretty
+from mmlu_track.eval.data import Question
+from mmlu_track.records.subjects import LETTERS, pretty
 
 
 def _choices(q: Question) -> str:

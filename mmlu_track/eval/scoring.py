@@ -22,7 +22,7 @@ the prefix's tokens takes the plain path (`Score.prefix_fallback`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -31,9 +31,9 @@ import torch
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import prefix_cache
 from mmlu_track.eval.batching import Progress, Score, fit, left_pad, run_batches
-from mmlu_track.eval.data import LETTERS
 from mmlu_track.eval.generate import parse_generation, score_generate
 from mmlu_track.eval.models import LoadedModel
+from mmlu_track.records.subjects import LETTERS
 
 __all__ = ["SCORERS", "Score", "Scorer", "calibrate", "parse_generation", "run_batches", "score_generate",
            "score_logprob"]  # fmt: skip
@@ -57,6 +57,25 @@ def _as_tuple(vals: list[float]) -> tuple[float, float, float, float]:
     return (vals[0], vals[1], vals[2], vals[3])
 
 
+Encoded = list[tuple[list[int], bool]]
+MultiPass = dict[int, list[tuple[int, list[int]]]]
+
+
+def _encode(lm: LoadedModel, texts: Sequence[str]) -> tuple[Encoded, list[list[int]], MultiPass]:
+    """(each text's ids fitted to the context and whether cut, each text's letter ids at the end,
+    the letter sequences with their kept prefix of the texts that need a pass per letter)."""
+    encoded: Encoded = []
+    letter_ids: list[list[int]] = []
+    multi: MultiPass = {}
+    for i, text in enumerate(texts):
+        ctx, wholes, one_pass = _letter_sequences(lm, text)
+        encoded.append(fit(ctx, lm.info.max_length))
+        letter_ids.append([w[-1] for w in wholes])
+        if not one_pass:
+            multi[i] = [(_shared_prefix(ctx, w), w) for w in wholes]
+    return encoded, letter_ids, multi
+
+
 def score_logprob(
     lm: LoadedModel,
     texts: Sequence[str],
@@ -70,16 +89,7 @@ def score_logprob(
     """Log-probs of " A".." D" after each text. With `cfg.prefix_cache` and `prefixes` (each
     text's shared prefix, see `prompts.shared_prefix`), each distinct prefix is run once and only
     the rest of each prompt is forwarded against its cached keys and values."""
-    max_len = lm.info.max_length
-    encoded: list[tuple[list[int], bool]] = []
-    letter_ids: list[list[int]] = []
-    multi: dict[int, list[tuple[int, list[int]]]] = {}
-    for i, text in enumerate(texts):
-        ctx, wholes, one_pass = _letter_sequences(lm, text)
-        encoded.append(fit(ctx, max_len))
-        letter_ids.append([w[-1] for w in wholes])
-        if not one_pass:
-            multi[i] = [(_shared_prefix(ctx, w), w) for w in wholes]
+    encoded, letter_ids, multi = _encode(lm, texts)
     one = (i for i in range(len(texts)) if i not in multi)
     groups, plain = prefix_cache.group(cfg.prefix_cache, prefixes, encoded, one)
     logprobs: list[tuple[float, float, float, float] | None] = [None] * len(texts)
@@ -96,39 +106,43 @@ def score_logprob(
             forwarded=forwarded,
         )  # fmt: skip
 
+    def run_plain(rows: list[int]) -> None:
+        ids, mask, pos = left_pad([encoded[i][0] for i in rows], lm.pad_id, lm.info.device)
+        logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1).logits
+        take(rows, torch.log_softmax(logits[:, -1, :].float(), dim=-1))
+        for i in rows:
+            forwarded[i] = len(encoded[i][0])
+
     with torch.inference_mode():
         left = prefix_cache.run_groups(lm, groups, encoded, with_prefix)
-        fallback = set(left)
         plain.extend(left)
-
-        def run_plain(rows: list[int]) -> None:
-            ids, mask, pos = left_pad([encoded[i][0] for i in rows], lm.pad_id, lm.info.device)
-            logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1).logits
-            take(rows, torch.log_softmax(logits[:, -1, :].float(), dim=-1))
-            for i in rows:
-                forwarded[i] = len(encoded[i][0])
-
-        lengths = {i: len(encoded[i][0]) for i in plain}
-        run_batches(lengths, batch_size, run_plain, max_tokens=max_tokens)
+        run_batches({i: len(encoded[i][0]) for i in plain}, batch_size, run_plain, max_tokens=max_tokens)
         for i, conts in multi.items():
             logprobs[i] = _score_sequences(lm, conts)
             forwarded[i] = sum(len(w) for _, w in conts)
             progress(1)
-    scores = []
-    for i, lps in enumerate(logprobs):
-        assert lps is not None
-        scores.append(
-            Score(
-                prediction=int(np.argmax(lps)),
-                logprobs=lps,
-                n_tokens=len(encoded[i][0]),
-                truncated=encoded[i][1],
-                multi_pass=i in multi,
-                forwarded=forwarded[i],
-                prefix_fallback=i in fallback and cfg.prefix_cache,
-            )
+    fallback = set(left) if cfg.prefix_cache else set()
+    return [
+        Score(
+            prediction=int(np.argmax(lps)),
+            logprobs=lps,
+            n_tokens=len(encoded[i][0]),
+            truncated=encoded[i][1],
+            multi_pass=i in multi,
+            forwarded=forwarded[i],
+            prefix_fallback=i in fallback,
         )
-    return scores
+        for i, lps in enumerate(_all_scored(logprobs))
+    ]
+
+
+def _all_scored(
+    logprobs: list[tuple[float, float, float, float] | None],
+) -> list[tuple[float, float, float, float]]:
+    missing = [i for i, lps in enumerate(logprobs) if lps is None]
+    if missing:
+        raise RuntimeError(f"prompts {missing[:5]} were never scored (a bug: every prompt takes one path)")
+    return [lps for lps in logprobs if lps is not None]
 
 
 def _score_with_prefix(
@@ -146,22 +160,17 @@ def _score_with_prefix(
     """Run the prefix once, then each row's remaining tokens against its keys and values; return
     how (`prefix_cache.SuffixForward.how`: "shared" or "cache"), or None (nothing scored: the
     model's cache is not a plain per-layer key/value cache that can be shared)."""
-    kv = prefix_cache.run_prefix(lm, prefix_ids)
-    if kv is None:
-        return None
-    n = len(prefix_ids)
-    forwarded[rows[0]] += n
-    suffixes = {i: encoded[i][0][n:] for i in rows}
-    with prefix_cache.suffix_forward(lm, kv, shared=shared_attention) as forward:
 
-        def run(batch: list[int]) -> None:
-            logits, _ = forward(*left_pad([suffixes[i] for i in batch], lm.pad_id, lm.info.device))
-            take(batch, torch.log_softmax(logits.float(), dim=-1))
-            for i in batch:
-                forwarded[i] += len(suffixes[i])
+    def run(forward: prefix_cache.SuffixForward, suffixes: Mapping[int, list[int]], batch: list[int]) -> None:
+        logits, _ = forward(*left_pad([suffixes[i] for i in batch], lm.pad_id, lm.info.device))
+        take(batch, torch.log_softmax(logits.float(), dim=-1))
+        for i in batch:
+            forwarded[i] += len(suffixes[i])
 
-        run_batches({i: len(s) for i, s in suffixes.items()}, batch_size, run, max_tokens=max_tokens)
-        return forward.how
+    return prefix_cache.run_suffixes(
+        lm, prefix_ids, rows, encoded, run, batch_size=batch_size, max_tokens=max_tokens, forwarded=forwarded,
+        shared=shared_attention,
+    )  # fmt: skip
 
 
 @torch.inference_mode()

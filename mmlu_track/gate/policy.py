@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import CompareMode, GateConfig
-from mmlu_track.eval.results import QuestionResult
-from mmlu_track.gate.stats import Comparison, ComparisonError
-from mmlu_track.store.rows import early_stop_of, protocol_of
+from mmlu_track.gate.stats import Comparison, ComparisonError, pts
+from mmlu_track.records.results import QuestionResult
 
 if TYPE_CHECKING:
-    from mmlu_track.store.orm import Run
+    from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
-EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
+EXIT_PASS, EXIT_REGRESSION = 0, 1  # 2, unusable input, is the command line's (cli.py)
 
 
 @dataclass(frozen=True)
@@ -32,10 +31,6 @@ class Verdict:
     headline: str
     reasons: tuple[str, ...]
     exit_code: int
-
-
-def _pts(x: float) -> str:
-    return f"{100 * x:+.2f} pts"
 
 
 def decide(comp: Comparison, gate: GateConfig) -> Verdict:
@@ -49,13 +44,13 @@ def decide(comp: Comparison, gate: GateConfig) -> Verdict:
     delta_txt = f"δ = {100 * gate.margin:.1f} pts"
     ni_line = (
         f"non-inferiority at {delta_txt} {'shown' if ni.shown else 'not shown'}: one-sided "
-        f"{100 * (1 - a):.0f}% lower bound of Δ micro {_pts(ni.lower_bound)} (p = {ni.p_value:.3g}), "
+        f"{100 * (1 - a):.0f}% lower bound of Δ micro {pts(ni.lower_bound)} pts (p = {ni.p_value:.3g}), "
         f"{micro.lost} lost and {micro.gained} gained of {micro.n} questions"
     )
     drops = []
     if micro.p_regression is not None and micro.p_regression < a:
         drops.append(
-            f"significant overall drop: Δ micro {_pts(micro.delta)}, {micro.lost} lost vs {micro.gained} "
+            f"significant overall drop: Δ micro {pts(micro.delta)} pts, {micro.lost} lost vs {micro.gained} "
             f"gained (exact McNemar p = {micro.p_regression:.3g})"
         )
     flagged = [s.name for s in comp.subjects if s.flagged]
@@ -79,19 +74,19 @@ def decide(comp: Comparison, gate: GateConfig) -> Verdict:
 def analysis(comp: Comparison) -> Verdict:
     m = comp.micro
     headline = (
-        f"few-shot gap Δ micro {_pts(m.delta)} [{_pts(m.ci_low)}, {_pts(m.ci_high)}], "
+        f"few-shot gap Δ micro {pts(m.delta)} pts [{pts(m.ci_low)} pts, {pts(m.ci_high)} pts], "
         f"{sum(s.improved for s in comp.subjects)} subject(s) gain and "
         f"{sum(s.flagged for s in comp.subjects)} lose significantly"
     )
     return Verdict("analysis", headline, (), EXIT_PASS)
 
 
-def differences(base: Run, cand: Run, mode: CompareMode) -> list[str]:
+def differences(base: StoredRun, cand: StoredRun, mode: CompareMode) -> list[str]:
     """Why two runs cannot be compared in `mode` (empty: they can): `record.Protocol`'s one
     definition (the same questions, prompts and scoring), and for `fewshot_gap` the same model.
     The gate checks it, and a model name resolves to its newest run passing it."""
     gap = mode == "fewshot_gap"
-    out = protocol_of(base).differences(protocol_of(cand), fewshot_gap=gap)
+    out = base.protocol.differences(cand.protocol, fewshot_gap=gap)
     if not gap and base.k != cand.k:
         out = [f"{o}; to measure the few-shot gap between them, add mode=fewshot_gap" if o.startswith("k ")
                else o for o in out]  # fmt: skip
@@ -104,11 +99,11 @@ def differences(base: Run, cand: Run, mode: CompareMode) -> list[str]:
     return out
 
 
-def unrecorded(base: Run, cand: Run) -> list[str]:
+def unrecorded(base: StoredRun, cand: StoredRun) -> list[str]:
     """Notes on what could not be compared: settings a run predates."""
     out = []
     for run, side in ((base, "baseline"), (cand, "candidate")):
-        if missing := protocol_of(run).unrecorded():
+        if missing := run.protocol.unrecorded():
             out.append(f"the {side} run {run.id[:12]} has no record of {', '.join(missing)}: not compared")
     return out
 
@@ -131,11 +126,11 @@ def same_prompts(base: Sequence[QuestionResult], cand: Sequence[QuestionResult])
         )
 
 
-def require_finished(run: Run, side: str, store: SqlStore) -> Run:
+def require_finished(run: StoredRun, side: str, store: SqlStore) -> StoredRun:
     """The run, if finished; else one line saying what it is and what to do."""
     if run.status == "finished":
         return run
-    if stopped := early_stop_of(run):  # the sequential gate's: it holds part of the questions
+    if stopped := run.early_stop:  # the sequential gate's: it holds part of the questions
         why = f" ({stopped.summary()}; its own command without gate.sequential resumes it)"
     elif dead := store.dead(run):
         why = f": it is dead ({dead}); rerun its command to resume it"
@@ -146,7 +141,7 @@ def require_finished(run: Run, side: str, store: SqlStore) -> Run:
     raise ComparisonError(f"the {side} run {run.id} is {run.status}, not finished{why}")
 
 
-def check_comparable(base: Run, cand: Run, mode: CompareMode, store: SqlStore) -> None:
+def check_comparable(base: StoredRun, cand: StoredRun, mode: CompareMode, store: SqlStore) -> None:
     """Refuse unfinished runs and pairs whose differences are not the thing being compared."""
     for run, side in ((base, "baseline"), (cand, "candidate")):
         require_finished(run, side, store)

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from mmlu_track.gate.stats import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta
+from mmlu_track.gate.stats import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta, pts
 
 if TYPE_CHECKING:
     from mmlu_track.config import CompareConfig
     from mmlu_track.gate.policy import Verdict
-    from mmlu_track.store.orm import Run
+    from mmlu_track.records.stored import StoredRun
 
 ICONS = {
     "pass": "✅ PASS",
@@ -56,14 +56,10 @@ def md_code(text: str) -> str:
     return f"`{text}`" if _PLAIN_CODE.fullmatch(text) else md_text(text)
 
 
-def title(base: Run, cand: Run, mode: str) -> str:
+def title(base: StoredRun, cand: StoredRun, mode: str) -> str:
     if mode == "fewshot_gap":
         return f"Few-shot gap of {cand.model_name}: k={cand.k} vs k={base.k}"
     return f"{cand.model_name} vs baseline {base.model_name}"
-
-
-def _pts(x: float) -> str:
-    return f"{100 * x:+.2f}"
 
 
 def _p(p: float | None) -> str:
@@ -73,7 +69,7 @@ def _p(p: float | None) -> str:
 def _row(d: Delta, mark: str = "") -> str:
     return (
         f"| {mark}{d.name} | {d.n} | {100 * d.baseline_acc:.2f} | {100 * d.candidate_acc:.2f} | "
-        f"**{_pts(d.delta)}** | [{_pts(d.ci_low)}, {_pts(d.ci_high)}] | {d.lost} / {d.gained} | "
+        f"**{pts(d.delta)}** | [{pts(d.ci_low)}, {pts(d.ci_high)}] | {d.lost} / {d.gained} | "
         f"{_p(d.p_regression)} | {_p(d.p_regression_adj)} |"
     )
 
@@ -104,13 +100,13 @@ def _method_lines(comp: Comparison, gate_mode: bool, sequential: bool = False) -
         lines.append(
             f"The verdict is the sequential gate's (testing by betting, valid at every look). For reference "
             f"only, Tango's fixed-sample non-inferiority test on these questions: p = {_p(ni.p_value)}, "
-            f"one-sided lower bound {_pts(ni.lower_bound)} pts (not valid after stopping on the data)."
+            f"one-sided lower bound {pts(ni.lower_bound)} pts (not valid after stopping on the data)."
         )
     elif gate_mode:
         ni = comp.noninferiority
         lines.append(
             f"Non-inferiority (Δ micro > −{100 * ni.margin:.1f} pts): Tango's score test with an exact "
-            f"critical value, p = {_p(ni.p_value)}; one-sided lower bound {_pts(ni.lower_bound)} pts "
+            f"critical value, p = {_p(ni.p_value)}; one-sided lower bound {pts(ni.lower_bound)} pts "
             f"→ **{'shown' if ni.shown else 'not shown'}**. The verdict rests on this test and on exact "
             "McNemar tests (overall; per subject after correction)."
         )
@@ -118,8 +114,8 @@ def _method_lines(comp: Comparison, gate_mode: bool, sequential: bool = False) -
         b = comp.bootstrap
         lines.append(
             f"Subject-stratified paired bootstrap ({s.bootstrap_resamples} resamples), for reference: micro "
-            f"[{_pts(b['micro'][0])}, {_pts(b['micro'][1])}], "
-            f"macro [{_pts(b['macro'][0])}, {_pts(b['macro'][1])}] pts."
+            f"[{pts(b['micro'][0])}, {pts(b['micro'][1])}], "
+            f"macro [{pts(b['macro'][0])}, {pts(b['macro'][1])}] pts."
         )
     elif s.bootstrap_resamples > 0:
         lines.append(
@@ -129,7 +125,7 @@ def _method_lines(comp: Comparison, gate_mode: bool, sequential: bool = False) -
     return lines
 
 
-def _mlflow_links(base: Run, cand: Run, uri: str | None) -> list[str]:
+def _mlflow_links(base: StoredRun, cand: StoredRun, uri: str | None) -> list[str]:
     """Links from the report to the two runs in the MLflow UI (a tracking server only)."""
     if not (uri and uri.startswith(("http://", "https://"))):
         return []
@@ -147,7 +143,13 @@ def _mlflow_links(base: Run, cand: Run, uri: str | None) -> list[str]:
 
 
 def markdown(
-    comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: CompareConfig, *, sequential: bool = False
+    comp: Comparison,
+    verdict: Verdict,
+    base: StoredRun,
+    cand: StoredRun,
+    cfg: CompareConfig,
+    *,
+    sequential: bool = False,
 ) -> str:
     """Verdict first, then the overall rows, then subjects sorted by Δ (flagged marked), full table folded."""
     s = comp.settings
@@ -187,7 +189,7 @@ def markdown(
         shown = _gap_rows(ordered)
     lines += [_HEADER, *(_row(d, _mark(d)) for d in shown)]
     if improved and gate_mode:
-        lines += ["", "Improved: " + ", ".join(f"{d.name} ({_pts(d.delta)})" for d in improved)]
+        lines += ["", "Improved: " + ", ".join(f"{d.name} ({pts(d.delta)})" for d in improved)]
     lines += ["", f"<details><summary>All {len(ordered)} subjects, sorted by Δ</summary>", "", _HEADER]
     lines += [_row(d, _mark(d)) for d in ordered]
     lines += ["", "</details>", ""]
@@ -199,16 +201,22 @@ def _mark(d: Delta) -> str:
 
 
 def console(
-    comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: CompareConfig, *, sequential: bool = False
+    comp: Comparison,
+    verdict: Verdict,
+    base: StoredRun,
+    cand: StoredRun,
+    cfg: CompareConfig,
+    *,
+    sequential: bool = False,
 ) -> str:
     width = max(len(d.name) for d in (*comp.subjects, *comp.categories)) + 4
     head = f"{'':<{width}}{'n':>6} {'base %':>7} {'cand %':>7} {'Δ pts':>7}  {'95% CI':<17} {'p adj':>8}"
 
     def line(d: Delta, mark: str = "  ") -> str:
-        ci = f"[{_pts(d.ci_low)}, {_pts(d.ci_high)}]"
+        ci = f"[{pts(d.ci_low)}, {pts(d.ci_high)}]"
         return (
             f"{mark}{d.name:<{width - 2}}{d.n:>6} {100 * d.baseline_acc:7.2f} {100 * d.candidate_acc:7.2f} "
-            f"{_pts(d.delta):>7}  {ci:<17} {_p(d.p_regression_adj):>8}"
+            f"{pts(d.delta):>7}  {ci:<17} {_p(d.p_regression_adj):>8}"
         )
 
     rows = [_first_line(verdict), f"  {title(base, cand, cfg.mode)}", *(f"  - {r}" for r in verdict.reasons)]
@@ -222,8 +230,10 @@ def console(
     return "\n".join(rows)
 
 
-def to_json(comp: Comparison, verdict: Verdict, base: Run, cand: Run, cfg: CompareConfig) -> dict[str, Any]:
-    def run(r: Run) -> dict[str, Any]:
+def to_json(
+    comp: Comparison, verdict: Verdict, base: StoredRun, cand: StoredRun, cfg: CompareConfig
+) -> dict[str, Any]:
+    def run(r: StoredRun) -> dict[str, Any]:
         return {
             "id": r.id, "model": r.model_name, "revision": r.model_revision, "k": r.k,
             "formulation": r.formulation, "scoring": r.scoring, "data_fingerprint": r.data_fingerprint,
@@ -265,7 +275,7 @@ def deltas_png(comp: Comparison, path: Path, heading: str, margin_line: bool = T
     ax.set_yticks(list(y), [d.name for d in ordered], fontsize=7)
     ax.axvline(0, color="#333333", linewidth=0.8)
     ax.axvline(
-        100 * comp.micro.delta, color="#DD8452", linestyle="--", label=f"micro Δ {_pts(comp.micro.delta)}"
+        100 * comp.micro.delta, color="#DD8452", linestyle="--", label=f"micro Δ {pts(comp.micro.delta)}"
     )
     if margin_line:
         ax.axvline(-100 * comp.settings.margin, color="#C44E52", linestyle=":", label="−δ (margin)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import CompareConfig, CompareMode, GateConfig
+from mmlu_track.console import warn
 from mmlu_track.gate.policy import (
     Verdict,
     analysis,
@@ -28,15 +28,15 @@ from mmlu_track.gate.policy import (
     unrecorded,
 )
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair
-from mmlu_track.store.rows import record_of
+from mmlu_track.records.stored import ComparisonEntry
 from mmlu_track.store.sql import open_store
 
 if TYPE_CHECKING:
-    from mmlu_track.store.orm import Run
+    from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
 
-def _by_id(store: SqlStore, ref: str) -> Run | None:
+def _by_id(store: SqlStore, ref: str) -> StoredRun | None:
     found = store.find(ref)
     if len(found) > 1:
         listed = ", ".join(f"{r.id[:12]} ({r.model_name}, k={r.k}, {r.status})" for r in found[:5])
@@ -46,8 +46,8 @@ def _by_id(store: SqlStore, ref: str) -> Run | None:
 
 
 def resolve(
-    store: SqlStore, ref: str, other: tuple[Run, str] | None, mode: CompareMode, mlflow_uri: str | None
-) -> Run:
+    store: SqlStore, ref: str, other: tuple[StoredRun, str] | None, mode: CompareMode, mlflow_uri: str | None
+) -> StoredRun:
     """A run from a SQL id or prefix, an MLflow run id, `models:/<name>@<alias>`, or a model name.
 
     A model name resolves to its newest finished run; with `other` (the run already resolved and
@@ -73,7 +73,7 @@ def resolve(
         return runs[0]
     known, side = other
 
-    def problems(run: Run) -> list[str]:
+    def problems(run: StoredRun) -> list[str]:
         return differences(known, run, mode) if side == "baseline" else differences(run, known, mode)
 
     runs = [r for r in runs if r.id != known.id]  # never the other side's own run
@@ -95,30 +95,29 @@ def _looks_like_id(store: SqlStore, ref: str) -> bool:
     return ref.startswith("models:/") or _by_id(store, ref) is not None
 
 
-def _truncated(run: Run) -> int:
-    record = record_of(run)
+def _truncated(run: StoredRun) -> int:
+    record = run.record
     return record.truncated if record else 0
 
 
-def _promote(cand: Run, g: GateConfig, uri: str | None) -> str:
-    """Move the alias to the candidate that passed; a promotion asked for and not done is an error."""
+def _promote(cand: StoredRun, alias: str, g: GateConfig, uri: str | None) -> str:
+    """Move `alias` to the candidate that passed; a promotion asked for and not done is an error."""
     from mmlu_track.store.mlflow import MlflowUnavailable
     from mmlu_track.store.registry import promote
 
-    assert g.promote_alias is not None
     model = g.registered_model or cand.model_name
     if not cand.mlflow_run_id:
         raise ComparisonError(
-            f"cannot promote {model}@{g.promote_alias}: the candidate run {cand.id[:12]} is not in MLflow "
+            f"cannot promote {model}@{alias}: the candidate run {cand.id[:12]} is not in MLflow "
             "(log it with `python -m mmlu_track.runs sync`, then compare again)"
         )
-    record = record_of(cand)
+    record = cand.record
     source = record.start.model.location if record else cand.model_name
     try:
-        version = promote(uri, model, g.promote_alias, cand.mlflow_run_id, str(source))
+        version = promote(uri, model, alias, cand.mlflow_run_id, str(source))
     except MlflowUnavailable as err:
         raise ComparisonError(str(err)) from err
-    return f"promoted: {model}@{g.promote_alias} -> version {version} (candidate run {cand.id[:12]})"
+    return f"promoted: {model}@{alias} -> version {version} (candidate run {cand.id[:12]})"
 
 
 def _log_comparison(
@@ -174,10 +173,6 @@ def _log_comparison(
         return None
 
 
-def warn(message: str) -> None:
-    print(f"mmlu_track: warning: {message}", file=sys.stderr)
-
-
 def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
     """Run one comparison end to end; return the exit code."""
     store = open_store(cfg.tracking)
@@ -209,7 +204,7 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
         publish(store, comp, verdict, base=base, cand=cand, cfg=cfg, output_dir=output_dir, echo=echo)
         if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":
-            echo(_promote(cand, g, uri))
+            echo(_promote(cand, g.promote_alias, g, uri))
         return verdict.exit_code
     finally:
         store.close()
@@ -220,8 +215,8 @@ def publish(
     comp: Comparison,
     verdict: Verdict,
     *,
-    base: Run,
-    cand: Run,
+    base: StoredRun,
+    cand: StoredRun,
     cfg: CompareConfig,
     output_dir: Path,
     echo: Any,
@@ -232,7 +227,6 @@ def publish(
     (the sequential gate's). The reports go into `output_dir`, or a subfolder of it named after the
     comparison when another comparison's reports are already there: a report is never overwritten."""
     from mmlu_track.gate import report
-    from mmlu_track.store.orm import ComparisonRow
 
     g = cfg.gate
     comparison_id = uuid.uuid4().hex
@@ -246,7 +240,35 @@ def publish(
             f"\nsequential gate: {seq['decision']} at look {seq['look']} of {seq['looks']}, "
             f"{seq['questions_used']:,} questions (fixed-sample intervals, for reference)"
         )
-    name = f"compare-{cand.id[:12]}-vs-{base.id[:12]}"
+    output_dir = _own_folder(output_dir, f"compare-{cand.id[:12]}-vs-{base.id[:12]}", comparison_id)
+    try:
+        (output_dir / "report.md").write_text(markdown, encoding="utf-8")
+        (output_dir / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
+        report.deltas_png(comp, output_dir / "deltas.png", heading, margin_line=cfg.mode == "gate")
+    except OSError as err:
+        raise _unwritable(output_dir, err) from err
+    _append_summary(markdown)
+    echo(report.console(comp, verdict, base, cand, cfg, sequential=extra is not None))
+    echo(f"reports in {output_dir}")
+    entry = ComparisonEntry(
+        id=comparison_id, baseline_run_id=base.id, candidate_run_id=cand.id,
+        mode="sequential" if extra else cfg.mode,
+        policy=g.name, verdict=verdict.status, delta_micro=comp.micro.delta, delta_macro=comp.macro.delta,
+        p_regression=comp.micro.p_regression, p_noninferiority=comp.noninferiority.p_value,
+        margin=g.margin, n_flagged=sum(s.flagged for s in comp.subjects), report_json=json.dumps(doc),
+        created_at=datetime.now(UTC).replace(tzinfo=None),
+    )  # fmt: skip
+    store.save_comparison(entry)
+    metrics = extra[1] if extra else None
+    if cfg.tracking.mlflow and (
+        mlflow_id := _log_comparison(comp, verdict, doc, output_dir, cfg, extra=metrics)
+    ):
+        store.set_comparison_mlflow(entry.id, mlflow_id)
+
+
+def _own_folder(output_dir: Path, name: str, comparison_id: str) -> Path:
+    """`output_dir`, or a subfolder `name` (else `name`-<id>) when another comparison's reports are
+    there: a report is never overwritten. Its report.md exists (empty) on return."""
     try:
         # The last choice holds this comparison's own id: it is never taken.
         for folder in (output_dir, output_dir / name, output_dir / f"{name}-{comparison_id[:12]}"):
@@ -258,34 +280,24 @@ def publish(
                 break
             except FileExistsError:
                 continue
-        output_dir = folder
-        (output_dir / "report.md").write_text(markdown, encoding="utf-8")
-        (output_dir / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
-        report.deltas_png(comp, output_dir / "deltas.png", heading, margin_line=cfg.mode == "gate")
-    except OSError as err:  # a full disk or a read-only folder: exit 2 in one line, never a traceback
-        raise ComparisonError(
-            f"cannot write the comparison's reports into {output_dir}: {err.strerror or err}; free space "
-            "there, or set hydra.run.dir=DIR to a writable folder with room"
-        ) from err
+    except OSError as err:
+        raise _unwritable(output_dir, err) from err
+    return folder
+
+
+def _unwritable(folder: Path, err: OSError) -> ComparisonError:
+    # A full disk or a read-only folder: exit 2 in one line, never a traceback.
+    return ComparisonError(
+        f"cannot write the comparison's reports into {folder}: {err.strerror or err}; free space "
+        "there, or set hydra.run.dir=DIR to a writable folder with room"
+    )
+
+
+def _append_summary(markdown: str) -> None:
+    """The report in the GitHub job summary, when there is one."""
     if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
         try:
             with open(summary, "a", encoding="utf-8") as f:
                 f.write(markdown + "\n")
         except OSError as err:  # the reports are written: like MLflow, the summary never costs the verdict
             warn(f"report not appended to GITHUB_STEP_SUMMARY ({summary}): {err.strerror or err}")
-    echo(report.console(comp, verdict, base, cand, cfg, sequential=extra is not None))
-    echo(f"reports in {output_dir}")
-    row = ComparisonRow(
-        id=comparison_id, baseline_run_id=base.id, candidate_run_id=cand.id,
-        mode="sequential" if extra else cfg.mode,
-        policy=g.name, verdict=verdict.status, delta_micro=comp.micro.delta, delta_macro=comp.macro.delta,
-        p_regression=comp.micro.p_regression, p_noninferiority=comp.noninferiority.p_value,
-        margin=g.margin, n_flagged=sum(s.flagged for s in comp.subjects), report_json=json.dumps(doc),
-        created_at=datetime.now(UTC).replace(tzinfo=None),
-    )  # fmt: skip
-    store.save_comparison(row)
-    metrics = extra[1] if extra else None
-    if cfg.tracking.mlflow and (
-        mlflow_id := _log_comparison(comp, verdict, doc, output_dir, cfg, extra=metrics)
-    ):
-        store.set_comparison_mlflow(row.id, mlflow_id)

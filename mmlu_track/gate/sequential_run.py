@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import CompareConfig, EvalConfig, GateConfig
-from mmlu_track.eval.results import QuestionResult
 from mmlu_track.gate.policy import (
     EXIT_PASS,
     EXIT_REGRESSION,
@@ -35,44 +34,38 @@ from mmlu_track.gate.policy import (
 )
 from mmlu_track.gate.run import publish, resolve
 from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide
-from mmlu_track.gate.stats import ComparisonError, compare, pair
-from mmlu_track.store.record import EarlyStop
-from mmlu_track.store.rows import config_of, early_stop_of
-from mmlu_track.store.sql import RunMeta, new_run, open_store
+from mmlu_track.gate.stats import ComparisonError, compare, pair, pts
+from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.run import EarlyStop
+from mmlu_track.store.sql import open_store
 
 if TYPE_CHECKING:
-    from mmlu_track.store.orm import Run
+    from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
-
-
-def _pts(x: float) -> str:
-    return f"{100 * x:+.2f} pts"
 
 
 class SequentialLooks:
     """The pipeline's `Looks`: pairs each committed look with the baseline and decides."""
 
     def __init__(self, store: SqlStore, gate: GateConfig, uri: str | None) -> None:
-        assert gate.baseline is not None
         self.store, self.gate, self.uri, self.count = store, gate, uri, gate.looks
+        self.reference = _baseline(gate)
         # Fail before the model loads when the reference names nothing.
-        self.base = require_finished(resolve(store, gate.baseline, None, "gate", uri), "baseline", store)
-        self.candidate: Run | None = None
+        self.base = require_finished(resolve(store, self.reference, None, "gate", uri), "baseline", store)
+        self.candidate: StoredRun | None = None
         self.baseline: dict[tuple[str, int], QuestionResult] = {}
         self.counts: list[LookCounts] = []
         self.used: list[QuestionResult] = []
         self.result: SequentialResult | None = None
 
-    def begin(self, candidate: RunMeta) -> None:
+    def begin(self, cand: StoredRun) -> None:
         """Pick the baseline comparable with the candidate (a model name: its newest such run), and
         refuse to resume a run of this identity under other gate settings."""
-        assert self.gate.baseline is not None
-        cand = new_run(candidate)
-        found = resolve(self.store, self.gate.baseline, (cand, "candidate"), "gate", self.uri)
+        found = resolve(self.store, self.reference, (cand, "candidate"), "gate", self.uri)
         self.base = require_finished(found, "baseline", self.store)
         if problems := differences(self.base, cand, "gate"):
             raise ComparisonError(f"runs are not comparable: {problems[0]}")
-        if (earlier := self.store.unfinished(candidate.identity)) is not None:
+        if (earlier := self.store.unfinished(cand.identity)) is not None:
             self._same_settings(earlier)
         self.candidate = cand
         self.baseline = {(r.subject, r.index): r for r in self.store.question_results(self.base.id)}
@@ -82,12 +75,12 @@ class SequentialLooks:
                 "questions in the store: it cannot be paired question by question"
             )
 
-    def _same_settings(self, earlier: Run) -> None:
+    def _same_settings(self, earlier: StoredRun) -> None:
         """δ, α, the looks and the baseline are fixed for the life of a run: choosing them after
         seeing its committed questions would void the error guarantees."""
         if not (committed := self.store.n_committed(earlier.id)):
             return
-        was, g = config_of(earlier).gate, self.gate
+        was, g = earlier.config.gate, self.gate
         if was is None or not was.sequential:
             why = "without the sequential gate"
         elif (was.margin, was.alpha, was.looks, was.baseline) != (g.margin, g.alpha, g.looks, g.baseline):
@@ -95,7 +88,7 @@ class SequentialLooks:
                 f"with gate.margin={was.margin} gate.alpha={was.alpha} gate.looks={was.looks} "
                 f"gate.baseline={was.baseline}"
             )
-        elif (stop := early_stop_of(earlier)) is not None and stop.baseline_run_id != self.base.id:
+        elif (stop := earlier.early_stop) is not None and stop.baseline_run_id != self.base.id:
             why = (
                 f"against the baseline {stop.baseline_run_id[:12]} ({g.baseline} is now {self.base.id[:12]})"
             )
@@ -125,7 +118,8 @@ class SequentialLooks:
         self.result = decide(self.counts, self.gate.margin, self.gate.alpha)
         if self.result.decision == "continue" or number == self.count:
             return None  # at the last look every question is scored: the run finishes
-        assert self.candidate is not None
+        if self.candidate is None:
+            raise RuntimeError("a look was decided before `begin` (a bug: the pipeline begins first)")
         return EarlyStop(
             look=number,
             looks=self.count,
@@ -137,12 +131,18 @@ class SequentialLooks:
         )
 
 
+def _baseline(gate: GateConfig) -> str:
+    if gate.baseline is None:
+        raise ComparisonError("the sequential gate needs gate.baseline=RUN: the stored run to gate against")
+    return gate.baseline
+
+
 def headline(res: SequentialResult, gate: GateConfig, looks: int) -> str:
     delta = f"δ = {100 * gate.margin:.1f} pts"
     if res.decision == "pass":
         return f"non-inferiority shown at {delta} at look {res.look} of {looks}, no drop shown"
     if res.decision == "regression":
-        return f"a drop shown at look {res.look} of {looks}: Δ micro {_pts(res.delta)}"
+        return f"a drop shown at look {res.look} of {looks}: Δ micro {pts(res.delta)} pts"
     return f"neither non-inferiority at {delta} nor a drop shown after all {looks} looks"
 
 
@@ -158,7 +158,7 @@ def _verdict(res: SequentialResult, gate: GateConfig, looks: int, total: int) ->
     )
     reasons = (
         f"sequential gate: {when}; {res.lost} lost and {res.gained} gained",
-        f"anytime-valid {level:.0f}% interval of Δ micro [{_pts(res.lower)}, {_pts(res.upper)}] "
+        f"anytime-valid {level:.0f}% interval of Δ micro [{pts(res.lower)} pts, {pts(res.upper)} pts] "
         f"(each bound {100 * (1 - gate.alpha):.0f}% at every look; betting confidence sequence)",
         f"the tables below are fixed-sample statistics of the {res.n:,} questions used: descriptive only, "
         "the verdict is the sequential test's",
@@ -175,15 +175,17 @@ def execute(
     `evaluate(looks)` runs the evaluation in those looks and returns its run id (the entry point
     passes the pipeline's `run`: the gate never imports the evaluation)."""
     gate = cfg.gate
-    assert gate is not None
+    if gate is None:
+        raise ComparisonError("the sequential gate needs gate.sequential=true gate.baseline=RUN")
     store = open_store(cfg.tracking)
     try:
         looks = SequentialLooks(store, gate, cfg.tracking.mlflow_uri)
         run_id = evaluate(looks)
-        assert run_id is not None
-        assert looks.result is not None
+        if run_id is None or looks.result is None:
+            raise RuntimeError("the gated evaluation scored no look (a bug: an unsharded run has units)")
         cand = store.get(run_id)
-        assert cand is not None
+        if cand is None:
+            raise ComparisonError(f"the candidate run {run_id[:12]} was deleted from the store while gated")
         res, base = looks.result, looks.base
         if store.get(base.id) is None:
             raise ComparisonError(

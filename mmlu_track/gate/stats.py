@@ -19,6 +19,8 @@ The formulas are in `paired.py`; this module applies them to groups of questions
   sound: at least BOOTSTRAP_MIN_FLIPS changed answers and BOOTSTRAP_MIN_PER_SUBJECT questions in
   every subject (with no flips it collapses to a point).
 
+`pts` writes a Δ as the reports and verdicts show it: signed percentage points.
+
 `python -m mmlu_track.compare` is the command line (a shim into `gate.main`).
 """
 
@@ -34,12 +36,17 @@ from scipy import stats
 
 from mmlu_track import paired
 from mmlu_track.config import GateConfig
-from mmlu_track.eval.results import QuestionResult
-from mmlu_track.eval.subjects import CATEGORIES, category
+from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.subjects import CATEGORIES, category
 
 BOOTSTRAP_MIN_FLIPS = 20
 BOOTSTRAP_MIN_PER_SUBJECT = 10
 INTERVALS = "Tango score (micro, categories, subjects; macro at Kish's effective sample size)"
+
+
+def pts(x: float) -> str:
+    """A Δ (a fraction) as signed percentage points, without the unit: `-0.0123` is `-1.23`."""
+    return f"{100 * x:+.2f}"
 
 
 class ComparisonError(ValueError):
@@ -144,11 +151,6 @@ def deltas(groups: Sequence[tuple[str, np.ndarray, np.ndarray]], alpha: float) -
                   lost, gained, p_reg, p_imp)
         )  # fmt: skip
     return out
-
-
-def delta(name: str, x: np.ndarray, y: np.ndarray, alpha: float) -> Delta:
-    """Δ of one group (see `deltas`)."""
-    return deltas([(name, x, y)], alpha)[0]
 
 
 def _macro(subjects: Sequence[Delta], alpha: float) -> Delta:

@@ -1,5 +1,5 @@
-"""The store seam: a typed `RunRecord` -> the SQL store and MLflow (the only modules that talk to them).
+"""The store seam: typed run records -> the SQL store and MLflow (the only modules that talk to them).
 
-May import `config`, `paired` and `eval.results` / `eval.subjects` (the results' types; no torch);
-never `gate`, never `eval.pipeline`.
+May import the floor (`records`, `config`, `credentials`, `resources`); never `eval`, `gate` or
+`pipeline`. Readers above get `records.stored.StoredRun`, never an ORM row.
 """

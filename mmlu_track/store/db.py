@@ -103,6 +103,8 @@ def upgrade(engine: Engine, *, shared: bool = False) -> str:
     cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     head = ScriptDirectory.from_config(cfg).get_current_head()
+    if head is None:
+        raise StoreError(f"no schema migration found in {MIGRATIONS_DIR}: reinstall mmlu_track")
     with engine.connect() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
     known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
@@ -127,7 +129,6 @@ def upgrade(engine: Engine, *, shared: bool = False) -> str:
             if MigrationContext.configure(conn).get_current_revision() != head:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
-    assert head is not None
     return head
 
 

@@ -17,9 +17,8 @@ from pathlib import Path
 
 from mmlu_track.store.db import StoreError
 
-# A running process beats this often (a thread, `Heartbeat`); one silent for `DEAD_AFTER` counts as
-# dead wherever it ran (5 missed beats: a busy machine may delay a beat, never five).
-HEARTBEAT = timedelta(seconds=30)
+# A running process beats every `tracking.heartbeat_s` (30 s; a thread, `Heartbeat`); one silent for
+# `DEAD_AFTER` counts as dead wherever it ran (5 missed beats: a busy machine may delay a beat, never five).
 DEAD_AFTER = timedelta(seconds=150)
 
 

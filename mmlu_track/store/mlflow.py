@@ -14,6 +14,7 @@ server as MLflow's own client sends them, and no message carries the password.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -26,9 +27,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from mmlu_track.config import to_dict
 from mmlu_track.credentials import redact, redact_text
-from mmlu_track.eval.results import Accuracy, QuestionResult, write_jsonl
-from mmlu_track.store.record import EarlyStop, RunRecord, RunStart
+from mmlu_track.records.results import Accuracy, QuestionResult, write_jsonl
+from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 
 SWEEP_TAG = "mmlu_track.sweep"
 RUN_ID_TAG = "mmlu_track.run_id"
@@ -81,34 +83,32 @@ def metrics(record: RunRecord) -> dict[str, float]:
     return out
 
 
+def _flat(doc: dict[str, Any], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def params(start: RunStart) -> dict[str, str]:
-    cfg, model = start.config, start.model
+    """Every setting of the run and every field of what it loaded, by dotted name: a field added
+    to the settings (`config.py`), to `ModelInfo` or to `DataInfo` is a param with no edit here.
+    `model.*`/`data.*` are what was loaded (the resolved revision), over what was asked for."""
+    cfg = start.config
+    settings = {k: v for k, v in to_dict(cfg).items() if k not in ("tracking", "gate", "subjects")}
     out: dict[str, object] = {
-        "model.name": model.name,
-        "model.source": model.source,
-        "model.location": model.location,
-        "model.revision": model.revision,
-        "model.weights_sha256": model.weights_sha256,
-        "model.add_bos": model.add_bos,
-        "model.max_length": model.max_length,
-        "dtype": model.dtype,  # resolved: `auto` is recorded as what it ran in
+        **_flat(settings),
+        **_flat({"model": dataclasses.asdict(start.model), "data": dataclasses.asdict(start.data)}),
+        "dtype": start.model.dtype,  # resolved: `auto` is recorded as what it ran in
         "scoring": cfg.scoring.method,
-        "scoring.calibration": cfg.scoring.calibration,
-        "scoring.max_new_tokens": cfg.scoring.max_new_tokens,
-        "formulation": cfg.formulation,
-        "k": cfg.k,
-        "shot_selection": cfg.shot_selection,
-        "seed": cfg.seed,
-        "limit": cfg.limit,
         "subjects": "all" if len(cfg.subjects) == 57 else ",".join(cfg.subjects),
-        "batch_size": cfg.batch_size,
-        "batch_tokens": cfg.batch_tokens,
-        "data.source": start.data.source,
-        "data.fingerprint": start.data.fingerprint,
-        "data.n_questions": start.data.n_questions,
         "prompt.template_hash": start.template_hash,
+        **{f"version.{k}": v for k, v in start.versions.items()},
     }
-    out.update({f"version.{k}": v for k, v in start.versions.items()})
+    out.pop("scoring.method")
     # An unset value (no revision for a local model, no limit) is left out, not logged as "None".
     return {k: str(v)[:6000] for k, v in out.items() if v is not None}
 

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from mmlu_track.credentials import is_redacted, redact, refill, strip_userinfo
-from mmlu_track.eval.results import QuestionResult
+from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.run import RunRecord
 from mmlu_track.store.mlflow import LiveRun, MlflowUnavailable, Warn, resolved_uri
-from mmlu_track.store.record import RunRecord
 
 if TYPE_CHECKING:
     from mmlu_track.store.sql import SqlStore
@@ -67,9 +67,8 @@ def log_run(
     errors: list[str] = []
     live = LiveRun(uri, experiment, errors.append, then="")
     live.open(record.run_id, record.start, existing)
-    if not live.finish(record, results):
+    if not live.finish(record, results) or live.id is None:  # finished: opened, so with an id
         raise MlflowUnavailable(errors[0] if errors else "logging to MLflow failed")
-    assert live.id is not None
     return live.id
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from mmlu_track.eval.results import Scores
-from mmlu_track.eval.subjects import CATEGORIES, category
+from mmlu_track.records.results import Scores
+from mmlu_track.records.subjects import CATEGORIES, category
 
 
 def subject_order(subjects: Iterable[str]) -> list[str]:

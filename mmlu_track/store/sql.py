@@ -9,25 +9,26 @@ one of them finalizes it (`claim_finalization`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from mmlu_track.config import TrackingConfig
+from mmlu_track.config import TrackingConfig, to_dict
 from mmlu_track.credentials import redact
-from mmlu_track.eval.results import QuestionResult
+from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
+from mmlu_track.records.stored import ComparisonEntry, StoredRun
 from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
 from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.record import EarlyStop, Protocol, RunRecord
 
 UNFINISHED = ("running", "failed", "finalizing", "stopped")  # resumable
 ACTIVE = ("running", "finalizing")  # a process should be at work on it: alive or dead
@@ -46,26 +47,6 @@ class Shard:
 
     def __str__(self) -> str:
         return f"shard {self.index} of {self.count}"
-
-
-@dataclass(frozen=True)
-class RunMeta:
-    """What identifies a run before it has results."""
-
-    identity: str
-    model_name: str
-    model_revision: str | None
-    scoring: str
-    formulation: str
-    k: int
-    data_fingerprint: str
-    template_hash: str
-    git_commit: str | None
-    config: dict[str, Any]
-    n_questions: int
-    output_dir: str | None
-    sweep: str | None
-    protocol: Protocol | None = None  # None only in tests of the store alone
 
 
 def _now() -> datetime:
@@ -92,19 +73,30 @@ def _from_row(row: QuestionRow) -> QuestionResult:
     )  # fmt: skip
 
 
-def new_run(meta: RunMeta) -> Run:
-    """The row of a new run with these settings (not added to any session)."""
-    now = _now()
+def new_run(start: RunStart, identity: str, output_dir: str | None) -> Run:
+    """The row of a new run (not added to any session): its columns, the one mapping from a run's
+    typed start to the SQL store (a new column is a field here, in `orm.Run` and a migration)."""
+    now, cfg = _now(), start.config
     return Run(
-        id=uuid.uuid4().hex, identity=meta.identity, status="running",
-        model_name=meta.model_name, model_revision=meta.model_revision, scoring=meta.scoring,
-        formulation=meta.formulation, k=meta.k, data_fingerprint=meta.data_fingerprint,
-        template_hash=meta.template_hash, git_commit=meta.git_commit,
-        config_json=json.dumps(meta.config), n_questions=meta.n_questions,
-        output_dir=meta.output_dir, sweep=meta.sweep, created_at=now,
-        owner=str(current_owner()), heartbeat_at=now,
-        protocol_json=json.dumps(meta.protocol.to_json()) if meta.protocol else None,
+        id=uuid.uuid4().hex, identity=identity, status="running",
+        model_name=start.model.name, model_revision=start.model.revision or start.model.weights_sha256,
+        scoring=cfg.scoring.method, formulation=cfg.formulation, k=cfg.k,
+        data_fingerprint=start.data.fingerprint, template_hash=start.template_hash,
+        git_commit=start.git_commit, config_json=json.dumps(to_dict(cfg)),
+        n_questions=start.data.n_questions, output_dir=output_dir, sweep=start.sweep, created_at=now,
+        owner=str(current_owner()), heartbeat_at=now, protocol_json=json.dumps(start.protocol.to_json()),
     )  # fmt: skip
+
+
+def stored(row: Run) -> StoredRun:
+    """The typed record of a run row: what every reader above the store gets."""
+    return StoredRun(**{f.name: getattr(row, f.name) for f in dataclasses.fields(StoredRun)})
+
+
+def provisional(start: RunStart, identity: str) -> StoredRun:
+    """The run about to start, as a reader would see it (the sequential gate picks its baseline
+    before the candidate is recorded)."""
+    return stored(new_run(start, identity, None))
 
 
 class StoreVanished(StoreError):
@@ -170,7 +162,7 @@ class SqlStore:
         self.engine.dispose()
 
     def start_or_resume(
-        self, meta: RunMeta, shard: Shard = Shard()
+        self, start: RunStart, identity: str, shard: Shard = Shard(), output_dir: str | None = None
     ) -> tuple[str, dict[str, list[QuestionResult]]]:
         """The newest unfinished run with the same identity and its committed questions by subject,
         or a new run; this process takes `shard` of it.
@@ -184,48 +176,22 @@ class SqlStore:
         now = _now()
         with self._session(write=True) as s:
             if self.engine.dialect.name == "postgresql":  # no row to lock yet when the run is new
-                s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": int(meta.identity[:15], 16)})
+                s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": int(identity[:15], 16)})
             run = s.scalars(
                 select(Run)
-                .where(Run.identity == meta.identity, Run.status.in_(UNFINISHED))
+                .where(Run.identity == identity, Run.status.in_(UNFINISHED))
                 .order_by(Run.created_at.desc())
                 .limit(1)
                 .with_for_update()
             ).first()
             if run is None:
-                run = new_run(meta)
+                run = new_run(start, identity, output_dir)
                 s.add(run)
                 s.flush()
                 s.add(RunShard(run_id=run.id, shards=shard.count, shard=shard.index, status="running",
                                owner=str(current_owner()), heartbeat_at=now))  # fmt: skip
                 return run.id, {}
-            claim = s.get(RunShard, (run.id, shard.count, shard.index))
-            if claim is not None and claim.status == "running":
-                last = claim.heartbeat_at or run.created_at
-                if liveness(claim.owner, last, now, self.dead_after) is None:
-                    which = "" if shard.count == 1 else f" ({shard})"
-                    who = Owner.parse(claim.owner or "")
-                    raise RunInProgress(
-                        f"run {run.id}{which} with these settings is being evaluated by process "
-                        f"{who.short if who else claim.owner} (last beat {last:%Y-%m-%d %H:%M:%S} UTC): "
-                        "wait for it, or stop it and run the same command again to resume; "
-                        "tracking.resume=false starts a separate run"
-                    )
-            if (
-                run.status == "finalizing"
-                and liveness(run.owner, run.heartbeat_at, now, self.dead_after) is None
-            ):
-                who = Owner.parse(run.owner or "")
-                by = who.short if who else run.owner
-                raise RunInProgress(f"run {run.id} is being finalized by process {by}: wait for it")
-            if claim is None:
-                claim = RunShard(run_id=run.id, shards=shard.count, shard=shard.index)
-                s.add(claim)
-            claim.status, claim.owner, claim.heartbeat_at = "running", str(current_owner()), now
-            if run.status != "running":  # failed, or a finalizer that died: this process takes it on
-                run.status, run.owner, run.heartbeat_at = "running", str(current_owner()), now
-            if shard.count == 1:
-                run.output_dir = meta.output_dir
+            self._take_over(s, run, shard, output_dir, now)
             done: dict[str, list[QuestionResult]] = {}
             rows = s.scalars(
                 select(QuestionRow).where(QuestionRow.run_id == run.id).order_by(QuestionRow.question_index)
@@ -234,10 +200,41 @@ class SqlStore:
                 done.setdefault(row.subject, []).append(_from_row(row))
             return run.id, done
 
+    def _take_over(self, s: Session, run: Run, shard: Shard, output_dir: str | None, now: datetime) -> None:
+        """Claim `shard` of an unfinished `run` for this process (`start_or_resume`'s transaction);
+        `RunInProgress` while a live process holds the shard or finalizes the run."""
+        claim = s.get(RunShard, (run.id, shard.count, shard.index))
+        if claim is not None and claim.status == "running":
+            last = claim.heartbeat_at or run.created_at
+            if liveness(claim.owner, last, now, self.dead_after) is None:
+                which = "" if shard.count == 1 else f" ({shard})"
+                who = Owner.parse(claim.owner or "")
+                raise RunInProgress(
+                    f"run {run.id}{which} with these settings is being evaluated by process "
+                    f"{who.short if who else claim.owner} (last beat {last:%Y-%m-%d %H:%M:%S} UTC): "
+                    "wait for it, or stop it and run the same command again to resume; "
+                    "tracking.resume=false starts a separate run"
+                )
+        if run.status == "finalizing" and liveness(run.owner, run.heartbeat_at, now, self.dead_after) is None:
+            who = Owner.parse(run.owner or "")
+            by = who.short if who else run.owner
+            raise RunInProgress(f"run {run.id} is being finalized by process {by}: wait for it")
+        if claim is None:
+            claim = RunShard(run_id=run.id, shards=shard.count, shard=shard.index)
+            s.add(claim)
+        claim.status, claim.owner, claim.heartbeat_at = "running", str(current_owner()), now
+        if run.status != "running":  # failed, or a finalizer that died: this process takes it on
+            run.status, run.owner, run.heartbeat_at = "running", str(current_owner()), now
+        if shard.count == 1:
+            run.output_dir = output_dir
+
     def save_unit(self, run_id: str, results: Sequence[QuestionResult], shard: Shard = Shard()) -> None:
         """Commit one unit (questions of one subject) in one transaction, replacing any earlier try."""
         subject = results[0].subject
-        assert all(r.subject == subject for r in results), "a unit holds one subject's questions"
+        if any(r.subject != subject for r in results):
+            raise StoreError(
+                f"a unit holds one subject's questions, got {sorted({r.subject for r in results})}"
+            )
         now = _now()
         with self._session(write=True) as s:
             s.execute(
@@ -261,7 +258,7 @@ class SqlStore:
             s.execute(update(RunShard).where(*mine, RunShard.owner == me).values(heartbeat_at=now))
             s.execute(update(Run).where(Run.id == run_id, Run.owner == me).values(heartbeat_at=now))
 
-    def dead(self, run: Run) -> str | None:
+    def dead(self, run: StoredRun) -> str | None:
         """Why a run that should be at work (running, finalizing) is not: every process on it is
         dead (see `liveness`); None when one is alive, or the run is in another state."""
         if run.status not in ACTIVE:
@@ -278,11 +275,12 @@ class SqlStore:
         reasons = [liveness(c.owner, c.heartbeat_at, now, self.dead_after) for c in claims]
         return None if None in reasons else "; ".join(r for r in reasons if r)
 
-    def unfinished(self, identity: str) -> Run | None:
+    def unfinished(self, identity: str) -> StoredRun | None:
         """The run a process with this identity would resume, if any."""
         with self._session() as s:
             query = select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED))
-            return s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
+            row = s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
+            return stored(row) if row is not None else None
 
     def n_committed(self, run_id: str) -> int:
         with self._session() as s:
@@ -356,23 +354,23 @@ class SqlStore:
             run.mlflow_run_id = mlflow_run_id
             run.mlflow_synced_at = _now() if synced else None
 
-    def runs(self, limit: int = 50, unsynced: bool = False) -> list[Run]:
+    def runs(self, limit: int = 50, unsynced: bool = False) -> list[StoredRun]:
         query = select(Run).order_by(Run.created_at.desc()).limit(limit)
         if unsynced:
             query = query.where(Run.status == "finished", Run.mlflow_synced_at.is_(None))
         with self._session() as s:
-            return list(s.scalars(query))
+            return [stored(r) for r in s.scalars(query)]
 
-    def find(self, ref: str) -> list[Run]:
+    def find(self, ref: str) -> list[StoredRun]:
         """Runs that `ref` names: its id, its MLflow run id, or every run whose id starts with it."""
         with self._session() as s:
             run = s.get(Run, ref) or s.scalars(select(Run).where(Run.mlflow_run_id == ref)).first()
             if run is not None:
-                return [run]
+                return [stored(run)]
             query = select(Run).where(Run.id.startswith(ref, autoescape=True)).order_by(Run.created_at.desc())
-            return list(s.scalars(query.limit(20)))
+            return [stored(r) for r in s.scalars(query.limit(20))]
 
-    def get(self, run_id: str) -> Run | None:
+    def get(self, run_id: str) -> StoredRun | None:
         """A run by id, by a unique prefix of it, or by its MLflow run id."""
         found = self.find(run_id)
         return found[0] if len(found) == 1 else None
@@ -386,15 +384,15 @@ class SqlStore:
             )
             return [_from_row(r) for r in rows]
 
-    def finished_runs(self, model_name: str) -> list[Run]:
+    def finished_runs(self, model_name: str) -> list[StoredRun]:
         """A model's finished runs, newest first (the gate picks a comparable one among them)."""
         query = select(Run).where(Run.model_name == model_name, Run.status == "finished")
         with self._session() as s:
-            return list(s.scalars(query.order_by(Run.created_at.desc())))
+            return [stored(r) for r in s.scalars(query.order_by(Run.created_at.desc()))]
 
-    def save_comparison(self, row: ComparisonRow) -> None:
+    def save_comparison(self, entry: ComparisonEntry) -> None:
         with self._session(write=True) as s:
-            s.add(row)
+            s.add(ComparisonRow(**dataclasses.asdict(entry)))
 
     def set_comparison_mlflow(self, comparison_id: str, mlflow_run_id: str) -> None:
         with self._session(write=True) as s:

@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mmlu_track.eval.data import LETTERS
-from mmlu_track.eval.subjects import CATEGORIES, SUBCATEGORY, category
+from mmlu_track.records.subjects import CATEGORIES, LETTERS, SUBCATEGORY, category
 
 
 @dataclass(frozen=True)
@@ -147,11 +146,6 @@ def write_jsonl(path: Path, results: Iterable[QuestionResult]) -> None:
     with path.open("w", encoding="utf-8") as f:
         for r in results:
             f.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
-
-
-def read_jsonl(path: Path) -> list[QuestionResult]:
-    with path.open(encoding="utf-8") as f:
-        return [QuestionResult.from_json(json.loads(line)) for line in f if line.strip()]
 
 
 def macro_interval(scores: Scores, alpha: float = 0.05) -> tuple[float, float]:

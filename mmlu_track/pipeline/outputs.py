@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC
@@ -16,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import EvalConfig
-from mmlu_track.eval.results import QuestionResult
-from mmlu_track.store.record import RunRecord, RunStart
+from mmlu_track.console import warn
+from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.run import RunRecord, RunStart
+from mmlu_track.store.db import StoreError
 from mmlu_track.store.sql import SqlStore
 
 if TYPE_CHECKING:
@@ -26,10 +27,6 @@ if TYPE_CHECKING:
 RESULTS_FILE = "results.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 EARLY_STOP_FILE = "early_stop.json"  # a run the sequential gate stopped: why, and what it used
-
-
-def warn(message: str) -> None:
-    print(f"mmlu_track: warning: {message}", file=sys.stderr)
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:
@@ -81,11 +78,11 @@ def open_mlflow(cfg: EvalConfig, store: SqlStore, run_id: str, start: RunStart) 
 
     live = LiveRun(cfg.tracking.mlflow_uri, cfg.tracking.experiment, warn)
     stored = store.get(run_id)
-    assert stored is not None
+    if stored is None:
+        raise StoreError(f"run {run_id} was deleted from {store.url} while this process evaluated it")
     started = stored.created_at.replace(tzinfo=UTC)  # a sharded run's MLflow run opens at its end
-    if live.open(run_id, start, stored.mlflow_run_id, started=started):
-        assert live.id is not None
-        store.set_mlflow_run(run_id, live.id, synced=False)
+    if mlflow_id := live.open(run_id, start, stored.mlflow_run_id, started=started):
+        store.set_mlflow_run(run_id, mlflow_id, synced=False)
     return live
 
 
@@ -100,10 +97,10 @@ def finish_mlflow(
     back), else a warning naming the `runs sync` command. The SQL run is finished either way."""
     if live is None:
         return None
-    if live.finish(record, results):
-        assert live.id is not None
-        store.set_mlflow_run(record.run_id, live.id, synced=True)
-        return live.id
+    # `finish` is True only for a run it opened: one with an id.
+    if live.finish(record, results) and (mlflow_id := live.id) is not None:
+        store.set_mlflow_run(record.run_id, mlflow_id, synced=True)
+        return mlflow_id
     from mmlu_track.store.mlflow_sync import sync
 
     t = cfg.tracking

@@ -25,18 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mmlu_track.config import EvalConfig, to_dict
+from mmlu_track.config import EvalConfig
 from mmlu_track.eval import models, prompts, provenance
-from mmlu_track.eval.outputs import (
-    EARLY_STOP_FILE,
-    PREDICTIONS_FILE,
-    RESULTS_FILE,
-    finish_mlflow,
-    open_mlflow,
-    own_folder,
-    sigterm_as_exit,
-    write_json,
-)
 from mmlu_track.eval.plan import (
     TruncationError,
     Unit,
@@ -48,11 +38,21 @@ from mmlu_track.eval.plan import (
     units,
 )
 from mmlu_track.eval.plan import looks as plan_looks
-from mmlu_track.eval.results import QuestionResult, Scores, aggregate, table, write_jsonl
-from mmlu_track.eval.score_units import Counts, Looks, Prepared, acc, score, score_looks
+from mmlu_track.pipeline.outputs import (
+    EARLY_STOP_FILE,
+    PREDICTIONS_FILE,
+    RESULTS_FILE,
+    finish_mlflow,
+    open_mlflow,
+    own_folder,
+    sigterm_as_exit,
+    write_json,
+)
+from mmlu_track.pipeline.score_units import Counts, Looks, Prepared, acc, score, score_looks
+from mmlu_track.records.results import QuestionResult, Scores, aggregate, table, write_jsonl
+from mmlu_track.records.run import DataInfo, EarlyStop, HostInfo, RunRecord, RunStart, Timing
 from mmlu_track.store.liveness import Heartbeat
-from mmlu_track.store.record import DataInfo, EarlyStop, HostInfo, RunRecord, RunStart, Timing
-from mmlu_track.store.sql import RunMeta, Shard, SqlStore, StoreVanished, open_store
+from mmlu_track.store.sql import Shard, SqlStore, StoreVanished, open_store, provisional
 
 if TYPE_CHECKING:
     from mmlu_track.store.mlflow import LiveRun
@@ -133,27 +133,6 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
     return Prepared(lm, the_plan, rendered, start, ident, t1 - t0, t2 - t1)
 
 
-def _meta(prep: Prepared, output_dir: Path) -> RunMeta:
-    """The SQL store's columns of the run, to find it again (resume) and to select it (the gate)."""
-    start, cfg = prep.start, prep.start.config
-    return RunMeta(
-        identity=prep.identity,
-        model_name=start.model.name,
-        model_revision=start.model.revision or start.model.weights_sha256,
-        scoring=cfg.scoring.method,
-        formulation=cfg.formulation,
-        k=cfg.k,
-        data_fingerprint=start.data.fingerprint,
-        template_hash=start.template_hash,
-        git_commit=start.git_commit,
-        config=to_dict(cfg),
-        n_questions=start.data.n_questions,
-        output_dir=str(output_dir),
-        sweep=start.sweep,
-        protocol=start.protocol,
-    )
-
-
 def _all_results(prep: Prepared, store: SqlStore, run_id: str) -> list[QuestionResult]:
     """Every committed question of the run, in plan order (the finalizing shard's view)."""
     by_key = {(r.subject, r.index): r for r in store.question_results(run_id)}
@@ -201,13 +180,13 @@ def _run(
     all_units = [u for look in in_looks for u in look] if looks is not None else units(cfg, prep.rendered)
     mine = assign(all_units, cfg.shards)[cfg.shard]
     if looks is not None:
-        looks.begin(_meta(prep, output_dir))
+        looks.begin(provisional(prep.start, prep.identity))
     if not mine:
         # More shards than units: this one has nothing to score. It claims no run, so starting late
         # (after the others finalized) never opens a second, empty run.
         echo(f"{shard} has no unit to score (this run has {len(all_units)} units): nothing to do")
         return RunOutput(None, [], None, None, output_dir, None)
-    run_id, done = store.start_or_resume(_meta(prep, output_dir), shard)
+    run_id, done = store.start_or_resume(prep.start, prep.identity, shard, str(output_dir))
     with Heartbeat(lambda: store.beat(run_id, shard), cfg.tracking.heartbeat_s):
         return _claimed(
             cfg, output_dir, store, prep, run_id, done=done, all_units=all_units, mine=mine,
@@ -232,8 +211,6 @@ def _claimed(
     looks: Looks | None,
 ) -> RunOutput:
     """Score this process's units of the claimed run, then finalize it if this process is the last."""
-    from mmlu_track.store.db import StoreError
-
     start, shard = prep.start, Shard(cfg.shard, cfg.shards)
     sharded = f" ({shard})" if cfg.shards > 1 else ""
     if done:
@@ -259,18 +236,7 @@ def _claimed(
                 name=start.name,
             )  # fmt: skip
     except BaseException as err:
-        with contextlib.suppress(StoreError):  # the database itself may be what failed
-            store.end_shard(run_id, shard, "failed")
-            if cfg.shards == 1:
-                store.mark(run_id, "failed")  # still resumable: its committed questions are kept
-        if live is not None:
-            live.end("KILLED" if isinstance(err, KeyboardInterrupt | SystemExit) else "FAILED")
-        if isinstance(err, StoreVanished):
-            raise _vanished(err, held, output_dir, run_id) from err
-        if isinstance(err, StoreError):
-            raise StoreError(
-                f"{err}; the questions committed so far are kept: run the same command to resume"
-            ) from err
+        _failed(err, cfg, store, run_id, live=live, held=held, output_dir=output_dir)
         raise
     try:
         return _finalize(
@@ -279,6 +245,34 @@ def _claimed(
         )  # fmt: skip
     except StoreVanished as err:
         raise _vanished(err, held, output_dir, run_id) from err
+
+
+def _failed(
+    err: BaseException,
+    cfg: EvalConfig,
+    store: SqlStore,
+    run_id: str,
+    *,
+    live: LiveRun | None,
+    held: dict[Unit, list[QuestionResult]],
+    output_dir: Path,
+) -> None:
+    """Scoring failed with `err`: mark the shard (and an unsharded run) failed and end the MLflow
+    run; raise the store's failures as one line that says how to go on (the caller re-raises the rest)."""
+    from mmlu_track.store.db import StoreError
+
+    with contextlib.suppress(StoreError):  # the database itself may be what failed
+        store.end_shard(run_id, Shard(cfg.shard, cfg.shards), "failed")
+        if cfg.shards == 1:
+            store.mark(run_id, "failed")  # still resumable: its committed questions are kept
+    if live is not None:
+        live.end("KILLED" if isinstance(err, KeyboardInterrupt | SystemExit) else "FAILED")
+    if isinstance(err, StoreVanished):
+        raise _vanished(err, held, output_dir, run_id) from err
+    if isinstance(err, StoreError):
+        raise StoreError(
+            f"{err}; the questions committed so far are kept: run the same command to resume"
+        ) from err
 
 
 def _vanished(
@@ -329,9 +323,40 @@ def _finalize(
     if truncated := sum(r.truncated for r in results):
         echo(f"warning: {truncated} prompts were truncated to their last tokens (allow_truncation=true)")
     agg = aggregate(results)
-    record = RunRecord(
+    record = _record(prep, run_id, results, agg, truncated=truncated, counts=counts, done=done,
+                     started=started, scoring_started=scoring_started, finished=finished)  # fmt: skip
+    output_dir = own_folder(output_dir, run_id)
+    write_jsonl(output_dir / PREDICTIONS_FILE, results)
+    write_json(output_dir / RESULTS_FILE, record.to_json())
+    store.finish(record, str(output_dir))
+    echo(table(agg))
+    seconds = finished - scoring_started
+    echo(_summary(record, len(results), scored_now, seconds, sharded=cfg.shards > 1, output_dir=output_dir))
+    if live is None and cfg.tracking.mlflow:
+        live = open_mlflow(cfg, store, run_id, start)
+    mlflow_id = finish_mlflow(cfg, store, record, results, live)
+    if mlflow_id:
+        echo(f"MLflow run {mlflow_id} (experiment {cfg.tracking.experiment!r})")
+    return RunOutput(run_id, results, agg, record, output_dir, mlflow_id)
+
+
+def _record(
+    prep: Prepared,
+    run_id: str,
+    results: list[QuestionResult],
+    agg: Scores,
+    *,
+    truncated: int,
+    counts: Counts,
+    done: dict[str, list[QuestionResult]],
+    started: float,
+    scoring_started: float,
+    finished: float,
+) -> RunRecord:
+    """The finished run's record: `results` are all of its questions, `counts` this process's."""
+    return RunRecord(
         run_id=run_id,
-        start=start,
+        start=prep.start,
         shots_used=dict(Counter(r.shots_used for r in results)),
         truncated=truncated,
         multi_pass=counts.multi_pass,
@@ -340,31 +365,24 @@ def _finalize(
             data_s=round(prep.data_s, 3),
             model_load_s=round(prep.model_load_s, 3),
             scoring_s=round(finished - scoring_started, 3),
-            questions_per_s=round(scored_now / max(finished - scoring_started, 1e-9), 3),
+            questions_per_s=round(counts.scored / max(finished - scoring_started, 1e-9), 3),
             resumed_subjects=len({r.subject for rs in done.values() for r in rs}),
             tokens_forwarded=counts.forwarded,
             total_s=round(time.time() - started, 3),
         ),
         scores=agg,
     )
-    output_dir = own_folder(output_dir, run_id)
-    write_jsonl(output_dir / PREDICTIONS_FILE, results)
-    write_json(output_dir / RESULTS_FILE, record.to_json())
-    store.finish(record, str(output_dir))
-    echo(table(agg))
-    scored = (
-        f"{len(results)} questions" if len(results) == scored_now else f"{scored_now} questions scored now"
-    )
-    others = len(results) - scored_now
-    where = "resumed from the store" if cfg.shards == 1 else "committed before or by other shards"
-    echo(
-        f"{scored} in {finished - scoring_started:.1f} s ({record.timing.questions_per_s:.2f} q/s)"
+
+
+def _summary(
+    record: RunRecord, n_results: int, scored_now: int, seconds: float, *, sharded: bool, output_dir: Path
+) -> str:
+    """The finalizing process's last line: how many questions it scored, how fast, and where they are."""
+    scored = f"{n_results} questions" if n_results == scored_now else f"{scored_now} questions scored now"
+    others = n_results - scored_now
+    where = "committed before or by other shards" if sharded else "resumed from the store"
+    return (
+        f"{scored} in {seconds:.1f} s ({record.timing.questions_per_s:.2f} q/s)"
         f"{f', {others} {where}' if others else ''}; results in {output_dir}; "
-        f"run {run_id}"
+        f"run {record.run_id}"
     )
-    if live is None and cfg.tracking.mlflow:
-        live = open_mlflow(cfg, store, run_id, start)
-    mlflow_id = finish_mlflow(cfg, store, record, results, live)
-    if mlflow_id:
-        echo(f"MLflow run {mlflow_id} (experiment {cfg.tracking.experiment!r})")
-    return RunOutput(run_id, results, agg, record, output_dir, mlflow_id)

@@ -1,4 +1,4 @@
-"""The 57 MMLU subjects and the original paper's 17 subcategories and 4 categories.
+"""The 57 MMLU subjects, the original paper's 17 subcategories and 4 categories, and the answer letters.
 
 The mapping follows `categories.py` of the original repository (hendrycks/test), so category
 scores here are comparable with the paper's.
@@ -7,6 +7,8 @@ scores here are comparable with the paper's.
 from __future__ import annotations
 
 from types import MappingProxyType
+
+LETTERS = ("A", "B", "C", "D")  # the four choices, in the order the data lists them
 
 # subject -> subcategory (each subject has exactly one in the original mapping)
 _SUBCATEGORY: dict[str, str] = {
@@ -82,7 +84,6 @@ CATEGORY_OF_SUBCATEGORY: MappingProxyType[str, str] = MappingProxyType(
     {sub: cat for cat, subs in _CATEGORY_MEMBERS.items() for sub in subs}
 )
 CATEGORIES: tuple[str, ...] = tuple(_CATEGORY_MEMBERS)
-SUBCATEGORIES: tuple[str, ...] = tuple(sorted(CATEGORY_OF_SUBCATEGORY))
 
 
 def category(subject: str) -> str:

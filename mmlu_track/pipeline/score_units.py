@@ -20,10 +20,11 @@ import numpy as np
 from mmlu_track.config import EvalConfig
 from mmlu_track.eval import models, prompts
 from mmlu_track.eval.plan import Plan, Unit, pick
-from mmlu_track.eval.results import Accuracy, QuestionResult
 from mmlu_track.eval.scoring import SCORERS, Score, calibrate
-from mmlu_track.store.record import EarlyStop, RunStart
-from mmlu_track.store.sql import RunMeta, Shard, SqlStore
+from mmlu_track.records.results import Accuracy, QuestionResult
+from mmlu_track.records.run import EarlyStop, RunStart
+from mmlu_track.records.stored import StoredRun
+from mmlu_track.store.sql import Shard, SqlStore
 
 if TYPE_CHECKING:
     from mmlu_track.store.mlflow import LiveRun
@@ -36,8 +37,9 @@ class Looks(Protocol):
 
     count: int  # looks over the whole plan
 
-    def begin(self, candidate: RunMeta) -> None:
-        """Before anything is recorded; raises to refuse the run (e.g. not comparable)."""
+    def begin(self, candidate: StoredRun) -> None:
+        """Before anything is recorded (`candidate`: the run about to start); raises to refuse the
+        run (e.g. not comparable)."""
 
     def look(self, number: int, results: Sequence[QuestionResult]) -> EarlyStop | None:
         """Look `number` (1-based) is committed, with these results; an EarlyStop ends the run."""

@@ -17,8 +17,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.config import ConfigError, EvalConfig, eval_config_from_dict, to_dict
-from mmlu_track.eval.results import Scores
+from mmlu_track.config import EvalConfig, eval_config_from_dict, to_dict
+from mmlu_track.records.results import Scores
+from mmlu_track.typed import ConfigError
 
 SCHEMA_VERSION = 1
 

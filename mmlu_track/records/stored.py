@@ -1,0 +1,115 @@
+"""A run as the SQL store holds it, typed: what the gate and `runs` read (never the ORM row).
+
+`StoredRun` carries the columns of `runs` as values and its JSON columns (settings, record, early
+stop, protocol) parsed on first use; a column this version cannot read is a one-line
+`RecordError` naming the run. `store.sql` builds these; nothing above the store sees a row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+
+from mmlu_track.config import EvalConfig, eval_config_from_dict
+from mmlu_track.records.run import EarlyStop, Protocol, RecordError, RunRecord
+from mmlu_track.typed import ConfigError
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    id: str
+    identity: str
+    status: str  # running | finalizing | finished | failed | stopped (by the sequential gate)
+    model_name: str
+    model_revision: str | None  # the hub revision, else the local weights' sha256
+    scoring: str
+    formulation: str
+    k: int
+    data_fingerprint: str
+    template_hash: str
+    git_commit: str | None
+    n_questions: int
+    acc_micro: float | None
+    acc_macro: float | None
+    mlflow_run_id: str | None
+    mlflow_synced_at: datetime | None
+    output_dir: str | None
+    sweep: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    owner: str | None  # the process that claimed or finalizes it (`store.liveness.Owner`)
+    heartbeat_at: datetime | None
+    config_json: str
+    record_json: str | None
+    stop_json: str | None
+    protocol_json: str | None
+
+    @cached_property
+    def record(self) -> RunRecord | None:
+        """A finished run's typed record (None while it is unfinished)."""
+        if not self.record_json:
+            return None
+        try:
+            return RunRecord.from_json(json.loads(self.record_json))
+        except (ValueError, RecordError) as err:
+            raise RecordError(f"run {self.id}: {err}") from err
+
+    @cached_property
+    def early_stop(self) -> EarlyStop | None:
+        """Why the sequential gate stopped this run (kept after a later resume completes it)."""
+        if not self.stop_json:
+            return None
+        try:
+            return EarlyStop.from_json(json.loads(self.stop_json))
+        except (ValueError, RecordError) as err:
+            raise RecordError(f"run {self.id}: {err}") from err
+
+    @cached_property
+    def protocol(self) -> Protocol:
+        """What the run's answers are comparable on; for a run stored before `protocol_json`,
+        derived from its settings (the dev rows fingerprint from its record, when finished)."""
+        if self.protocol_json:
+            try:
+                return Protocol.from_json(json.loads(self.protocol_json))
+            except (ValueError, RecordError) as err:
+                raise RecordError(f"run {self.id}: {err}") from err
+        record = self.record
+        return Protocol.of(
+            self.config,
+            questions=self.data_fingerprint,
+            n_questions=self.n_questions,
+            dev_fingerprint=record.start.data.dev_fingerprint if record else None,
+            template_hash=self.template_hash,
+        )
+
+    @cached_property
+    def config(self) -> EvalConfig:
+        """The settings the run was started with."""
+        try:
+            return eval_config_from_dict(json.loads(self.config_json))
+        except (ValueError, ConfigError) as err:
+            raise RecordError(
+                f"run {self.id} was recorded with settings this version cannot read: {err}"
+            ) from err
+
+
+@dataclass(frozen=True)
+class ComparisonEntry:
+    """One comparison of two runs and its verdict, as the gate records it (`comparisons`)."""
+
+    id: str
+    baseline_run_id: str
+    candidate_run_id: str
+    mode: str  # gate | fewshot_gap | sequential
+    policy: str
+    verdict: str  # pass | regression | inconclusive | analysis
+    delta_micro: float
+    delta_macro: float
+    p_regression: float | None
+    p_noninferiority: float | None
+    margin: float
+    n_flagged: int
+    report_json: str
+    created_at: datetime
