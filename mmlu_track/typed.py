@@ -100,3 +100,14 @@ def from_mapping(
             continue
         kwargs[field.name] = _convert(mapping[field.name], hints[field.name], key, parsers)
     return cls(**kwargs)
+
+
+def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, object]:
+    """Nested mappings as one level of dotted keys: {"a": {"b": 1}} -> {"a.b": 1}."""
+    out: dict[str, object] = {}
+    for key, value in doc.items():
+        if isinstance(value, Mapping):
+            out |= flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

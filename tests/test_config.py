@@ -20,7 +20,7 @@ from mmlu_track.config import (
 )
 from mmlu_track.eval import data, models, prompts, scoring
 from mmlu_track.records.subjects import SUBJECTS
-from mmlu_track.typed import ConfigError
+from mmlu_track.typed import ConfigError, flatten
 
 from .conftest import CONF_DIR, compose_eval, compose_raw
 
@@ -196,16 +196,6 @@ def _defaults(cls: type) -> dict[str, object]:
     return out
 
 
-def _flat(doc: dict[str, object], prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in doc.items():
-        if isinstance(value, dict):
-            out |= _flat(value, f"{prefix}{key}.")
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def test_no_yaml_file_restates_a_default() -> None:
     """The defaults live once, in config.py: a YAML file says only what its choice changes."""
     import yaml
@@ -219,7 +209,7 @@ def test_no_yaml_file_restates_a_default() -> None:
         rel = path.relative_to(CONF_DIR)
         cls = {"eval.yaml": EvalConfig, "compare.yaml": CompareConfig}.get(str(rel)) or schema[rel.parts[0]]
         doc = yaml.safe_load(path.read_text()) or {}
-        given = _flat({k: v for k, v in doc.items() if k not in ("defaults", "hydra")})
+        given = flatten({k: v for k, v in doc.items() if k not in ("defaults", "hydra")})
         defaults = _defaults(cls)
         restated += [f"{rel}: {k}" for k, v in given.items() if k in defaults and defaults[k] == v]
     assert restated == []
@@ -229,7 +219,7 @@ def test_the_composed_config_has_every_field_at_its_default() -> None:
     """What eval.yaml composes to, with no option changing a knob, is config.py's defaults."""
     from mmlu_track.config import GateConfig
 
-    raw = _flat(compose_raw(["model=tiny"]))
+    raw = flatten(compose_raw(["model=tiny"]))
     for key, default in _defaults(EvalConfig).items():
         if key in ("subjects", "cache_dir", "tracking.db_url", "gate"):
             continue  # "all"; two read from the environment first; the gate group's (checked below)

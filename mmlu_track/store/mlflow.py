@@ -31,6 +31,7 @@ from mmlu_track.config import to_dict
 from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.results import Accuracy, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
+from mmlu_track.typed import flatten
 
 SWEEP_TAG = "mmlu_track.sweep"
 RUN_ID_TAG = "mmlu_track.run_id"
@@ -83,16 +84,6 @@ def metrics(record: RunRecord) -> dict[str, float]:
     return out
 
 
-def _flat(doc: dict[str, Any], prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in doc.items():
-        if isinstance(value, dict):
-            out |= _flat(value, f"{prefix}{key}.")
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def params(start: RunStart) -> dict[str, str]:
     """Every setting of the run and every field of what it loaded, by dotted name: a field added
     to the settings (`config.py`), to `ModelInfo` or to `DataInfo` is a param with no edit here.
@@ -100,8 +91,8 @@ def params(start: RunStart) -> dict[str, str]:
     cfg = start.config
     settings = {k: v for k, v in to_dict(cfg).items() if k not in ("tracking", "gate", "subjects")}
     out: dict[str, object] = {
-        **_flat(settings),
-        **_flat({"model": dataclasses.asdict(start.model), "data": dataclasses.asdict(start.data)}),
+        **flatten(settings),
+        **flatten({"model": dataclasses.asdict(start.model), "data": dataclasses.asdict(start.data)}),
         "dtype": start.model.dtype,  # resolved: `auto` is recorded as what it ran in
         "scoring": cfg.scoring.method,
         "subjects": "all" if len(cfg.subjects) == 57 else ",".join(cfg.subjects),
