@@ -45,8 +45,9 @@ def _node(cls: type[Any]) -> dict[str, Any]:
     from mmlu_track.records.subjects import SUBJECTS
 
     node: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
-        hint = typing.get_type_hints(cls)[field.name]
+        hint = hints[field.name]
         inner = (
             [a for a in typing.get_args(hint) if a is not type(None)]
             if isinstance(hint, types.UnionType)

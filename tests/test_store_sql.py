@@ -189,3 +189,27 @@ def test_two_identical_runs_started_together_never_share_a_run(tmp_path: Path) -
     outs = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
     assert outs.count("refused") == 2, outs
     assert len(SqlStore(url).runs()) == 1
+
+
+@pytest.mark.parametrize(
+    ("column", "text", "part"),
+    [
+        ("record_json", "[]", "record"),
+        ("stop_json", "{not json", "early_stop"),
+        ("protocol_json", "3", "protocol"),
+    ],
+)
+def test_an_unreadable_json_column_is_one_error_naming_the_run(
+    sqlite_url: str, column: str, text: str, part: str
+) -> None:
+    import dataclasses
+
+    from mmlu_track.records.run import RecordError
+
+    store = SqlStore(sqlite_url)
+    run_id, _ = store.start_or_resume(START, "unreadable")
+    stored = store.get(run_id)
+    assert stored is not None
+    damaged = dataclasses.replace(stored, **{column: text})
+    with pytest.raises(RecordError, match=rf"^run {run_id}: "):
+        getattr(damaged, part)

@@ -8,13 +8,17 @@ stop, protocol) parsed on first use; a column this version cannot read is a one-
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from typing import Any, TypeVar
 
 from mmlu_track.config import EvalConfig, eval_config_from_dict
 from mmlu_track.records.run import EarlyStop, Protocol, RecordError, RunRecord
 from mmlu_track.typed import ConfigError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,35 +50,32 @@ class StoredRun:
     stop_json: str | None
     protocol_json: str | None
 
+    def _read(self, column: str, text: str, reader: Callable[[dict[str, Any]], T]) -> T:
+        """A JSON column as its record; anything unreadable is one `RecordError` naming the run."""
+        try:
+            doc = json.loads(text)
+            if not isinstance(doc, dict):
+                raise RecordError(f"{column} is not a JSON object")
+            return reader(doc)
+        except (ValueError, RecordError) as err:  # RecordError is a ValueError: re-raised naming the run
+            raise RecordError(f"run {self.id}: {err}") from err
+
     @cached_property
     def record(self) -> RunRecord | None:
         """A finished run's typed record (None while it is unfinished)."""
-        if not self.record_json:
-            return None
-        try:
-            return RunRecord.from_json(json.loads(self.record_json))
-        except (ValueError, RecordError) as err:
-            raise RecordError(f"run {self.id}: {err}") from err
+        return self._read("record_json", self.record_json, RunRecord.from_json) if self.record_json else None
 
     @cached_property
     def early_stop(self) -> EarlyStop | None:
         """Why the sequential gate stopped this run (kept after a later resume completes it)."""
-        if not self.stop_json:
-            return None
-        try:
-            return EarlyStop.from_json(json.loads(self.stop_json))
-        except (ValueError, RecordError) as err:
-            raise RecordError(f"run {self.id}: {err}") from err
+        return self._read("stop_json", self.stop_json, EarlyStop.from_json) if self.stop_json else None
 
     @cached_property
     def protocol(self) -> Protocol:
         """What the run's answers are comparable on; for a run stored before `protocol_json`,
         derived from its settings (the dev rows fingerprint from its record, when finished)."""
         if self.protocol_json:
-            try:
-                return Protocol.from_json(json.loads(self.protocol_json))
-            except (ValueError, RecordError) as err:
-                raise RecordError(f"run {self.id}: {err}") from err
+            return self._read("protocol_json", self.protocol_json, Protocol.from_json)
         record = self.record
         return Protocol.of(
             self.config,
