@@ -59,54 +59,80 @@ _BISECTIONS = 60  # halves [-1, 1] below 1e-17: exact to float precision
 
 
 def _constrained_qb(b: Floats, c: Floats, n: Floats, d0: Floats) -> Floats:
-    """q̃_b: the MLE of P(lost) given P(gained) − P(lost) = d0 (Tango 1998, eq. 5)."""
+    """q̃_b: the MLE of P(lost) given P(gained) − P(lost) = d0 (Tango 1998, eq. 5). Float arrays of
+    one shape; the caller silences numpy's 0/0 warnings (only n = 0 divides by zero: q̃_b = 0)."""
     a2 = 2.0 * n
     bq = -b - c + (2.0 * n + b - c) * d0
     cq = -b * d0 * (1.0 - d0)
     root = np.sqrt(np.maximum(bq * bq - 4.0 * a2 * cq, 0.0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # The same root written two ways, each free of cancellation on its side of B = 0.
-        q = np.where(bq <= 0, (root - bq) / (2.0 * a2), (-2.0 * cq) / (bq + root))
-    return np.asarray(np.nan_to_num(q, nan=0.0), dtype=np.float64)
+    # The same root written two ways, each free of cancellation on its side of B = 0.
+    q = np.where(bq <= 0, (root - bq) / (2.0 * a2), (-2.0 * cq) / (bq + root))
+    return np.where(np.isfinite(q), q, 0.0)
+
+
+def _statistic(b: Floats, c: Floats, n: Floats, d0: Floats) -> Floats:
+    # T of float arrays of one shape, warnings silenced by the caller (the bisections call this
+    # thousands of times: no conversions, no error-state switches inside).
+    q = _constrained_qb(b, c, n, d0)
+    num = c - b - n * d0
+    var = np.maximum(n * (2.0 * q + d0 * (1.0 - d0)), 0.0)
+    t = np.where(var == 0, np.copysign(np.inf, num), num / np.sqrt(var))
+    return np.where(num == 0, 0.0, t)
+
+
+def _floats(*values: ArrayLike) -> list[Floats]:
+    return [np.asarray(v, dtype=np.float64) for v in np.broadcast_arrays(*(np.asarray(v) for v in values))]
 
 
 def tango_statistic(b: ArrayLike, c: ArrayLike, n: ArrayLike, delta0: ArrayLike) -> Floats:
     """T(Δ₀) of the module docstring, elementwise (±inf where the variance is 0, 0 where 0/0)."""
-    b_, c_, n_, d0 = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (b, c, n, delta0)))
-    q = _constrained_qb(b_, c_, n_, d0)
-    num = c_ - b_ - n_ * d0
-    var = np.maximum(n_ * (2.0 * q + d0 * (1.0 - d0)), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = num / np.sqrt(var)
-    t = np.where(var == 0, np.copysign(np.inf, num), t)
-    return np.asarray(np.where(num == 0, 0.0, t), dtype=np.float64)
+        return _statistic(*_floats(b, c, n, delta0))
+
+
+def _bisect(counts: tuple[Floats, Floats, Floats], lo: Floats, hi: Floats, target: Floats) -> Floats:
+    """The Δ₀ in [lo, hi] with T(Δ₀) = target for counts (b, c, n), elementwise."""
+    b, c, n = counts
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(_BISECTIONS):
+            mid = 0.5 * (lo + hi)
+            # T decreases in Δ₀: above the target the limit lies to the right of mid.
+            right = _statistic(b, c, n, mid) > target
+            lo = np.where(right, mid, lo)
+            hi = np.where(right, hi, mid)
+    return 0.5 * (lo + hi)
+
+
+def _limits(b: Floats, c: Floats, n: Floats, z: float, sides: tuple[str, ...]) -> list[Floats]:
+    # Lower and upper limits asked together are solved in one bisection over both stacked.
+    est = (c - b) / n
+    lo = np.concatenate([np.full_like(est, -1.0) if s == "lower" else est for s in sides])
+    hi = np.concatenate([est if s == "lower" else np.full_like(est, 1.0) for s in sides])
+    target = np.concatenate([np.full_like(est, z if s == "lower" else -z) for s in sides])
+    k = len(sides)
+    found = np.split(_bisect((np.tile(b, k), np.tile(c, k), np.tile(n, k)), lo, hi, target), k)
+    # All lost (or all gained): the observed Δ is the boundary itself.
+    return [
+        np.where(b == n, -1.0, f) if s == "lower" else np.where(c == n, 1.0, f)
+        for s, f in zip(sides, found, strict=True)
+    ]
 
 
 def tango_limit(b: ArrayLike, c: ArrayLike, n: ArrayLike, z: float, side: str) -> Floats:
     """The lower (T(L) = z) or upper (T(U) = −z) score limit, elementwise, by bisection."""
-    b_, c_, n_ = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (b, c, n)))
-    est = (c_ - b_) / n_
-    if side == "lower":
-        lo, hi, target, edge = np.full_like(est, -1.0), est.copy(), z, b_ == n_
-    elif side == "upper":
-        lo, hi, target, edge = est.copy(), np.full_like(est, 1.0), -z, c_ == n_
-    else:
+    if side not in ("lower", "upper"):
         raise ValueError(f"side must be lower or upper, not {side!r}")
-    for _ in range(_BISECTIONS):
-        mid = 0.5 * (lo + hi)
-        # T decreases in Δ₀: above the target the limit lies to the right of mid.
-        right = tango_statistic(b_, c_, n_, mid) > target
-        lo = np.where(right, mid, lo)
-        hi = np.where(right, hi, mid)
-    limit = 0.5 * (lo + hi)
-    # All lost (or all gained): the observed Δ is the boundary itself.
-    return np.asarray(np.where(edge, -1.0 if side == "lower" else 1.0, limit), dtype=np.float64)
+    b_, c_, n_ = _floats(b, c, n)
+    (limit,) = _limits(b_.ravel(), c_.ravel(), n_.ravel(), z, (side,))
+    return limit.reshape(b_.shape)
 
 
 def tango_interval(b: ArrayLike, c: ArrayLike, n: ArrayLike, alpha: float) -> tuple[Floats, Floats]:
     """Two-sided (1 − alpha) score interval for Δ."""
     z = float(stats.norm.ppf(1 - alpha / 2))
-    return tango_limit(b, c, n, z, "lower"), tango_limit(b, c, n, z, "upper")
+    b_, c_, n_ = _floats(b, c, n)
+    low, high = _limits(b_.ravel(), c_.ravel(), n_.ravel(), z, ("lower", "upper"))
+    return low.reshape(b_.shape), high.reshape(b_.shape)
 
 
 def _psi_grid(margin: float, points: int = 160) -> Floats:
@@ -195,7 +221,8 @@ def questions_needed(discordance: float, margin: float, alpha: float, power: flo
     if margin <= 0:
         raise ValueError("a margin of 0 cannot be shown when nothing changed")
     half = np.array([discordance / 2])
-    q = float(_constrained_qb(half, half, np.array([1.0]), np.array([-margin]))[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = float(_constrained_qb(half, half, np.array([1.0]), np.array([-margin]))[0])
     sigma0 = math.sqrt(max(2 * q - margin * (1 + margin), 0.0))
     sigma1 = math.sqrt(discordance)
     z_a, z_b = float(stats.norm.ppf(1 - alpha)), float(stats.norm.ppf(power))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -115,15 +113,6 @@ N_SUBJECTS, PER_SUBJECT = 57, 246  # 14,022 questions, about MMLU's 14,042
 FLIP = 0.06  # share of questions that flip between two runs of the same model (noise)
 
 
-@pytest.fixture(autouse=True)
-def _frozen_heap() -> Iterator[None]:
-    # statsmodels' multipletests runs gc.collect() on every call; with torch loaded in the test
-    # process that costs 0.5 s. Freezing the existing heap makes it cheap (behaviour unchanged).
-    gc.freeze()
-    yield
-    gc.unfreeze()
-
-
 def _simulate(
     rng: np.random.Generator, drop: float = 0.0, drop_subject: float = 0.0
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -150,6 +139,15 @@ def _gate(pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[str, int]:
     named = {SUBJECTS[i]: v for i, v in enumerate(pairs.values())}
     comp = compare(named, FAST)
     return decide(comp, GATE).status, sum(d.flagged for d in comp.subjects)
+
+
+def test_a_comparison_leaves_the_collector_as_it_found_it() -> None:
+    # compare() freezes the heap around statsmodels' gc.collect(): nothing may stay frozen.
+    import gc
+
+    before = gc.get_freeze_count()
+    _gate(_simulate(np.random.default_rng(1)))
+    assert gc.get_freeze_count() == before == 0
 
 
 def test_aa_false_regression_rate_is_at_most_alpha() -> None:

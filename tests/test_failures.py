@@ -240,14 +240,17 @@ def test_listing_runs_where_there_is_no_store_creates_none(tmp_path: Path) -> No
     assert not missing.exists()
 
 
-def test_a_damaged_converted_model_names_the_folder_to_delete(tmp_path: Path, cli: Cli) -> None:
+def test_a_damaged_converted_model_names_the_folder_to_delete(
+    tmp_path: Path, cli: Cli, cache_dir: Path
+) -> None:
     from mmlu_track.config import ModelConfig
     from mmlu_track.eval import models
 
     package, filename = models.PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
     key_dir, gguf, _ = models._gguf_cache(gguf_cfg, tmp_path / "cache")
-    models._converted_tokenizer(key_dir, gguf)
+    shared, _, _ = models._gguf_cache(gguf_cfg, cache_dir)
+    shutil.copytree(models._converted_tokenizer(shared, gguf), key_dir / "tokenizer")  # a good tokenizer
     (key_dir / "model").mkdir()
     (key_dir / "model" / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (key_dir / "model" / "model.safetensors").write_bytes(b"\0" * 100)  # a copy cut short
@@ -258,6 +261,33 @@ def test_a_damaged_converted_model_names_the_folder_to_delete(tmp_path: Path, cl
     assert f"the converted copy of {filename} in {key_dir} cannot be read" in line
     assert "delete that folder and run again" in line
     assert "Traceback" not in got.err
+
+
+def test_conversions_started_together_convert_once(tmp_path: Path) -> None:
+    """Two converters of one copy at once (flock conflicts between open files, threads included):
+    the second waits and takes the first's copy instead of converting again."""
+    import threading
+
+    from mmlu_track.eval import models
+
+    calls: list[int] = []
+
+    def build(folder: Path) -> None:
+        calls.append(1)
+        time.sleep(0.3)  # long enough that the second converter arrives while this one works
+        (folder / "done").write_text("ok")
+
+    out = tmp_path / "key" / "model"
+    got: list[Path] = []
+    workers = [threading.Thread(target=lambda: got.append(models._convert_once(out, "done", build)))
+               for _ in range(2)]  # fmt: skip
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert calls == [1]
+    assert got == [out, out]
+    assert (out / "done").read_text() == "ok"
 
 
 def test_truncated_runs_are_named_in_the_comparison(tmp_path: Path, cli: Cli) -> None:

@@ -9,18 +9,18 @@ about 90 MB here and fail.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-# The child's peak RSS, as seen by its parent, in a process of its own so one run can't hide another.
-WRAP = (
-    "import resource, subprocess, sys\n"
-    "cmd = [sys.executable, '-m', 'mmlu_track', *sys.argv[1:]]\n"
-    "r = subprocess.run(cmd, capture_output=True, text=True)\n"
-    "sys.stderr.write(r.stderr[-2000:])\n"
-    "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-    "sys.exit(r.returncode)\n"
+from . import warm
+
+# The run's own peak RSS, printed as it ends, in a process of its own so one run can't hide another.
+# Forked warm, both runs start from the same preloaded heap: the difference is what the run added.
+PEAK = (
+    "import resource, runpy\n"
+    "try:\n"
+    "    runpy.run_module('mmlu_track', run_name='__main__', alter_sys=True)\n"
+    "finally:\n"
+    "    print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)\n"
 )
 SUBJECTS = "[anatomy,astronomy,marketing,nutrition,sociology,virology,world_religions,prehistory]"
 
@@ -28,15 +28,7 @@ SUBJECTS = "[anatomy,astronomy,marketing,nutrition,sociology,virology,world_reli
 def _peak_mb(limit: int, tmp: Path) -> float:
     args = ["model=tiny", "device=cpu", "tracking=sql_only", "k=2", f"subjects={SUBJECTS}", f"limit={limit}",
             f"tracking.db_url=sqlite:///{tmp / 'runs.db'}", f"hydra.run.dir={tmp / str(limit)}"]  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-c", WRAP, *args],
-        cwd=tmp,
-        env={**os.environ, "HYDRA_FULL_ERROR": ""},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = warm.run(["-c", PEAK, *args], cwd=tmp, env={**os.environ, "HYDRA_FULL_ERROR": ""}, timeout=600)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("PEAK_KB"))
     return int(line.split()[1]) / 1024

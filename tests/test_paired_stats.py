@@ -3,7 +3,6 @@ characteristics at every sample size (the fast half of benchmarks/gate_simulatio
 
 from __future__ import annotations
 
-import gc
 import math
 import sys
 from pathlib import Path
@@ -150,7 +149,6 @@ def test_level_coverage_and_power_at_every_sample_size(n: int) -> None:
 
 def test_the_gate_pipeline_matches_the_formula_by_monte_carlo() -> None:
     """Per-question simulation through `compare()` agrees with the exact rate within Monte Carlo error."""
-    gc.freeze()  # statsmodels' multipletests runs gc.collect() per call: slow with torch loaded
     rng = np.random.default_rng(5)
     n, psi, margin, sims = 200, 0.20, 0.01, 300
     shown = 0
@@ -168,5 +166,4 @@ def test_the_gate_pipeline_matches_the_formula_by_monte_carlo() -> None:
     exact = float(
         np.sum(w * (paired.tango_statistic(b, c, n, -margin) >= paired.critical_value(n, margin, 0.05)))
     )
-    gc.unfreeze()
     assert abs(shown / sims - exact) <= 3 * math.sqrt(exact * (1 - exact) / sims) + 1e-9

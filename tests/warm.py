@@ -4,7 +4,7 @@ transformers, MLflow, Hydra and mmlu_track, so a test pays for what the process 
 
 Each is a real OS process (its own PID, signals, locks, open files, exit code): what the tests of
 signals, locks and concurrency need. Use `subprocess` instead where a cold interpreter is the point
-(the installed wheel, what an import pulls in, peak memory) or where another program starts it.
+(the installed wheel, what an import pulls in) or where another program starts it.
 `Popen(["-m", "mmlu_track", ...])` and `Popen(["-c", code])` mean what `python ARGS` means; the
 process's stdout and stderr go to files, read back by `communicate`. One server per test process
 (and so per xdist worker), started on first use.

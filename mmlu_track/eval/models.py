@@ -14,6 +14,8 @@ that carry their leading space (`" A"`); scorers find their ids by encoding `pro
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -150,6 +152,21 @@ def _atomic_dir(final: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _convert_once(out: Path, marker: str, build: Callable[[Path], None]) -> Path:
+    """`out`, built by `build` into a temporary folder unless it holds `marker` already. Processes
+    converting the same copy at once (the shards of a launch on a fresh cache) wait for the first
+    instead of each spending half a minute of CPU on the same conversion."""
+    if (out / marker).is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the process dies
+        if not (out / marker).is_file():
+            with _atomic_dir(out) as tmp:
+                build(tmp)
+    return out
+
+
 def _gguf_cache(cfg: ModelConfig, cache_dir: Path) -> tuple[Path, Path, str]:
     """(folder holding the GGUF, the GGUF path, its sha256)."""
     gguf_file = _required(cfg.gguf_file, "gguf_file", "gguf")
@@ -167,27 +184,35 @@ def _gguf_cache(cfg: ModelConfig, cache_dir: Path) -> tuple[Path, Path, str]:
 def _converted_tokenizer(key_dir: Path, gguf: Path) -> Path:
     from transformers import AutoTokenizer
 
-    out = key_dir / "tokenizer"
-    if not (out / "tokenizer_config.json").is_file():
-        with _atomic_dir(out) as tmp:
-            AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(tmp)
-    return out
+    def build(tmp: Path) -> None:
+        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(tmp)
+
+    return _convert_once(key_dir / "tokenizer", "tokenizer_config.json", build)
+
+
+@functools.lru_cache(maxsize=4)
+def _converted_tokenizer_loaded(folder: Path) -> Any:
+    """The tokenizer of a converted copy, loaded once per process: its folder is named by the GGUF's
+    hash, so the same path is the same tokenizer, and nothing here mutates one (a multirun sweep
+    in one process, or a sequential gate, loads the model many times; parsing costs 0.3 s each)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
 
 
 def _converted_model(key_dir: Path, gguf: Path) -> Path:
     from transformers import AutoModelForCausalLM
 
-    out = key_dir / "model"
-    if not (out / "config.json").is_file():
+    def build(tmp: Path) -> None:
         # save_pretrained refuses GGUF-loaded models: rebuild without quantization_config.
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         raw = loaded.config.to_dict()
         raw.pop("quantization_config", None)
         plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(raw))  # type: ignore[no-untyped-call]
         plain.load_state_dict(loaded.state_dict())
-        with _atomic_dir(out) as tmp:
-            plain.save_pretrained(tmp)
-    return out
+        plain.save_pretrained(tmp)
+
+    return _convert_once(key_dir / "model", "config.json", build)
 
 
 def converted_dirs(cfg: ModelConfig, cache_dir: str) -> tuple[Path, Path]:
@@ -200,12 +225,12 @@ def converted_dirs(cfg: ModelConfig, cache_dir: str) -> tuple[Path, Path]:
 def _load_gguf(
     cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype
 ) -> tuple[Any, Any, str, str | None, str | None]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     key_dir, gguf, sha = _gguf_cache(cfg, Path(run.cache_dir).expanduser())
     tok_dir, model_dir = _converted_tokenizer(key_dir, gguf), _converted_model(key_dir, gguf)
     try:  # only reading the cached copy: a failure here means the copy, not the GGUF, is bad
-        tok = AutoTokenizer.from_pretrained(str(tok_dir))
+        tok = _converted_tokenizer_loaded(tok_dir)
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
     except Exception as err:  # safetensors, JSON and OS errors alike: the cached copy is damaged
         raise ModelError(
@@ -248,12 +273,12 @@ def _load_hub(
 def _load_tiny(
     cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype
 ) -> tuple[Any, Any, str, str | None, str | None]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
     package, filename = PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="tokenizer", source="gguf", package=package, gguf_file=filename)
     key_dir, gguf, _ = _gguf_cache(gguf_cfg, Path(run.cache_dir).expanduser())
-    tok = AutoTokenizer.from_pretrained(str(_converted_tokenizer(key_dir, gguf)))
+    tok = _converted_tokenizer_loaded(_converted_tokenizer(key_dir, gguf))
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=cfg.tiny_hidden_size,

@@ -26,6 +26,7 @@ The formulas are in `paired.py`; this module applies them to groups of questions
 
 from __future__ import annotations
 
+import gc
 import math
 import warnings
 from collections.abc import Sequence
@@ -218,10 +219,22 @@ def _bootstrap(pairs: Pairs, settings: GateConfig) -> dict[str, tuple[float, flo
     return out
 
 
-def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
-    """All paired statistics for two runs; subjects flagged per `settings` (see module docs)."""
+def _adjusted(p_values: list[float], alpha: float, method: str) -> list[float]:
+    """Multiplicity-adjusted p-values (statsmodels' multipletests)."""
     from statsmodels.stats.multitest import multipletests
 
+    # Its Holm branch calls gc.collect() on every call: in a process holding torch and a model that
+    # is half a second per comparison (a sequential gate compares at every look). A frozen heap
+    # makes that collection cheap; unfreezing puts every object back where it was.
+    gc.freeze()
+    try:
+        return [float(p) for p in multipletests(p_values, alpha=alpha, method=method)[1]]
+    finally:
+        gc.unfreeze()
+
+
+def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
+    """All paired statistics for two runs; subjects flagged per `settings` (see module docs)."""
     if not pairs:
         raise ComparisonError("no paired questions to compare")
     a = settings.alpha
@@ -237,10 +250,8 @@ def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
     ]
     everything = deltas([*((s, x, y) for s, (x, y) in pairs.items()), *cats, ("micro", x_all, y_all)], a)
     subjects, categories, micro = everything[: len(pairs)], tuple(everything[len(pairs) : -1]), everything[-1]
-    adj_reg = multipletests([s.p_regression or 1.0 for s in subjects], alpha=a, method=settings.correction)[1]
-    adj_imp = multipletests([s.p_improvement or 1.0 for s in subjects], alpha=a, method=settings.correction)[
-        1
-    ]
+    adj_reg = _adjusted([s.p_regression or 1.0 for s in subjects], a, settings.correction)
+    adj_imp = _adjusted([s.p_improvement or 1.0 for s in subjects], a, settings.correction)
     subjects = [
         replace(
             s,
