@@ -267,7 +267,7 @@ def main() -> None:
         eval_cfg = _eval_config(cfg)
         from hydra.types import RunMode
 
-        from mmlu_track.eval.models import ModelError
+        from mmlu_track.eval.backend import ModelError
         from mmlu_track.pipeline.evaluate import TruncationError, run
         from mmlu_track.records.run import RecordError
         from mmlu_track.store.db import StoreError

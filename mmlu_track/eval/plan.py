@@ -20,12 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from mmlu_track.config import EvalConfig, identity_dict
-from mmlu_track.eval import models, prompts
+from mmlu_track.eval import prompts
+from mmlu_track.eval.backend import Backend
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
 from mmlu_track.records.run import ModelInfo, Protocol
 
 
-def fits_check(lm: models.LoadedModel, reserve: int) -> Callable[[str], bool]:
+def fits_check(lm: Backend, reserve: int) -> Callable[[str], bool]:
     limit = lm.info.max_length - reserve
 
     def fits(text: str) -> bool:
@@ -58,7 +59,7 @@ class TruncationError(ValueError):
 def render(
     cfg: EvalConfig,
     plan: Plan,
-    lm: models.LoadedModel,
+    lm: Backend,
     fits: Callable[[str], bool],
 ) -> dict[str, list[prompts.Prompt]]:
     """Every subject's prompts, shots dropped until each fits; refuse any that never fits."""

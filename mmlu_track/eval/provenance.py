@@ -36,12 +36,11 @@ PACKAGES = (
 
 
 def set_seeds(seed: int) -> dict[str, int]:
-    """Seed python, numpy and torch; return what was set, to be recorded with the run."""
-    import torch
-
+    """Seed python and numpy; return every seed of the run, to be recorded with it. torch is seeded
+    with the same seed by the in-process backend as it loads (`models.load`): a run with a served
+    model never imports torch."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
     return {"python": seed, "numpy": seed % 2**32, "torch": seed, "fewshot": seed, "subsample": seed}
 
 

@@ -30,7 +30,8 @@ import torch
 
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import prefix_cache
-from mmlu_track.eval.batching import Progress, Score, fit, left_pad, run_batches
+from mmlu_track.eval.backend import Progress, Score, calibrate
+from mmlu_track.eval.batching import fit, left_pad, run_batches
 from mmlu_track.eval.generate import parse_generation, score_generate
 from mmlu_track.eval.models import LoadedModel
 from mmlu_track.records.subjects import LETTERS
@@ -216,16 +217,3 @@ SCORERS: dict[str, Scorer] = {
     "logprob": score_logprob,
     "generate": score_generate,
 }
-
-
-def calibrate(logprobs: np.ndarray, method: str) -> np.ndarray:
-    """One subject's (n, 4) log-prob matrix as the argmax should see it.
-
-    `none`: unchanged. `mean`: each letter's mean log-prob over the subject's questions subtracted,
-    which removes a model's constant preference for some letters.
-    """
-    if method == "none":
-        return logprobs
-    if method == "mean":
-        return np.asarray(logprobs - logprobs.mean(axis=0, keepdims=True))
-    raise ValueError(f"unknown calibration {method!r}")

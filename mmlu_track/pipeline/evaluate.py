@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import EvalConfig
-from mmlu_track.eval import models, prompts, provenance
+from mmlu_track.eval import load, prompts, provenance
 from mmlu_track.eval.plan import (
     TruncationError,
     Unit,
@@ -105,7 +105,7 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
     seeds = provenance.set_seeds(cfg.seed)
     the_plan = plan(cfg)
     t1 = time.time()
-    lm = models.load(cfg)
+    lm = load.load(cfg)
     t2 = time.time()
     fits = fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
     rendered = render(cfg, the_plan, lm, fits)

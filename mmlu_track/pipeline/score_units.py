@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from mmlu_track.config import EvalConfig
-from mmlu_track.eval import models, prompts
+from mmlu_track.eval import prompts
+from mmlu_track.eval.backend import Backend, Score, calibrate
 from mmlu_track.eval.plan import Plan, Unit, pick
-from mmlu_track.eval.scoring import SCORERS, Score, calibrate
 from mmlu_track.records.results import Accuracy, QuestionResult
 from mmlu_track.records.run import EarlyStop, RunStart
 from mmlu_track.records.stored import StoredRun
@@ -75,7 +75,7 @@ def to_results(
 
 @dataclass(frozen=True)
 class Prepared:
-    lm: models.LoadedModel
+    lm: Backend
     plan: Plan
     rendered: dict[str, list[prompts.Prompt]]
     start: RunStart
@@ -119,7 +119,6 @@ def score(
     goes to the live MLflow run. `held` gets every unit this process holds results of."""
     from tqdm import tqdm
 
-    scorer = SCORERS[cfg.scoring.method]
     shard = Shard(cfg.shard, cfg.shards)
     total = sum(len(u.positions) for u in mine)
     with tqdm(total=total, desc=desc, unit="q", disable=not progress, file=sys.stderr) as bar:
@@ -134,8 +133,7 @@ def score(
             # Only the questions not yet committed (a look of the sequential gate commits a part).
             unit = whole if not found else pick(whole.subject, prep.rendered[whole.subject], tuple(missing))
             rendered = [prep.rendered[unit.subject][i] for i in unit.positions]
-            scores = scorer(
-                prep.lm,
+            scores = prep.lm.score(
                 [p.text for p in rendered],
                 cfg.scoring,
                 cfg.batch_size,

@@ -1,0 +1,46 @@
+"""The in-process transformers backend: a model loaded by `models.load`, scored by `SCORERS`.
+
+Everything that needs torch sits behind this module (batching by tokens, the prefix cache and
+two-part attention, the out-of-memory back-off); it satisfies `backend.Backend` and changes
+nothing in how prompts are scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mmlu_track.config import EvalConfig, ScoringConfig
+from mmlu_track.eval import models
+from mmlu_track.eval.backend import Progress, Score
+from mmlu_track.eval.scoring import SCORERS
+from mmlu_track.records.run import ModelInfo
+
+
+@dataclass(frozen=True)
+class InProcess:
+    lm: models.LoadedModel
+
+    @property
+    def info(self) -> ModelInfo:
+        return self.lm.info
+
+    def encode(self, text: str) -> list[int]:
+        return self.lm.encode(text)
+
+    def score(
+        self,
+        texts: Sequence[str],
+        cfg: ScoringConfig,
+        batch_size: int,
+        progress: Progress,
+        *,
+        prefixes: Sequence[str] | None = None,
+        max_tokens: int | None = None,
+    ) -> list[Score]:
+        scorer = SCORERS[cfg.method]
+        return scorer(self.lm, texts, cfg, batch_size, progress, prefixes=prefixes, max_tokens=max_tokens)
+
+
+def load(cfg: EvalConfig) -> InProcess:
+    return InProcess(models.load(cfg))

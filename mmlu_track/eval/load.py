@@ -1,0 +1,30 @@
+"""`BACKENDS`: a model's `source` -> the function that loads its backend (`backend.Backend`).
+
+Each loader imports its backend when called, so a run loads torch and transformers only for a
+model computed in-process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mmlu_track.config import EvalConfig
+from mmlu_track.eval.backend import Backend
+
+
+def _in_process(cfg: EvalConfig) -> Backend:
+    from mmlu_track.eval import in_process
+
+    return in_process.load(cfg)
+
+
+BACKENDS: dict[str, Callable[[EvalConfig], Backend]] = {
+    "hub": _in_process,  # a hub id or a local folder, loaded by transformers
+    "gguf": _in_process,  # a GGUF file, converted once to a cached safetensors copy
+    "tiny": _in_process,  # a tiny random Llama (tests, plumbing checks)
+}
+
+
+def load(cfg: EvalConfig) -> Backend:
+    """The configured model's backend, loaded (or reached) and ready to score."""
+    return BACKENDS[cfg.model.source](cfg)
