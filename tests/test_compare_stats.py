@@ -148,6 +148,13 @@ def test_a_comparison_leaves_the_collector_as_it_found_it() -> None:
     before = gc.get_freeze_count()
     _gate(_simulate(np.random.default_rng(1)))
     assert gc.get_freeze_count() == before == 0
+    gc.freeze()  # a heap frozen by the caller stays frozen
+    try:
+        frozen = gc.get_freeze_count()
+        _gate(_simulate(np.random.default_rng(2)))
+        assert gc.get_freeze_count() == frozen > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_aa_false_regression_rate_is_at_most_alpha() -> None:

@@ -131,6 +131,12 @@ CASES: list[tuple[str, Setup, int, str]] = [
         2,
         "sweep job 2 of 3 (k=9): k=9 is impossible",
     ),
+    (
+        "a converted-model cache that cannot be written",
+        lambda _: ["experiment=smoke", "cache_dir=/proc/no-such-cache"],
+        2,
+        "cannot write the converted-model cache in /proc/no-such-cache/gguf/",
+    ),
     ("unknown config option", lambda _: ["model=gpt5"], 2, "Could not find 'model/gpt5'"),
     ("weights that are not a model", _garbage_model, 2, "could not load model"),
     ("unknown key", lambda _: ["experiment=smoke", "margin=0.02"], 2, "Key 'margin' is not in struct"),

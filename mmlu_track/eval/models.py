@@ -155,8 +155,15 @@ def _convert_once(out: Path, marker: str, build: Callable[[Path], None]) -> Path
     instead of each spending half a minute of CPU on the same conversion."""
     if (out / marker).is_file():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "a") as lock:
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(out.parent / f".{out.name}.lock", "a")  # noqa: SIM115 (closed by the with below)
+    except OSError as err:
+        raise ModelError(
+            f"cannot write the converted-model cache in {out.parent} ({err.strerror or err}); "
+            "set cache_dir=... or MMLU_TRACK_CACHE to a writable folder"
+        ) from err
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the process dies
         if not (out / marker).is_file():
             with _atomic_dir(out) as tmp:

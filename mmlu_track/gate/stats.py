@@ -225,12 +225,16 @@ def _adjusted(p_values: list[float], alpha: float, method: str) -> list[float]:
 
     # Its Holm branch calls gc.collect() on every call: in a process holding torch and a model that
     # is half a second per comparison (a sequential gate compares at every look). A frozen heap
-    # makes that collection cheap; unfreezing puts every object back where it was.
-    gc.freeze()
+    # makes that collection cheap; unfreezing puts every object back where it was. A heap the
+    # caller froze itself (a pre-forking server) stays as it was.
+    ours = gc.get_freeze_count() == 0
+    if ours:
+        gc.freeze()
     try:
         return [float(p) for p in multipletests(p_values, alpha=alpha, method=method)[1]]
     finally:
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
 
 
 def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
