@@ -148,11 +148,10 @@ def test_a_comparison_leaves_the_collector_as_it_found_it() -> None:
     before = gc.get_freeze_count()
     _gate(_simulate(np.random.default_rng(1)))
     assert gc.get_freeze_count() == before == 0
-    gc.freeze()  # a heap frozen by the caller stays frozen
+    gc.freeze()  # a heap frozen by the caller stays frozen (its count may drop as objects die)
     try:
-        frozen = gc.get_freeze_count()
         _gate(_simulate(np.random.default_rng(2)))
-        assert gc.get_freeze_count() == frozen > 0
+        assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
 
