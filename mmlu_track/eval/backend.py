@@ -21,12 +21,21 @@ import numpy as np
 
 from mmlu_track.config import ScoringConfig
 from mmlu_track.records.run import ModelInfo
+from mmlu_track.records.subjects import LETTERS
 
 Progress = Callable[[int], None]
 
 
 class ModelError(RuntimeError):
     """A model that cannot be loaded or served as configured (one line for the user)."""
+
+
+class PromptError(ModelError):
+    """A backend's answer for one prompt cannot be scored exactly (never a guessed score instead).
+    `position`: the prompt's place in `score`'s texts, set by the backend; the caller names the
+    question."""
+
+    position: int | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,8 @@ class Score:
     # Tokens run through the model for it: a shared prefix counts on one question, decode steps on theirs.
     forwarded: int = 0
     prefix_fallback: bool = False  # the prefix cache was on but this prompt's tokens did not extend it
+    # How the backend got it (`QuestionResult.scored_by`): logits, greedy, top_logprobs, echo, completion.
+    scored_by: str | None = None
 
 
 class Backend(Protocol):
@@ -72,6 +83,18 @@ class Backend(Protocol):
         `max_tokens` is None, at most `max_tokens` padded tokens (never fewer than one prompt);
         `progress(n)` after each n prompts scored."""
         ...
+
+    def close(self) -> None:
+        """Let go of what the backend holds open (a server's connections); the run is over."""
+        ...
+
+
+def parse_generation(text: str) -> int | None:
+    """The answer index from a generation: its first non-whitespace character, if A-D."""
+    stripped = text.lstrip()
+    if stripped and stripped[0] in LETTERS:
+        return LETTERS.index(stripped[0])
+    return None
 
 
 def calibrate(logprobs: np.ndarray, method: str) -> np.ndarray:

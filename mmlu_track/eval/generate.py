@@ -31,17 +31,9 @@ import torch
 
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import prefix_cache
+from mmlu_track.eval.backend import parse_generation
 from mmlu_track.eval.batching import Progress, Score, fit, left_pad, run_batches
 from mmlu_track.eval.models import LoadedModel
-from mmlu_track.records.subjects import LETTERS
-
-
-def parse_generation(text: str) -> int | None:
-    """The answer index from a generation: its first non-whitespace character, if A-D."""
-    stripped = text.lstrip()
-    if stripped and stripped[0] in LETTERS:
-        return LETTERS.index(stripped[0])
-    return None
 
 
 def decided(text: str) -> bool:

@@ -8,7 +8,7 @@ nothing in how prompts are scored.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mmlu_track.config import EvalConfig, ScoringConfig
 from mmlu_track.eval import models
@@ -39,7 +39,15 @@ class InProcess:
         max_tokens: int | None = None,
     ) -> list[Score]:
         scorer = SCORERS[cfg.method]
-        return scorer(self.lm, texts, cfg, batch_size, progress, prefixes=prefixes, max_tokens=max_tokens)
+        scores = scorer(self.lm, texts, cfg, batch_size, progress, prefixes=prefixes, max_tokens=max_tokens)
+        how = SCORED_BY[cfg.method]
+        return [replace(s, scored_by=how) for s in scores]
+
+    def close(self) -> None:
+        pass  # the weights go with the process (or with the last reference)
+
+
+SCORED_BY = {"logprob": "logits", "generate": "greedy"}  # the model's own logits; its greedy decoding
 
 
 def load(cfg: EvalConfig) -> InProcess:

@@ -1,7 +1,7 @@
 """`BACKENDS`: a model's `source` -> the function that loads its backend (`backend.Backend`).
 
 Each loader imports its backend when called, so a run loads torch and transformers only for a
-model computed in-process.
+model computed in-process (a served model needs neither).
 """
 
 from __future__ import annotations
@@ -18,10 +18,17 @@ def _in_process(cfg: EvalConfig) -> Backend:
     return in_process.load(cfg)
 
 
+def _served(cfg: EvalConfig) -> Backend:
+    from mmlu_track.eval import openai_api
+
+    return openai_api.load(cfg)
+
+
 BACKENDS: dict[str, Callable[[EvalConfig], Backend]] = {
     "hub": _in_process,  # a hub id or a local folder, loaded by transformers
     "gguf": _in_process,  # a GGUF file, converted once to a cached safetensors copy
     "tiny": _in_process,  # a tiny random Llama (tests, plumbing checks)
+    "openai_api": _served,  # served over the OpenAI-compatible HTTP API: vLLM, SGLang, TGI, llama.cpp
 }
 
 

@@ -30,9 +30,9 @@ import torch
 
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import prefix_cache
-from mmlu_track.eval.backend import Progress, Score, calibrate
+from mmlu_track.eval.backend import Progress, Score, calibrate, parse_generation
 from mmlu_track.eval.batching import fit, left_pad, run_batches
-from mmlu_track.eval.generate import parse_generation, score_generate
+from mmlu_track.eval.generate import score_generate
 from mmlu_track.eval.models import LoadedModel
 from mmlu_track.records.subjects import LETTERS
 

@@ -90,6 +90,7 @@ def differences(base: StoredRun, cand: StoredRun, mode: CompareMode) -> list[str
     if not gap and base.k != cand.k:
         out = [f"{o}; to measure the few-shot gap between them, add mode=fewshot_gap" if o.startswith("k ")
                else o for o in out]  # fmt: skip
+    out += _engines(base, cand)
     if gap:
         models = (base.model_name, base.model_revision), (cand.model_name, cand.model_revision)
         if models[0] != models[1]:
@@ -97,6 +98,26 @@ def differences(base: StoredRun, cand: StoredRun, mode: CompareMode) -> list[str
         if base.k == cand.k:
             out.append(f"mode=fewshot_gap needs two different k, both runs have k={base.k}")
     return out
+
+
+def _engine(run: StoredRun) -> str:
+    return "served (model.source=openai_api)" if run.config.model.source == "openai_api" else "in-process"
+
+
+def _engines(base: StoredRun, cand: StoredRun) -> list[str]:
+    """A served and an in-process run differ in the weights' numerics and in more than the model (a
+    server computes with its own kernels and quantization): compared only as the same weights,
+    which the user declares by giving the served run the other's recorded revision."""
+    eb, ec = _engine(base), _engine(cand)
+    if eb == ec or (base.model_revision is not None and base.model_revision == cand.model_revision):
+        return []
+    local = base if eb == "in-process" else cand
+    return [
+        f"scoring engine differs (baseline {eb}, candidate {ec}): served and in-process runs are "
+        f"compared only as the same weights, declared by equal revisions (baseline {base.model_revision}, "
+        f"candidate {cand.model_revision}); if they are, evaluate the served one with "
+        f"model.revision={local.model_revision}"
+    ]
 
 
 def unrecorded(base: StoredRun, cand: StoredRun) -> list[str]:

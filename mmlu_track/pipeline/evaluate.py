@@ -108,7 +108,11 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
     lm = load.load(cfg)
     t2 = time.time()
     fits = fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
-    rendered = render(cfg, the_plan, lm, fits)
+    try:
+        rendered = render(cfg, the_plan, lm, fits)
+    except BaseException:
+        lm.close()
+        raise
     first = the_plan.all_questions[0]
     host = provenance.host()
     start = RunStart(
@@ -175,6 +179,23 @@ def _run(
 ) -> RunOutput:
     started = time.time()
     prep = _prepare(cfg, sweep)
+    try:
+        return _scored_run(cfg, output_dir, store, prep, started, progress=progress, echo=echo, looks=looks)
+    finally:
+        prep.lm.close()
+
+
+def _scored_run(
+    cfg: EvalConfig,
+    output_dir: Path,
+    store: SqlStore,
+    prep: Prepared,
+    started: float,
+    *,
+    progress: bool,
+    echo: Echo,
+    looks: Looks | None,
+) -> RunOutput:
     shard = Shard(cfg.shard, cfg.shards)
     in_looks = plan_looks(prep.rendered, looks.count, cfg.seed) if looks is not None else []
     all_units = [u for look in in_looks for u in look] if looks is not None else units(cfg, prep.rendered)

@@ -19,7 +19,7 @@ import numpy as np
 
 from mmlu_track.config import EvalConfig
 from mmlu_track.eval import prompts
-from mmlu_track.eval.backend import Backend, Score, calibrate
+from mmlu_track.eval.backend import Backend, ModelError, Progress, PromptError, Score, calibrate
 from mmlu_track.eval.plan import Plan, Unit, pick
 from mmlu_track.records.results import Accuracy, QuestionResult
 from mmlu_track.records.run import EarlyStop, RunStart
@@ -68,6 +68,7 @@ def to_results(
             prediction=pred,
             gold=p.question.answer,
             margin=margin,
+            scored_by=s.scored_by,
         )
         for p, s, pred, margin in zip(batch, scores, predictions, margins, strict=True)
     ]
@@ -133,14 +134,7 @@ def score(
             # Only the questions not yet committed (a look of the sequential gate commits a part).
             unit = whole if not found else pick(whole.subject, prep.rendered[whole.subject], tuple(missing))
             rendered = [prep.rendered[unit.subject][i] for i in unit.positions]
-            scores = prep.lm.score(
-                [p.text for p in rendered],
-                cfg.scoring,
-                cfg.batch_size,
-                bar.update,
-                prefixes=[p.prefix for p in rendered],
-                max_tokens=cfg.batch_tokens,
-            )
+            scores = _scored(cfg, prep, rendered, bar.update)
             counts.multi_pass += sum(s.multi_pass for s in scores)
             counts.prefix_fallbacks += sum(s.prefix_fallback for s in scores)
             counts.forwarded += sum(s.forwarded for s in scores)
@@ -155,6 +149,28 @@ def score(
                 so_far = [r for rs in held.values() for r in rs]
                 subjects = len({r.subject for r in so_far})
                 live.subject_done(unit.subject, acc(subject), subjects, acc(so_far))
+
+
+def _scored(
+    cfg: EvalConfig, prep: Prepared, rendered: list[prompts.Prompt], progress: Progress
+) -> list[Score]:
+    try:
+        return prep.lm.score(
+            [p.text for p in rendered],
+            cfg.scoring,
+            cfg.batch_size,
+            progress,
+            prefixes=[p.prefix for p in rendered],
+            max_tokens=cfg.batch_tokens,
+        )
+    except PromptError as err:
+        if err.position is None:
+            raise
+        q = rendered[err.position].question
+        raise ModelError(
+            f"{q.subject} question {q.index}: {err}; the questions committed so far are kept: "
+            "run the same command to resume"
+        ) from err
 
 
 def score_looks(

@@ -26,6 +26,8 @@ class QuestionResult:
     `logprobs` (A-D, raw) for logprob scoring, `generated` (raw text) for generate scoring;
     `prediction` is None when a generation was not a letter A-D (counted wrong, `valid` False).
     `margin`: the chosen letter's score minus the runner-up's (logprob scoring only).
+    `scored_by`: how the backend got it: `logits` or `greedy` in-process; a served model's
+    `top_logprobs`, `echo` or `completion` (`eval/openai_api.py`); None: stored before it was recorded.
     """
 
     subject: str
@@ -39,6 +41,7 @@ class QuestionResult:
     prediction: int | None
     gold: int
     margin: float | None
+    scored_by: str | None = None
 
     @property
     def correct(self) -> bool:

@@ -43,6 +43,7 @@ class ModelInfo:
     add_bos: bool
     vocab_size: int
     n_parameters: int
+    server: str | None = None  # a served model: what the server says of it (JSON: /v1/models, version)
 
 
 @dataclass(frozen=True)

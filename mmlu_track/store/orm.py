@@ -91,6 +91,7 @@ class QuestionRow(Base):
     gold: Mapped[int] = mapped_column(Integer)
     correct: Mapped[bool] = mapped_column(Boolean)
     margin: Mapped[float | None] = mapped_column(Float)
+    scored_by: Mapped[str | None] = mapped_column(String(16))  # QuestionResult.scored_by
 
 
 class ComparisonRow(Base):

@@ -60,6 +60,7 @@ def _to_row(run_id: str, r: QuestionResult) -> QuestionRow:
         shots_used=r.shots_used, n_tokens=r.n_tokens, truncated=r.truncated,
         logprob_a=lp[0], logprob_b=lp[1], logprob_c=lp[2], logprob_d=lp[3],
         generated=r.generated, prediction=r.prediction, gold=r.gold, correct=r.correct, margin=r.margin,
+        scored_by=r.scored_by,
     )  # fmt: skip
 
 
@@ -70,6 +71,7 @@ def _from_row(row: QuestionRow) -> QuestionResult:
         shots_used=row.shots_used, n_tokens=row.n_tokens, truncated=row.truncated,
         logprobs=None if lps[0] is None else (lps[0], lps[1], lps[2], lps[3]),  # type: ignore[arg-type]
         generated=row.generated, prediction=row.prediction, gold=row.gold, margin=row.margin,
+        scored_by=row.scored_by,
     )  # fmt: skip
 
 

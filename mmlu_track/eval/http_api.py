@@ -1,0 +1,205 @@
+"""JSON over HTTP to an OpenAI-compatible server: keep-alive connections, bounded retries, one-line errors.
+
+`Client.post(path, body)` / `get(path)` return the decoded JSON object. Transient failures are
+retried up to `max_retries` times after the first try, waiting `min(60, 2**attempt)` seconds (1, 2,
+4, ... 60; a `Retry-After` header of seconds or an HTTP date wins, capped at 60): HTTP 408, 429,
+500, 502, 503, 504, a refused or reset connection, a timed-out request. Anything else (401, 403,
+404, 400 for an unknown model or an unsupported parameter), or a transient failure that outlasts
+the retries, is a `ModelError` of one line naming the request and the server's own message.
+
+Secrets: the key travels in the `Authorization` header only, `user:password@` in the base URL is
+taken out of it (sent as HTTP basic auth) and never printed; every message is passed through
+`credentials.redact_text` and has the key masked.
+"""
+
+from __future__ import annotations
+
+import base64
+import email.utils
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from mmlu_track.credentials import MASK, redact_text, strip_userinfo
+from mmlu_track.eval.backend import ModelError
+
+TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
+MAX_WAIT_S = 60.0
+
+
+class PermanentError(ModelError):
+    """The server refused the request for good (its status is `status`)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _retry_after(value: str | None, now: float) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - now)
+    except (TypeError, ValueError):
+        return None
+
+
+def backoff_s(attempt: int, retry_after: str | None, now: float) -> float:
+    """Seconds to wait before try `attempt + 1` (attempt 0 is the first retry)."""
+    asked = _retry_after(retry_after, now)
+    return min(MAX_WAIT_S, asked if asked is not None else 2.0**attempt)
+
+
+def _server_message(raw: bytes) -> str:
+    """The server's own words: OpenAI's `{"error": {"message": ...}}`, FastAPI's `detail`, or text."""
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:300]
+    if isinstance(doc, dict):
+        err = doc.get("error", doc.get("detail", doc.get("message", doc)))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        return " ".join(str(err).split())[:300]
+    return " ".join(text.split())[:300]
+
+
+class Client:
+    """One server's base URL (its `/v1`); safe to share between threads (a connection per request in
+    flight, kept alive for the next)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        timeout_s: float,
+        max_retries: int,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ModelError(f"model.base_url={redact_text(base_url)!r} is not an http(s) URL with a host")
+        self.shown = strip_userinfo(base_url).rstrip("/")  # what messages and records say
+        self._origin = strip_userinfo(f"{parts.scheme}://{parts.netloc}")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._path = parts.path.rstrip("/")
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        self._secrets = [s for s in (api_key, parts.password) if s]
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        elif parts.username is not None:
+            user = urllib.parse.unquote(parts.username)
+            pw = urllib.parse.unquote(parts.password or "")
+            self._headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self._sleep = sleep
+        # Kept-alive connections not in use: one per request in flight at most, reused after.
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+        self.requests = 0  # sent, retries included (the benchmark's count)
+
+    @property
+    def root(self) -> str:
+        """The server's root path: the base URL without its trailing `/v1` (vLLM's `/tokenize`)."""
+        return self._path[: -len("/v1")] if self._path.endswith("/v1") else self._path
+
+    def _clean(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, MASK)
+        return redact_text(text)
+
+    def _connection(self) -> http.client.HTTPConnection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        return cls(self._host, self._port, timeout=self.timeout_s)
+
+    def _once(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes, str | None]:
+        conn = self._connection()
+        with self._lock:
+            self.requests += 1
+        try:
+            conn.request(method, path, body=body, headers=self._headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException):
+            conn.close()  # a half-read connection cannot be reused
+            raise
+        if resp.getheader("Connection", "").lower() == "close":
+            conn.close()
+        else:
+            with self._lock:
+                self._idle.append(conn)
+        return resp.status, data, resp.getheader("Retry-After")
+
+    def close(self) -> None:
+        """Close the kept-alive connections (a later request opens new ones)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, full: bool = False
+    ) -> Any:
+        """The decoded JSON answer of `method path` (below the base URL; from the host's root if `full`)."""
+        where = path if full else f"{self._path}{path}"
+        payload = json.dumps(body).encode() if body is not None else None
+        what = f"{method} {self._origin}{where}"
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            retry_after = None
+            try:
+                status, data, retry_after = self._once(method, where, payload)
+            except TimeoutError:
+                last = f"no answer within model.timeout_s={self.timeout_s:g} s"
+            except (OSError, http.client.HTTPException) as err:
+                last = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            else:
+                if status == 200:
+                    try:
+                        return json.loads(data)
+                    except ValueError:
+                        raise ModelError(
+                            f"{what}: the answer is not JSON ({self._clean(_server_message(data))})"
+                        ) from None
+                message = self._clean(_server_message(data))
+                if status not in TRANSIENT:
+                    raise PermanentError(f"{what} was refused: HTTP {status}: {message}", status)
+                last = f"HTTP {status}: {message}"
+            if attempt < self.max_retries:
+                self._sleep(backoff_s(attempt, retry_after, time.time()))
+        tries = self.max_retries + 1
+        raise ModelError(
+            f"{what} failed {tries} time{'s' * (tries > 1)} (last: {self._clean(last)}); is the server up? "
+            "the questions committed so far are kept: run the same command to resume"
+        )
+
+    def post(self, path: str, body: dict[str, Any], *, full: bool = False) -> Any:
+        return self.request("POST", path, body, full=full)
+
+    def get(self, path: str, *, full: bool = False) -> Any:
+        return self.request("GET", path, full=full)
+
+
+def probe(client: Client, method: str, path: str, body: dict[str, Any] | None = None) -> Any | None:
+    """An optional endpoint's answer (from the host's root), or None when the server refuses it for
+    good (404, 405, 400: it has no such endpoint); transient failures are retried as any request."""
+    try:
+        return client.request(method, path, body, full=True)
+    except PermanentError:
+        return None

