@@ -88,6 +88,7 @@ def test_a_served_model_is_evaluated_recorded_and_keeps_its_secrets(
     assert doc["model"]["source"] == "openai_api"
     assert doc["model"]["device"] == server.base_url  # where it was served, without the credentials
     assert json.loads(doc["model"]["server"])["models_entry"]["id"] == SERVED_NAME
+    assert "torch" not in doc["seeds"]  # nothing here seeded torch: a served run records no torch seed
     rows = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 4
     assert {r["scored_by"] for r in rows} == {"top_logprobs"}
@@ -152,6 +153,7 @@ def test_429_and_503_are_retried_honouring_retry_after(server: LlamaServer, cli:
             proxy.close()
         assert got.code == 0, got.err
         assert "2 questions" in got.out
+        assert f"HTTP {status}: slow down; try 3 of 7 in 0 s" in got.err  # the second retry is said
         assert proxy.seen[("/v1/completions", status)] == 2
         assert proxy.seen[("/v1/models", status)] == 2
 

@@ -2,8 +2,9 @@
 
 `Client.post(path, body)` / `get(path)` return the decoded JSON object. Transient failures are
 retried up to `max_retries` times after the first try, waiting `min(60, 2**attempt)` seconds (1, 2,
-4, ... 60; a `Retry-After` header of seconds or an HTTP date wins, capped at 60): HTTP 408, 429,
-500, 502, 503, 504, a refused or reset connection, a timed-out request. Anything else (401, 403,
+4, ... 60; a `Retry-After` header of seconds or an HTTP date wins, capped at 60; from the second
+retry on, each is one warning line): HTTP 408, 429, 500, 502, 503, 504, a refused or reset
+connection, a timed-out request. Anything else (401, 403,
 404, 400 for an unknown model or an unsupported parameter), or a transient failure that outlasts
 the retries, is a `ModelError` of one line naming the request and the server's own message.
 
@@ -24,6 +25,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from mmlu_track.console import warn
 from mmlu_track.credentials import MASK, redact_text, strip_userinfo
 from mmlu_track.eval.backend import ModelError
 
@@ -182,7 +184,11 @@ class Client:
                     raise PermanentError(f"{what} was refused: HTTP {status}: {message}", status)
                 last = f"HTTP {status}: {message}"
             if attempt < self.max_retries:
-                self._sleep(backoff_s(attempt, retry_after, time.time()))
+                wait = backoff_s(attempt, retry_after, time.time())
+                if attempt >= 1:  # a blip retries quietly; a server down or starting up is said so
+                    nth = f"try {attempt + 2} of {self.max_retries + 1}"
+                    warn(f"{what}: {self._clean(last)}; {nth} in {wait:.0f} s")
+                self._sleep(wait)
         tries = self.max_retries + 1
         raise ModelError(
             f"{what} failed {tries} time{'s' * (tries > 1)} (last: {self._clean(last)}); is the server up? "

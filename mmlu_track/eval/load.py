@@ -35,3 +35,8 @@ BACKENDS: dict[str, Callable[[EvalConfig], Backend]] = {
 def load(cfg: EvalConfig) -> Backend:
     """The configured model's backend, loaded (or reached) and ready to score."""
     return BACKENDS[cfg.model.source](cfg)
+
+
+def in_process(cfg: EvalConfig) -> bool:
+    """Does the configured model run in this process (torch, seeded with the run's seed)?"""
+    return BACKENDS[cfg.model.source] is _in_process

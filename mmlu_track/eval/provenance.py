@@ -35,13 +35,14 @@ PACKAGES = (
 )
 
 
-def set_seeds(seed: int) -> dict[str, int]:
-    """Seed python and numpy; return every seed of the run, to be recorded with it. torch is seeded
-    with the same seed by the in-process backend as it loads (`models.load`): a run with a served
-    model never imports torch."""
+def set_seeds(seed: int, *, torch: bool) -> dict[str, int]:
+    """Seed python and numpy; return every seed of the run, to be recorded with it. torch (`torch`:
+    the model runs in this process) is seeded with the same seed by the in-process backend as it
+    loads (`models.load`): a run with a served model never imports torch, and records no torch seed."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    return {"python": seed, "numpy": seed % 2**32, "torch": seed, "fewshot": seed, "subsample": seed}
+    return {"python": seed, "numpy": seed % 2**32, **({"torch": seed} if torch else {}), "fewshot": seed,
+            "subsample": seed}  # fmt: skip
 
 
 def versions() -> dict[str, str | None]:

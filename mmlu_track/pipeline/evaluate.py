@@ -102,7 +102,7 @@ def run(
 def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
     """Everything before the run is recorded; refuses prompts that can never fit."""
     t0 = time.time()
-    seeds = provenance.set_seeds(cfg.seed)
+    seeds = provenance.set_seeds(cfg.seed, torch=load.in_process(cfg))
     the_plan = plan(cfg)
     t1 = time.time()
     lm = load.load(cfg)
