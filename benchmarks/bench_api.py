@@ -11,7 +11,8 @@ actually computed (llama.cpp reuses the longest prefix it holds: the prompt-cach
 the ratio of lm-eval's time to mmlu_track's. lm-eval sends each choice as its own echo request
 (4 per question) sorted by length, so a subject's shared prefix is seldom the one held; mmlu_track
 sends one request per question, a subject's questions together. (On this server lm-eval's echoed
-log-probs are off by one token, see eval/openai_api.py: its accuracy here is not meaningful.)
+log-probs are off by one token, see eval/openai_api.py: its accuracy here is not meaningful; and
+llama-cpp-python's perf lines undercount the tokens of echo requests: read requests and seconds.)
 """
 
 from __future__ import annotations
