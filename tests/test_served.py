@@ -133,6 +133,7 @@ def test_a_request_that_times_out_is_retried_then_one_line(
     assert (
         "/v1/models failed 2 times (last: no answer within model.timeout_s=0.2 s); is the server up?" in line
     )
+    assert "committed" not in line  # it failed reaching the server: no run was started, none to resume
 
 
 def test_429_and_503_are_retried_honouring_retry_after(server: LlamaServer, cli: Cli, tmp_path: Path) -> None:

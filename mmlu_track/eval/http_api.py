@@ -107,6 +107,7 @@ class Client:
             self._headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self.after_failure = ""  # what the final error adds: how to go on (a run set it once scoring)
         self._sleep = sleep
         # Kept-alive connections not in use: one per request in flight at most, reused after.
         self._idle: list[http.client.HTTPConnection] = []
@@ -191,8 +192,8 @@ class Client:
                 self._sleep(wait)
         tries = self.max_retries + 1
         raise ModelError(
-            f"{what} failed {tries} time{'s' * (tries > 1)} (last: {self._clean(last)}); is the server up? "
-            "the questions committed so far are kept: run the same command to resume"
+            f"{what} failed {tries} time{'s' * (tries > 1)} (last: {self._clean(last)}); is the server up?"
+            f"{self.after_failure}"
         )
 
     def post(self, path: str, body: dict[str, Any], *, full: bool = False) -> Any:

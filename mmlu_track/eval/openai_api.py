@@ -394,4 +394,6 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
                 f"the letter {split[0]!r} is several tokens for {model.served_name}, so only echoed "
                 f"log-probs can score it, and the server at {client.shown} does not echo usable ones"
             )
+    # From here on a request that fails for good fails a run, which the same command resumes.
+    client.after_failure = " the questions committed so far are kept: run the same command to resume"
     return served
