@@ -68,6 +68,8 @@ class ModelConfig:
     top_logprobs: int = 20  # alternatives asked per next token (vLLM's --max-logprobs: 20 by default)
 
 
+# Settings only a served model has (no default but None), refused for any other model.source.
+SERVED_ONLY = ("base_url", "api_key_env", "served_name", "tokenizer")
 # Settings of a served model that say how to reach it, not what it computes: outside the identity.
 SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "top_logprobs")
 
@@ -272,7 +274,7 @@ def _check_values(cfg: EvalConfig) -> None:
 
 def _check_served(model: ModelConfig) -> None:
     if model.source != "openai_api":
-        given = [k for k in (*SERVER_ONLY[:2], "served_name", "tokenizer") if getattr(model, k) is not None]
+        given = [k for k in SERVED_ONLY if getattr(model, k) is not None]
         if given:
             raise ConfigError(f"model.{given[0]} applies to model.source=openai_api only, not {model.source}")
         return
