@@ -296,6 +296,36 @@ def test_conversions_started_together_convert_once(tmp_path: Path) -> None:
     assert (out / "done").read_text() == "ok"
 
 
+def test_a_conversion_parses_its_gguf_once_and_leaves_gguf_as_it_found_it(tmp_path: Path) -> None:
+    """transformers reads a GGUF's metadata three times per conversion (10 s each for SmolLM2):
+    inside the block every read of one file gets one parsed reader, nested blocks included, and the
+    library's own functions are back afterwards. (The default model's converted files were checked
+    byte-identical with and without it, and the slow tests score them against lm-eval.)"""
+    import gguf
+    from transformers import modeling_gguf_pytorch_utils as tf_gguf
+
+    from mmlu_track.eval import models
+
+    path = tmp_path / "t.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    before = (gguf.GGUFReader, gguf.get_tensor_name_map, tf_gguf.load_gguf_checkpoint)
+    with models._gguf_parsed_once():
+        first = gguf.GGUFReader(path)
+        with models._gguf_parsed_once():
+            assert gguf.GGUFReader(str(path)) is first
+        assert gguf.GGUFReader(path) is first
+        assert int(first.fields["llama.block_count"].parts[-1][0]) == 2
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+        assert tf_gguf.load_gguf_checkpoint(str(path)) == tf_gguf.load_gguf_checkpoint(str(path))
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map, tf_gguf.load_gguf_checkpoint) == before
+    assert gguf.GGUFReader(path) is not first
+
+
 def test_truncated_runs_are_named_in_the_comparison(tmp_path: Path, cli: Cli) -> None:
     db = tmp_path / "store.db"
     ids = []

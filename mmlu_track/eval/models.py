@@ -185,11 +185,69 @@ def _gguf_cache(cfg: ModelConfig, cache_dir: Path) -> tuple[Path, Path, str]:
     return cache_dir / "gguf" / f"{path.stem}-{sha[:16]}-tf{tf}", path, sha
 
 
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """Within the block, transformers' GGUF loading parses each file once and builds gguf's
+    tensor-name table once. Left alone it parses the metadata anew for the tokenizer, the config
+    and the weights (about 10 s each on 2 cores for SmolLM2's 49k-token vocabulary) and rebuilds the
+    name table for each of the model's modules (397 times, 13 s): a first run's conversion drops
+    from about a minute to about 20 s. transformers only reads a reader, so one can be shared; it
+    looks both up on `gguf` at each call (`from gguf import ...` inside its functions). Nested
+    blocks share the outermost one's readers."""
+    import copy
+
+    import gguf
+    from transformers import modeling_gguf_pytorch_utils as tf_gguf
+
+    if getattr(gguf.GGUFReader, "_mmlu_track_shared", False):
+        yield
+        return
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    real_load: Callable[..., Any] = tf_gguf.load_gguf_checkpoint
+    readers: dict[tuple[str, str], Any] = {}
+    metadata: dict[str, Any] = {}
+
+    def load(path: str, return_tensors: bool = False, **kwargs: Any) -> Any:
+        if return_tensors or kwargs:  # the weights: read once anyway
+            return real_load(path, return_tensors, **kwargs)
+        if path not in metadata:  # the config's and the tokenizer's reads: parsed once, copied out
+            metadata[path] = real_load(path)
+        return copy.deepcopy(metadata[path])
+
+    def reader(path: str | os.PathLike[str], mode: str = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)  # type: ignore[arg-type]
+        return readers[key]
+
+    reader._mmlu_track_shared = True  # type: ignore[attr-defined]
+    gguf.GGUFReader = reader  # type: ignore[misc,assignment]
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(real_map)
+    setattr(tf_gguf, "load_gguf_checkpoint", load)  # noqa: B010 (untyped upstream)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map  # type: ignore[misc]
+        tf_gguf.load_gguf_checkpoint = real_load
+
+
+def _converted(key_dir: Path, gguf: Path) -> tuple[Path, Path]:
+    """(tokenizer dir, model dir) of a GGUF's cached copy, converted first where missing, the file
+    parsed once for both."""
+    done = all(
+        (key_dir / d / f).is_file()
+        for d, f in (("tokenizer", "tokenizer_config.json"), ("model", "config.json"))
+    )
+    with contextlib.nullcontext() if done else _gguf_parsed_once():
+        return _converted_tokenizer(key_dir, gguf), _converted_model(key_dir, gguf)
+
+
 def _converted_tokenizer(key_dir: Path, gguf: Path) -> Path:
     from transformers import AutoTokenizer
 
     def build(tmp: Path) -> None:
-        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(tmp)
+        with _gguf_parsed_once():
+            AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(tmp)
 
     return _convert_once(key_dir / "tokenizer", "tokenizer_config.json", build)
 
@@ -209,7 +267,8 @@ def _converted_model(key_dir: Path, gguf: Path) -> Path:
 
     def build(tmp: Path) -> None:
         # save_pretrained refuses GGUF-loaded models: rebuild without quantization_config.
-        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        with _gguf_parsed_once():
+            loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         raw = loaded.config.to_dict()
         raw.pop("quantization_config", None)
         plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(raw))  # type: ignore[no-untyped-call]
@@ -223,7 +282,7 @@ def converted_dirs(cfg: ModelConfig, cache_dir: str) -> tuple[Path, Path]:
     """(tokenizer dir, model dir) of a GGUF model's cached safetensors copy, converting if needed.
     Other tools (lm-eval-harness in `benchmarks/`) can load these as a plain HF model."""
     key_dir, gguf, _ = _gguf_cache(cfg, Path(cache_dir).expanduser())
-    return _converted_tokenizer(key_dir, gguf), _converted_model(key_dir, gguf)
+    return _converted(key_dir, gguf)
 
 
 def _load_gguf(
@@ -232,7 +291,7 @@ def _load_gguf(
     from transformers import AutoModelForCausalLM
 
     key_dir, gguf, sha = _gguf_cache(cfg, Path(run.cache_dir).expanduser())
-    tok_dir, model_dir = _converted_tokenizer(key_dir, gguf), _converted_model(key_dir, gguf)
+    tok_dir, model_dir = _converted(key_dir, gguf)
     try:  # only reading the cached copy: a failure here means the copy, not the GGUF, is bad
         tok = _converted_tokenizer_loaded(tok_dir)
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
