@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SERVED_NAME = "smollm2-135m-instruct-q4_1"
 API_KEY = "sk-test-3f9c1e7a"  # the server checks it; the tests check it never leaves the process
@@ -87,7 +88,8 @@ class LlamaServer:
 class FaultProxy:
     """Forwards to `target_port`; the first `fail_first` requests to each path get `status` and
     `Retry-After: retry_after` instead. Each request first waits `delay_s` and calls `hook(path)`;
-    a target that does not answer is a 502 (as a gateway says). `seen` counts (path, status)."""
+    a target that does not answer is a 502 (as a gateway says); `rewrite(path, answer)` replaces a
+    forwarded JSON answer (a server that breaks the protocol). `seen` counts (path, status)."""
 
     def __init__(
         self,
@@ -98,6 +100,7 @@ class FaultProxy:
         retry_after: str | None = "0",
         delay_s: float = 0.0,
         hook: Callable[[str], None] | None = None,
+        rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.seen: dict[tuple[str, int], int] = {}
         self._failures: dict[str, int] = {}
@@ -131,6 +134,8 @@ class FaultProxy:
                     code = status
                 else:
                     code, kind, data = self._forward(method, body)
+                    if rewrite is not None and code == 200:
+                        data = json.dumps(rewrite(self.path, json.loads(data))).encode()
                     self.send_response(code)
                     self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(data)))

@@ -10,6 +10,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -106,11 +107,15 @@ def test_a_served_model_is_evaluated_recorded_and_keeps_its_secrets(
          f"model.served_name='gpt-9' is not served at {{url}} (GET /v1/models lists: {SERVED_NAME})"),
         ([], None, f"model.api_key_env={KEY_ENV} but ${KEY_ENV} is not set or empty"),
         ([], "sk-wrong", "GET http://127.0.0.1:{port}/v1/models was refused: HTTP 401"),
+        (["model.base_url=http://127.0.0.1:{port}"], API_KEY,
+         "GET http://127.0.0.1:{port}/models was refused: HTTP 404: Not Found; an OpenAI-compatible "
+         "server answers below /v1: try model.base_url=http://127.0.0.1:{port}/v1"),
     ],
 )  # fmt: skip
-def test_a_wrong_name_or_key_is_one_line_exit_2_and_records_nothing(
+def test_a_wrong_name_key_or_url_is_one_line_exit_2_and_records_nothing(
     server: LlamaServer, cli: Cli, tmp_path: Path, *, args: list[str], key: str | None, message: str
 ) -> None:
+    args = [a.format(port=server.port) for a in args]
     got = _eval(cli, tmp_path, *_served(server.base_url), *args, "tracking.mlflow=false", key=key)
     assert got.code == 2, got.err
     (line,) = got.errors
@@ -274,6 +279,45 @@ def test_forcing_one_token_leaves_the_log_probs_raw(connect: Callable[..., opena
     (forced,) = top(ending, min_tokens=1)
     assert forced[""] > -1.0  # the end token, with its own (raw) log-prob: nothing was masked first
     assert served.score([ending], served.cfg.scoring, 1, lambda n: None)[0].scored_by == "top_logprobs"
+
+
+def test_answers_that_break_the_protocol_are_refused_never_scored(
+    server: LlamaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy corrupting the server's completions after load: two choices, or no log-probs, is one
+    PromptError (the pipeline names the question with it), never a score; a server that gives no
+    log-probs at all is refused at load, before anything is recorded."""
+    from mmlu_track.eval.backend import ModelError
+
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    broken: list[str] = []
+
+    def rewrite(path: str, doc: dict[str, Any]) -> dict[str, Any]:
+        if path.endswith("/completions") and "two choices" in broken:
+            doc["choices"] = doc["choices"] * 2
+        if path.endswith("/completions") and "no logprobs" in broken:
+            doc["choices"][0]["logprobs"] = None
+        return doc
+
+    proxy = FaultProxy(server.port, rewrite=rewrite)
+    texts = ["Question: 2 + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:"]
+    try:
+        served = openai_api.load(_config(proxy.base_url))  # type: ignore[arg-type]
+        assert served.score(texts, served.cfg.scoring, 1, lambda n: None)[0].scored_by == "top_logprobs"
+        for fault, message in [
+            ("two choices", "answered with 2 choices, not 1"),
+            ("no logprobs", "has no log-probs"),
+        ]:
+            broken[:] = [fault]
+            with pytest.raises(PromptError, match=message):
+                served.score(texts, served.cfg.scoring, 1, lambda n: None)
+        served.close()
+        with pytest.raises(
+            ModelError, match="gives no next-token log-probs"
+        ):  # still broken: refused at load
+            openai_api.load(_config(proxy.base_url))  # type: ignore[arg-type]
+    finally:
+        proxy.close()
 
 
 def test_served_scores_agree_with_in_process_and_the_gate_needs_declared_weights(

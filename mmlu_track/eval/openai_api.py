@@ -353,7 +353,14 @@ def load(cfg: EvalConfig) -> Served:
 
 def _connect(cfg: EvalConfig, client: Client) -> Served:
     model = cfg.model
-    listing = client.get("/models")
+    try:
+        listing = client.get("/models")
+    except PermanentError as err:
+        if err.status == 404 and not client.shown.endswith("/v1"):
+            raise ModelError(
+                f"{err}; an OpenAI-compatible server answers below /v1: try model.base_url={client.shown}/v1"
+            ) from None
+        raise
     entries = listing.get("data") if isinstance(listing, dict) else None
     ids = [e.get("id") for e in entries or [] if isinstance(e, dict)]
     if model.served_name not in ids:
