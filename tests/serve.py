@@ -87,9 +87,10 @@ class LlamaServer:
 
 class FaultProxy:
     """Forwards to `target_port`; the first `fail_first` requests to each path get `status` and
-    `Retry-After: retry_after` instead. Each request first waits `delay_s` and calls `hook(path)`;
-    a target that does not answer is a 502 (as a gateway says); `rewrite(path, answer)` replaces a
-    forwarded JSON answer (a server that breaks the protocol). `seen` counts (path, status)."""
+    `Retry-After: retry_after` instead (attributes: a test may switch faults on mid-run). Each
+    request first waits `delay_s` and calls `hook(path)`; a target that does not answer is a 502 (as
+    a gateway says); `rewrite(path, answer)` replaces a forwarded JSON answer (a server that breaks
+    the protocol). `seen` counts (path, status)."""
 
     def __init__(
         self,
@@ -102,6 +103,7 @@ class FaultProxy:
         hook: Callable[[str], None] | None = None,
         rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
+        self.status, self.fail_first, self.retry_after = status, fail_first, retry_after
         self.seen: dict[tuple[str, int], int] = {}
         self._failures: dict[str, int] = {}
         lock = threading.Lock()
@@ -120,18 +122,18 @@ class FaultProxy:
                     hook(self.path)
                 with lock:
                     n = proxy._failures.get(self.path, 0)
-                    fail = n < fail_first
+                    fail = n < proxy.fail_first
                     proxy._failures[self.path] = n + 1
                 if fail:
                     payload = json.dumps({"error": {"message": "slow down"}}).encode()
-                    self.send_response(status)
-                    if retry_after is not None:
-                        self.send_header("Retry-After", retry_after)
+                    self.send_response(proxy.status)
+                    if proxy.retry_after is not None:
+                        self.send_header("Retry-After", proxy.retry_after)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
-                    code = status
+                    code = proxy.status
                 else:
                     code, kind, data = self._forward(method, body)
                     if rewrite is not None and code == 200:

@@ -320,6 +320,38 @@ def test_answers_that_break_the_protocol_are_refused_never_scored(
         proxy.close()
 
 
+def test_ctrl_c_does_not_wait_out_the_retries_in_flight(
+    server: LlamaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the other requests of a subject wait to retry a 503 (Retry-After: 30): the
+    interrupt ends their back-off at once instead of after 30 s each, and the backend works after."""
+    import signal
+    import threading
+    import time
+
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    proxy = FaultProxy(server.port)
+    served = openai_api.load(_config(proxy.base_url, max_concurrency=4))  # type: ignore[arg-type]
+    texts = [f"Question: {i} + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:" for i in range(6)]
+
+    def progress(n: int) -> None:  # after the first question: the server starts refusing
+        proxy.status, proxy.retry_after, proxy.fail_first = 503, "30", 10**6
+        main = threading.main_thread().ident or 0  # where Linux delivers a terminal's SIGINT
+        threading.Timer(1.0, signal.pthread_kill, (main, signal.SIGINT)).start()  # Ctrl-C, 1 s later
+
+    try:
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            served.score(texts, served.cfg.scoring, 1, progress)
+        assert time.monotonic() - started < 10
+        assert proxy.seen[("/v1/completions", 503)] >= 4  # the others were waiting to retry
+        proxy.fail_first = 0
+        assert len(served.score(texts[:2], served.cfg.scoring, 1, lambda n: None)) == 2
+    finally:
+        served.close()
+        proxy.close()
+
+
 def test_served_scores_agree_with_in_process_and_the_gate_needs_declared_weights(
     server: LlamaServer, cli: Cli, tmp_path: Path
 ) -> None:

@@ -86,7 +86,7 @@ class Client:
         api_key: str | None,
         timeout_s: float,
         max_retries: int,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] | None = None,
     ) -> None:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -108,7 +108,8 @@ class Client:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.after_failure = ""  # what the final error adds: how to go on (a run set it once scoring)
-        self._sleep = sleep
+        self._interrupted = threading.Event()
+        self._sleep = sleep or self._interrupted.wait  # a back-off ends early when interrupted
         # Kept-alive connections not in use: one per request in flight at most, reused after.
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
@@ -149,6 +150,15 @@ class Client:
                 self._idle.append(conn)
         return resp.status, data, resp.getheader("Retry-After")
 
+    def interrupt(self) -> None:
+        """Requests waiting to retry give up now, and none starts, until `resume()`: a Ctrl-C must
+        not wait out other threads' back-offs (up to a minute each). One on the wire still ends
+        when the server answers or `timeout_s` passes."""
+        self._interrupted.set()
+
+    def resume(self) -> None:
+        self._interrupted.clear()
+
     def close(self) -> None:
         """Close the kept-alive connections (a later request opens new ones)."""
         with self._lock:
@@ -165,6 +175,8 @@ class Client:
         what = f"{method} {self._origin}{where}"
         last = ""
         for attempt in range(self.max_retries + 1):
+            if self._interrupted.is_set():
+                raise ModelError(f"{what}: interrupted")
             retry_after = None
             try:
                 status, data, retry_after = self._once(method, where, payload)

@@ -237,18 +237,22 @@ class Served:
             return []
         out[0] = one(0)
         progress(1)
-        with ThreadPoolExecutor(max_workers=self.cfg.model.max_concurrency) as pool:
-            pending: dict[Future[Score], int] = {pool.submit(one, i): i for i in range(1, len(texts))}
-            try:
-                while pending:
-                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        out[pending.pop(fut)] = fut.result()
-                    progress(len(finished))
-            except BaseException:
-                for fut in pending:
-                    fut.cancel()
-                raise
+        try:
+            with ThreadPoolExecutor(max_workers=self.cfg.model.max_concurrency) as pool:
+                pending: dict[Future[Score], int] = {pool.submit(one, i): i for i in range(1, len(texts))}
+                try:
+                    while pending:
+                        finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                        for fut in finished:
+                            out[pending.pop(fut)] = fut.result()
+                        progress(len(finished))
+                except BaseException:  # Ctrl-C or a failed question: leaving waits for the threads
+                    for fut in pending:
+                        fut.cancel()
+                    self.client.interrupt()
+                    raise
+        finally:
+            self.client.resume()
         return [s for s in out if s is not None]
 
 
