@@ -334,10 +334,12 @@ def test_ctrl_c_does_not_wait_out_the_retries_in_flight(
     served = openai_api.load(_config(proxy.base_url, max_concurrency=4))  # type: ignore[arg-type]
     texts = [f"Question: {i} + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:" for i in range(6)]
 
+    main = threading.main_thread().ident or 0  # where Linux delivers a terminal's SIGINT
+    ctrl_c = threading.Timer(1.0, signal.pthread_kill, (main, signal.SIGINT))
+
     def progress(n: int) -> None:  # after the first question: the server starts refusing
         proxy.status, proxy.retry_after, proxy.fail_first = 503, "30", 10**6
-        main = threading.main_thread().ident or 0  # where Linux delivers a terminal's SIGINT
-        threading.Timer(1.0, signal.pthread_kill, (main, signal.SIGINT)).start()  # Ctrl-C, 1 s later
+        ctrl_c.start()  # the user's Ctrl-C, a second later
 
     try:
         started = time.monotonic()
@@ -348,6 +350,7 @@ def test_ctrl_c_does_not_wait_out_the_retries_in_flight(
         proxy.fail_first = 0
         assert len(served.score(texts[:2], served.cfg.scoring, 1, lambda n: None)) == 2
     finally:
+        ctrl_c.cancel()  # never a stray SIGINT into the rest of the session
         served.close()
         proxy.close()
 

@@ -22,7 +22,6 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
 from typing import Any
 
 from mmlu_track.console import warn
@@ -86,7 +85,6 @@ class Client:
         api_key: str | None,
         timeout_s: float,
         max_retries: int,
-        sleep: Callable[[float], object] | None = None,
     ) -> None:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -108,8 +106,7 @@ class Client:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.after_failure = ""  # what the final error adds: how to go on (a run set it once scoring)
-        self._interrupted = threading.Event()
-        self._sleep = sleep or self._interrupted.wait  # a back-off ends early when interrupted
+        self._interrupted = threading.Event()  # set: back-offs end and no attempt starts
         # Kept-alive connections not in use: one per request in flight at most, reused after.
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
@@ -201,7 +198,7 @@ class Client:
                 if attempt >= 1:  # a blip retries quietly; a server down or starting up is said so
                     nth = f"try {attempt + 2} of {self.max_retries + 1}"
                     warn(f"{what}: {self._clean(last)}; {nth} in {wait:.0f} s")
-                self._sleep(wait)
+                self._interrupted.wait(wait)
         tries = self.max_retries + 1
         raise ModelError(
             f"{what} failed {tries} time{'s' * (tries > 1)} (last: {self._clean(last)}); is the server up?"

@@ -207,9 +207,9 @@ def _gguf_parsed_once() -> Iterator[None]:
     readers: dict[tuple[str, str], Any] = {}
     metadata: dict[str, Any] = {}
 
-    def load(path: str, return_tensors: bool = False, **kwargs: Any) -> Any:
-        if return_tensors or kwargs:  # the weights: read once anyway
-            return real_load(path, return_tensors, **kwargs)
+    def load(path: str, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs not in ({}, {"return_tensors": False}):  # the weights, or a call unknown here
+            return real_load(path, *args, **kwargs)
         if path not in metadata:  # the config's and the tokenizer's reads: parsed once, copied out
             metadata[path] = real_load(path)
         return copy.deepcopy(metadata[path])
@@ -231,13 +231,13 @@ def _gguf_parsed_once() -> Iterator[None]:
         tf_gguf.load_gguf_checkpoint = real_load
 
 
+_MARKERS = {"tokenizer": "tokenizer_config.json", "model": "config.json"}  # a finished conversion's file
+
+
 def _converted(key_dir: Path, gguf: Path) -> tuple[Path, Path]:
     """(tokenizer dir, model dir) of a GGUF's cached copy, converted first where missing, the file
     parsed once for both."""
-    done = all(
-        (key_dir / d / f).is_file()
-        for d, f in (("tokenizer", "tokenizer_config.json"), ("model", "config.json"))
-    )
+    done = all((key_dir / part / marker).is_file() for part, marker in _MARKERS.items())
     with contextlib.nullcontext() if done else _gguf_parsed_once():
         return _converted_tokenizer(key_dir, gguf), _converted_model(key_dir, gguf)
 
@@ -249,7 +249,7 @@ def _converted_tokenizer(key_dir: Path, gguf: Path) -> Path:
         with _gguf_parsed_once():
             AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(tmp)
 
-    return _convert_once(key_dir / "tokenizer", "tokenizer_config.json", build)
+    return _convert_once(key_dir / "tokenizer", _MARKERS["tokenizer"], build)
 
 
 @functools.lru_cache(maxsize=4)
@@ -275,7 +275,7 @@ def _converted_model(key_dir: Path, gguf: Path) -> Path:
         plain.load_state_dict(loaded.state_dict())
         plain.save_pretrained(tmp)
 
-    return _convert_once(key_dir / "model", "config.json", build)
+    return _convert_once(key_dir / "model", _MARKERS["model"], build)
 
 
 def converted_dirs(cfg: ModelConfig, cache_dir: str) -> tuple[Path, Path]:
