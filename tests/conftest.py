@@ -218,7 +218,9 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--workers", "1",
     ]  # fmt: skip
     log = (root / "server.log").open("w")
-    proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+    # Without MLflow's job runner (GenAI jobs, unused here): seven huey processes less, ~35 s of CPU.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
     uri = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     try:

@@ -175,15 +175,22 @@ def test_a_live_run_is_never_resumed_by_a_second_process(sqlite_url: str) -> Non
 def test_two_identical_runs_started_together_never_share_a_run(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     SqlStore(url)
+    # Each process holds on until all three have tried: one that has ended is dead to the others,
+    # and its run is then rightly theirs to resume (a fixed sleep lost that race on a loaded machine).
     code = (
-        "import sys, time\n"
+        "import os, pathlib, time\n"
         "from mmlu_track.store.sql import SqlStore, RunInProgress\n"
         "from tests.conftest import synthetic_start\n"
-        f"store = SqlStore({url!r})\n"
+        f"store, here = SqlStore({url!r}), pathlib.Path({str(tmp_path)!r})\n"
         "try:\n"
-        "    print(store.start_or_resume(synthetic_start(), 'same')[0]); sys.stdout.flush(); time.sleep(3)\n"
+        "    said = store.start_or_resume(synthetic_start(), 'same')[0]\n"
         "except RunInProgress:\n"
-        "    print('refused')\n"
+        "    said = 'refused'\n"
+        "(here / f'tried-{os.getpid()}').touch()\n"
+        "deadline = time.time() + 60\n"
+        "while len(list(here.glob('tried-*'))) < 3 and time.time() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "print(said)\n"
     )
     procs = [warm.Popen(["-c", code], cwd=ROOT) for _ in range(3)]
     outs = sorted(p.communicate(timeout=120)[0].strip() for p in procs)

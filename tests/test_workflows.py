@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -68,19 +69,23 @@ def test_compare_step_outputs_exit_code_verdict_and_summary(
 
 
 def test_evaluate_step_runs_a_sharded_evaluation_and_the_sequential_gate(tmp_path: Path) -> None:
-    """The gate's evaluation step with shards=2 on a saved (tiny, random) model: one finished run;
-    then with sequential: true against it."""
-    from mmlu_track.eval import models
+    """The gate's evaluation step with shards=2 on a saved (tiny, random) model, through the joblib
+    launcher (the project's test of that launcher): one finished run, logged once to MLflow, equal
+    question by question to the unsharded run; then with sequential: true against it."""
+    from mlflow.tracking import MlflowClient
 
-    from .conftest import compose_eval
+    from mmlu_track.eval import models
+    from mmlu_track.pipeline.evaluate import run as evaluate
+
+    from .conftest import compose_eval, tiny_run_cfg
 
     lm = models.load(compose_eval(["model=tiny", "device=cpu"]))
     saved = tmp_path / "candidate"
     lm.model.save_pretrained(saved)
     lm.tokenizer.save_pretrained(saved)
-    db = f"sqlite:///{tmp_path / 'store.db'}"
+    db, mlflow_uri = f"sqlite:///{tmp_path / 'store.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = "device=cpu k=0 limit=10 subjects=[anatomy,virology]"
-    env = {"MODEL": str(saved), "SHARDS": "2", "MMLU_TRACK_DB_URL": db, "MLFLOW_URI": "",
+    env = {"MODEL": str(saved), "SHARDS": "2", "MMLU_TRACK_DB_URL": db, "MLFLOW_URI": mlflow_uri,
            "EVAL_ARGS": f"{args} hydra.sweep.dir=sweep", "SEQUENTIAL": "false"}  # fmt: skip
     rc, _, _ = _run_step(_step("mmlu-gate.yml", "evaluate"), tmp_path, env)
     assert rc == 0
@@ -88,6 +93,19 @@ def test_evaluate_step_runs_a_sharded_evaluation_and_the_sequential_gate(tmp_pat
     assert run.status == "finished"
     assert run.n_questions == 20
     assert run.model_name == str(saved)
+    assert len(list((tmp_path / "sweep").glob("*/results.json"))) == 1  # finalized once
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    (logged,) = client.search_runs([client.get_experiment_by_name("mmlu_track").experiment_id])
+    assert logged.info.status == "FINISHED"
+    assert logged.data.metrics["acc_micro"] == run.acc_micro
+    hub = ["model=hf_hub", f"model.name_or_path={saved}", *args.split()]
+    alone = evaluate(tiny_run_cfg(f"sqlite:///{tmp_path / 'alone.db'}", *hub), tmp_path / "alone",
+                     progress=False, echo=lambda _: None)  # fmt: skip
+    sharded, unsharded = (sorted(rs, key=lambda r: (r.subject, r.index)) for rs in
+                          (SqlStore(db).question_results(run.id), alone.results))  # fmt: skip
+    exact = [(r.subject, r.index, r.prompt_hash, r.prediction) for r in unsharded]
+    assert [(r.subject, r.index, r.prompt_hash, r.prediction) for r in sharded] == exact
+    np.testing.assert_allclose([r.logprobs for r in sharded], [r.logprobs for r in unsharded], atol=1e-5)
 
     # sequential: true: the same step gates against that run and stops at look 2 of 4 (a plumbing
     # check: the same weights give the same answers, and δ = 50 points is shown in 10 questions).
