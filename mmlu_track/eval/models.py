@@ -7,8 +7,8 @@
 - `tiny`: a seeded random-weight llama with the packaged SmolLM2 tokenizer, for tests.
 
 Tokenization contract: `LoadedModel.encode(text)` returns the ids the model sees, with a BOS token
-first exactly when `info.add_bos` is true, and never an EOS. Answer letters are continuations
-that carry their leading space (`" A"`); scorers find their ids by encoding `prompt + " A"`.
+first exactly when `info.add_bos` is true (once: a chat template may render it), and never an EOS.
+A raw prompt's answer letters carry their leading space (`" A"`): see `scoring.py`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ class LoadedModel:
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """`encode` of each text, in one tokenizer call (fast tokenizers batch it natively)."""
         batch: list[list[int]] = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        return [[self.tokenizer.bos_token_id, *ids] for ids in batch] if self.info.add_bos else batch
+        bos = self.tokenizer.bos_token_id
+        return [ids if ids[:1] == [bos] else [bos, *ids] for ids in batch] if self.info.add_bos else batch
 
     def decode(self, ids: list[int]) -> str:
         text: str = self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -35,6 +35,7 @@ from typing import Any
 from mmlu_track.config import EvalConfig, ScoringConfig
 from mmlu_track.eval.backend import ModelError, Progress, PromptError, Score, parse_generation
 from mmlu_track.eval.http_api import Client, PermanentError, probe
+from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.records.subjects import LETTERS
 
@@ -131,6 +132,11 @@ class Served:
     def encode(self, text: str) -> list[int]:
         return self._encode(text)
 
+    chat_template = None  # served models are prompted raw for now (config validation says so)
+
+    def apply_chat_template(self, messages: Messages) -> str:
+        raise ModelError("a served model is prompted raw (chat=none) for now")
+
     def close(self) -> None:
         self.client.close()
 
@@ -220,9 +226,12 @@ class Served:
         *,
         prefixes: Sequence[str] | None = None,
         max_tokens: int | None = None,
+        answer_lead: str = " ",
     ) -> list[Score]:
         """One subject's prompts, `model.max_concurrency` requests in flight; the first alone (it
         fills the server's prefix cache for the rest). Batching settings do not apply to a server."""
+        if answer_lead != " ":  # config validation refuses chat prompts for a served model
+            self.apply_chat_template([])
         how = self._logprob if cfg.method == "logprob" else self._generate
 
         def one(i: int) -> Score:

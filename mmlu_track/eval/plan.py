@@ -21,7 +21,7 @@ import numpy as np
 
 from mmlu_track.config import EvalConfig, identity_dict
 from mmlu_track.eval import prompts
-from mmlu_track.eval.backend import Backend
+from mmlu_track.eval.backend import Backend, ModelError
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
 from mmlu_track.records.run import ModelInfo, Protocol
 
@@ -56,15 +56,30 @@ class TruncationError(ValueError):
     """Prompts do not fit the context even with no shots, and truncation was not allowed."""
 
 
+def style(cfg: EvalConfig, lm: Backend) -> prompts.Style:
+    """How this run puts its prompts: raw, or through the model's own chat template (refused,
+    before anything is recorded, for a model without one)."""
+    if cfg.chat.style == "none":
+        return prompts.RAW
+    template = lm.chat_template
+    if template is None:
+        raise ModelError(
+            f"chat={cfg.chat.style} needs the model's chat template, and the tokenizer of {lm.info.name} has "
+            "none: use chat=none (raw prompts) or a model whose tokenizer has one"
+        )
+    return prompts.Style(cfg.chat.style, cfg.chat.system, lm.apply_chat_template, template)
+
+
 def render(
     cfg: EvalConfig,
     plan: Plan,
     lm: Backend,
     fits: Callable[[str], bool],
+    how: prompts.Style = prompts.RAW,
 ) -> dict[str, list[prompts.Prompt]]:
     """Every subject's prompts, shots dropped until each fits; refuse any that never fits."""
     out = {
-        s: [prompts.fit(cfg.formulation, plan.shots[s], q, fits) for q in qs]
+        s: [prompts.fit(cfg.formulation, plan.shots[s], q, fits, how) for q in qs]
         for s, qs in plan.questions.items()
     }
     too_long = [p for ps in out.values() for p in ps if p.shots_used == 0 and not fits(p.text)]

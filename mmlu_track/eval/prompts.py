@@ -8,6 +8,15 @@ lm-eval-harness. Shots end with `" X\\n\\n"`.
   "about" (`about  abstract algebra`); questions and choices are used as stored.
 - `harness`: lm-eval-harness `mmlu`: single space, `question.strip()`, shots joined by "\\n\\n".
 - `question`: the HELM / lighteval `Question:` style with a subject-free header.
+
+Chat prompts (`ChatConfig`; the rule is lm-evaluation-harness 0.4.13's `fewshot_context` with
+`--apply_chat_template`): `messages` puts the formulation's header (after `system`, if any, and
+"\n\n") in a system message; `single_turn` puts the shots, each ending `" X\n\n"`, and the
+question into one user message, `multiturn` makes each shot a user turn (its body) and an
+assistant turn (its letter). The model's own chat template renders them with its generation
+prompt (`Style.template`), and the answer is the letter itself (`"A"`: `Style.answer_lead` is
+empty), as lm-eval scores it. A chat prompt's shared prefix is where two probe questions'
+renderings part: the template's text up to the question's own content.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mmlu_track.eval.data import Question
 from mmlu_track.records.subjects import LETTERS, pretty
@@ -65,15 +74,113 @@ FORMULATIONS: dict[str, Formulation] = {
 }
 
 
+Messages = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Style:
+    """How prompts are put to the model: raw text (`chat="none"`), or chat messages rendered by
+    `template` (the model's chat template, generation prompt added). `template_text` is that
+    template's source, hashed into the run's template hash."""
+
+    chat: str = "none"
+    system: str | None = None
+    template: Callable[[Messages], str] | None = field(default=None, compare=False)
+    template_text: str | None = None
+    # Each (formulation, subject, shots)'s shared prefix, rendered once for this style's template.
+    prefixes: dict[tuple[str, str, tuple[Question, ...]], str] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @property
+    def answer_lead(self) -> str:
+        """What precedes the answer letter: `" "` after a raw `Answer:`, nothing at the start of an
+        assistant turn."""
+        return " " if self.chat == "none" else ""
+
+
+RAW = Style()
+
+
+def _shots_text(fmt: Formulation, shots: Sequence[Question]) -> str:
+    return "".join(f"{fmt.body(s)} {LETTERS[s.answer]}\n\n" for s in shots)
+
+
 def shared_prefix(formulation: str, subject: str, shots: Sequence[Question]) -> str:
-    """What every prompt of a subject with these shots starts with: the header and the shots."""
+    """What every raw prompt of a subject with these shots starts with: the header and the shots."""
     fmt = FORMULATIONS[formulation]
-    return fmt.header(subject) + "".join(f"{fmt.body(s)} {LETTERS[s.answer]}\n\n" for s in shots)
+    return fmt.header(subject) + _shots_text(fmt, shots)
 
 
-def render(formulation: str, subject: str, shots: Sequence[Question], question: Question) -> str:
-    """The full prompt: header, each shot with its answer (`" X\\n\\n"`), then the question."""
-    return shared_prefix(formulation, subject, shots) + FORMULATIONS[formulation].body(question)
+def _delimited(first: str | None, second: str, delimiter: str = "\n\n") -> str:
+    # lm-eval's maybe_delimit: the delimiter only where neither side has whitespace at the join.
+    if not first:
+        return second
+    return first + delimiter + second if not (first[-1].isspace() or second[:1].isspace()) else first + second
+
+
+def messages(
+    formulation: str,
+    subject: str,
+    shots: Sequence[Question],
+    question: Question,
+    *,
+    chat: str,
+    system: str | None,
+) -> Messages:
+    """The chat messages of a prompt (`chat` is `single_turn` or `multiturn`)."""
+    fmt = FORMULATIONS[formulation]
+    out = [{"role": "system", "content": _delimited(system, fmt.header(subject))}]
+    if chat == "multiturn":
+        for s in shots:
+            out += [
+                {"role": "user", "content": fmt.body(s)},
+                {"role": "assistant", "content": LETTERS[s.answer]},
+            ]
+        return [*out, {"role": "user", "content": fmt.body(question)}]
+    if chat == "single_turn":
+        return [*out, {"role": "user", "content": _shots_text(fmt, shots) + fmt.body(question)}]
+    raise ValueError(f"chat={chat!r} has no messages: single_turn or multiturn")
+
+
+def fold_system(msgs: Messages) -> Messages:
+    """For a template without a system role: the system text opens the first user message."""
+    system, first, *rest = msgs
+    return [{"role": "user", "content": _delimited(system["content"], first["content"])}, *rest]
+
+
+def render(
+    formulation: str, subject: str, shots: Sequence[Question], question: Question, style: Style = RAW
+) -> str:
+    """The full prompt: raw, the header, each shot with its answer (`" X\\n\\n"`), then the
+    question; chat, the messages as the model's template renders them."""
+    if style.chat == "none":
+        return shared_prefix(formulation, subject, shots) + FORMULATIONS[formulation].body(question)
+    if style.template is None:
+        raise ValueError(f"chat={style.chat} needs the model's chat template")
+    msgs = messages(formulation, subject, shots, question, chat=style.chat, system=style.system)
+    return style.template(msgs)
+
+
+# Two questions whose renderings part at their first character: what precedes it is shared.
+_PART_A = Question("high_school_biology", "test", 0, "A?", ("a", "b", "c", "d"), 0)
+_PART_B = Question("high_school_biology", "test", 0, "B?", ("a", "b", "c", "d"), 0)
+
+
+def _chat_prefix(formulation: str, subject: str, shots: tuple[Question, ...], style: Style) -> str:
+    key = (formulation, subject, shots)
+    if key not in style.prefixes:
+        a, b = (render(formulation, subject, shots, q, style) for q in (_PART_A, _PART_B))
+        parted = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        style.prefixes[key] = a[:parted]
+    return style.prefixes[key]
+
+
+def prompt_prefix(formulation: str, subject: str, shots: Sequence[Question], style: Style = RAW) -> str:
+    """What every prompt of a subject with these shots starts with (header and shots, as rendered)."""
+    if style.chat == "none":
+        return shared_prefix(formulation, subject, shots)
+    return _chat_prefix(formulation, subject, tuple(shots), style)
 
 
 def select_shots(dev: Sequence[Question], k: int, how: str, seed: int) -> tuple[Question, ...]:
@@ -105,17 +212,19 @@ def fit(
     shots: Sequence[Question],
     question: Question,
     fits: Callable[[str], bool],
+    style: Style = RAW,
 ) -> Prompt:
     """Drop shots from the end, one at a time, until `fits(text)` (as the original does).
 
     At zero shots the prompt is returned even if it does not fit; the scorer then keeps its
-    last tokens and records the truncation.
+    last tokens and records the truncation. A chat prompt a template renders without its shared
+    prefix in front (never seen) is its own prefix: the prefix cache then scores it whole.
     """
     for used in range(len(shots), -1, -1):
-        prefix = shared_prefix(formulation, question.subject, shots[:used])
-        text = prefix + FORMULATIONS[formulation].body(question)
+        text = render(formulation, question.subject, shots[:used], question, style)
         if used == 0 or fits(text):
-            return Prompt(question, text, used, prefix)
+            prefix = prompt_prefix(formulation, question.subject, shots[:used], style)
+            return Prompt(question, text, used, prefix if text.startswith(prefix) else text)
     raise AssertionError("unreachable")
 
 
@@ -127,7 +236,11 @@ _PROBE_SHOT = Question("high_school_biology", "dev", 0, " Shot question? ", ("a"
 _PROBE = Question("high_school_biology", "test", 0, " Test question?\n", ("w", "x", "y", "z"), 0)
 
 
-def template_hash(formulation: str) -> str:
-    """A hash of what the formulation renders on a fixed probe: changes whenever the template does."""
-    probe = render(formulation, _PROBE.subject, [_PROBE_SHOT], _PROBE)
-    return text_hash(f"{formulation}\x00{probe}")
+def template_hash(formulation: str, style: Style = RAW) -> str:
+    """A hash of what the formulation renders on a fixed probe: changes whenever the template does.
+    A chat style adds itself, the system message and the chat template's source (a raw prompt's
+    hash is what it was before chat prompts)."""
+    probe = render(formulation, _PROBE.subject, [_PROBE_SHOT], _PROBE, style)
+    if style.chat == "none":
+        return text_hash(f"{formulation}\x00{probe}")
+    return text_hash(f"{formulation}\x00{style.chat}\x00{style.system}\x00{style.template_text}\x00{probe}")

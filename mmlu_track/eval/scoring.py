@@ -4,8 +4,9 @@ Both scorers take the prompt texts of one subject and return one `Score` per pro
 batched by `batching.run_batches` (longest first, left-padded, explicit positions: results do not
 depend on the batching beyond float rounding). `generate` lives in `generate.py`.
 
-`logprob`: the answer letters are continuations `" A"`..`" D"` (the letter carries the leading
-space). Their ids are found in context, by encoding `prompt + " A"` and removing the prompt's ids.
+`logprob`: the answer letters are continuations `" A"`..`" D"` of a raw prompt (the letter carries
+the leading space; `answer_lead`), `"A"`..`"D"` of a chat prompt (the assistant turn's first
+characters). Their ids are found in context, by encoding `prompt + " A"` and removing the prompt's ids.
 When all four are one token each and the prompt's ids are a prefix (the usual case), one forward
 pass of the prompt gives all four log-probs from the last position's logits. Otherwise (a
 tokenizer that splits `" A"` or merges across the boundary), each letter's full sequence is
@@ -40,9 +41,9 @@ __all__ = ["SCORERS", "Score", "Scorer", "calibrate", "parse_generation", "run_b
            "score_logprob"]  # fmt: skip
 
 
-def _letter_sequences(lm: LoadedModel, text: str) -> tuple[list[int], list[list[int]], bool]:
+def _letter_sequences(lm: LoadedModel, text: str, lead: str) -> tuple[list[int], list[list[int]], bool]:
     """(prompt ids, prompt + letter ids for each letter, whether one pass at the end suffices)."""
-    ctx, *wholes = lm.encode_many([text, *(f"{text} {letter}" for letter in LETTERS)])
+    ctx, *wholes = lm.encode_many([text, *(f"{text}{lead}{letter}" for letter in LETTERS)])
     one_pass = all(len(w) == len(ctx) + 1 and w[: len(ctx)] == ctx for w in wholes)
     return ctx, wholes, one_pass
 
@@ -62,14 +63,14 @@ Encoded = list[tuple[list[int], bool]]
 MultiPass = dict[int, list[tuple[int, list[int]]]]
 
 
-def _encode(lm: LoadedModel, texts: Sequence[str]) -> tuple[Encoded, list[list[int]], MultiPass]:
+def _encode(lm: LoadedModel, texts: Sequence[str], lead: str) -> tuple[Encoded, list[list[int]], MultiPass]:
     """(each text's ids fitted to the context and whether cut, each text's letter ids at the end,
     the letter sequences with their kept prefix of the texts that need a pass per letter)."""
     encoded: Encoded = []
     letter_ids: list[list[int]] = []
     multi: MultiPass = {}
     for i, text in enumerate(texts):
-        ctx, wholes, one_pass = _letter_sequences(lm, text)
+        ctx, wholes, one_pass = _letter_sequences(lm, text, lead)
         encoded.append(fit(ctx, lm.info.max_length))
         letter_ids.append([w[-1] for w in wholes])
         if not one_pass:
@@ -86,11 +87,12 @@ def score_logprob(
     *,
     prefixes: Sequence[str] | None = None,
     max_tokens: int | None = None,
+    answer_lead: str = " ",
 ) -> list[Score]:
-    """Log-probs of " A".." D" after each text. With `cfg.prefix_cache` and `prefixes` (each
+    """Log-probs of `answer_lead` + "A".."D" after each text. With `cfg.prefix_cache` and `prefixes` (each
     text's shared prefix, see `prompts.shared_prefix`), each distinct prefix is run once and only
     the rest of each prompt is forwarded against its cached keys and values."""
-    encoded, letter_ids, multi = _encode(lm, texts)
+    encoded, letter_ids, multi = _encode(lm, texts, answer_lead)
     one = (i for i in range(len(texts)) if i not in multi)
     groups, plain = prefix_cache.group(cfg.prefix_cache, prefixes, encoded, one)
     logprobs: list[tuple[float, float, float, float] | None] = [None] * len(texts)
@@ -198,7 +200,8 @@ def _score_sequences(
 class Scorer(Protocol):
     """Scores one subject's prompts in order; `prefixes[i]` is the start text i shares with others.
     A batch holds at most `batch_size` prompts and, unless `max_tokens` is None, at most
-    `max_tokens` padded tokens (never fewer than one prompt)."""
+    `max_tokens` padded tokens (never fewer than one prompt). `answer_lead` precedes a letter
+    (`Style.answer_lead`); generation reads the first non-whitespace character either way."""
 
     def __call__(
         self,
@@ -210,6 +213,7 @@ class Scorer(Protocol):
         *,
         prefixes: Sequence[str] | None = None,
         max_tokens: int | None = None,
+        answer_lead: str = " ",
     ) -> list[Score]: ...
 
 

@@ -35,6 +35,7 @@ from mmlu_track.eval.plan import (
     identity,
     plan,
     render,
+    style,
     units,
 )
 from mmlu_track.eval.plan import looks as plan_looks
@@ -109,7 +110,8 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
     t2 = time.time()
     fits = fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
     try:
-        rendered = render(cfg, the_plan, lm, fits)
+        how = style(cfg, lm)
+        rendered = render(cfg, the_plan, lm, fits, how)
     except BaseException:
         lm.close()
         raise
@@ -125,7 +127,7 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
             dev_fingerprint=the_plan.dev_fingerprint,
             n_questions=len(the_plan.all_questions),
         ),
-        template_hash=prompts.template_hash(cfg.formulation),
+        template_hash=prompts.template_hash(cfg.formulation, how),
         example_prompt=rendered[first.subject][0].text,
         seeds=seeds,
         versions=provenance.versions(),
@@ -134,7 +136,7 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
         sweep=sweep,
     )
     ident = identity(cfg, lm.info, start.protocol, fresh=not cfg.tracking.resume)
-    return Prepared(lm, the_plan, rendered, start, ident, t1 - t0, t2 - t1)
+    return Prepared(lm, the_plan, rendered, start, ident, t1 - t0, t2 - t1, how.answer_lead)
 
 
 def _all_results(prep: Prepared, store: SqlStore, run_id: str) -> list[QuestionResult]:

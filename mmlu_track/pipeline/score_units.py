@@ -83,6 +83,7 @@ class Prepared:
     identity: str
     data_s: float
     model_load_s: float
+    answer_lead: str = " "  # what precedes an answer letter (`prompts.Style.answer_lead`)
 
 
 @dataclass
@@ -162,6 +163,7 @@ def _scored(
             progress,
             prefixes=[p.prefix for p in rendered],
             max_tokens=cfg.batch_tokens,
+            answer_lead=prep.answer_lead,
         )
     except PromptError as err:
         if err.position is None:

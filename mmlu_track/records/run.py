@@ -87,6 +87,7 @@ class Protocol:
     allow_truncation: bool | None
     scoring: str
     calibration: str | None
+    chat: str = "none"  # the prompt style (`ChatConfig.style`); every run stored before chat prompts was raw
 
     @classmethod
     def of(
@@ -113,6 +114,7 @@ class Protocol:
             allow_truncation=cfg.allow_truncation,
             scoring=cfg.scoring.method,
             calibration=cfg.scoring.calibration,
+            chat=cfg.chat.style,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -142,7 +144,7 @@ class Protocol:
                 f"questions differ{why} (baseline {b.n_questions} questions, data fingerprint "
                 f"{b.questions[:12]}; candidate {c.n_questions}, {c.questions[:12]})"
             )
-        checks = ["formulation", "template_hash", "scoring", "calibration"]
+        checks = ["chat", "formulation", "template_hash", "scoring", "calibration"]
         if not fewshot_gap:
             checks.append("k")
         if not fewshot_gap or min(b.k, c.k) > 0:
@@ -167,6 +169,7 @@ class Protocol:
 # have); in the others None is a value (no limit, the first shots, each model's own context).
 _RECORDED = ("template_hash", "shot_selection", "dev_fingerprint", "allow_truncation", "calibration")
 _LABELS = {
+    "chat": "prompt style chat (raw text or the model's chat template)",
     "formulation": "formulation",
     "template_hash": "prompt template (template hash)",
     "scoring": "scoring method",
@@ -221,9 +224,12 @@ class RunStart:
 
     @property
     def name(self) -> str:
-        """What tells runs apart: model, formulation, k, scoring, calibration, dtype, limit and seed."""
+        """What tells runs apart: model, formulation, chat style, k, scoring, calibration, dtype,
+        limit and seed."""
         cfg = self.config
         parts = [self.model.name, cfg.formulation, f"k{cfg.k}", cfg.scoring.method]
+        if cfg.chat.style != "none":
+            parts.insert(2, f"chat-{cfg.chat.style}")
         if cfg.scoring.calibration != "none":
             parts.append(f"cal-{cfg.scoring.calibration}")
         parts.append(self.model.dtype)
