@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mmlu_track.credentials import redact_doc
+from mmlu_track.parsers import PARSERS
 from mmlu_track.records.subjects import SUBJECTS
-from mmlu_track.typed import ConfigError, from_mapping, suggest
+from mmlu_track.typed import ConfigError, from_mapping
 
 ModelSource = Literal["hub", "gguf", "tiny", "openai_api"]
 DataSource = Literal["packaged", "hub", "local"]
@@ -23,6 +24,7 @@ ScoringMethod = Literal["logprob", "generate"]
 Calibration = Literal["none", "mean"]
 Formulation = Literal["original", "harness", "question"]
 ChatStyle = Literal["none", "single_turn", "multiturn"]
+Extract = Literal["first_char", "pattern"]
 ShotSelection = Literal["first", "random"]
 Dtype = Literal["float32", "bfloat16", "float16", "auto"]
 
@@ -75,6 +77,16 @@ SERVED_ONLY = ("base_url", "api_key_env", "served_name", "tokenizer")
 SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "top_logprobs")
 
 
+# How `scoring.extract=pattern` reads a letter: the first of these that matches, its one group the
+# letter (`eval/backend.read_answer`). In order, with where each comes from:
+ANSWER_PATTERNS = (
+    r"(?i:answer is)\s*\(?([ABCD])\b",  # lm-eval 0.4.13 mmlu_pro's filter `answer is \(?([ABCDEFGHIJ])\)?`
+    r"(?i:answer)[ \t]*:[ \t]*\(?\$?([ABCD])\b",  # OpenAI simple-evals ANSWER_PATTERN_MULTICHOICE
+    r"\(([ABCD])\)",  # lm-eval mmlu_flan_cot_zeroshot's multi_choice_regex `(\([A-Z]\))`
+    r"^\s*([ABCD])\b",  # a bare leading letter ("B", "B.", "B) ..."; not "An ...": the seed's protocol)
+)
+
+
 @dataclass(frozen=True)
 class ScoringConfig:
     """`logprob`: argmax of log P(letter | prompt); `generate`: greedy decoding, first letter.
@@ -85,10 +97,15 @@ class ScoringConfig:
     stops earlier once its first non-whitespace character is out.
     `calibration="mean"` subtracts each letter's mean log-prob over a subject's questions before
     the argmax (letter-bias normalisation); it is part of the scoring method's identity.
+    `extract` (generate): `first_char`, the first non-whitespace character (the seed's protocol;
+    a row stops once it is out), or `pattern`, the first of `patterns` that matches the whole
+    generation (a row decodes to `max_new_tokens` or its end: give it room for a sentence).
     """
 
     method: ScoringMethod
     max_new_tokens: int = 5
+    extract: Extract = "first_char"
+    patterns: tuple[str, ...] = ANSWER_PATTERNS  # 'scoring.patterns=["answer: ([ABCD])"]' (one group each)
     calibration: Calibration = "none"
     prefix_cache: bool = True
 
@@ -212,28 +229,6 @@ class CompareConfig:
     compare_experiment: str = "mmlu_track_compare"  # the MLflow experiment of comparisons
 
 
-def parse_subjects(value: Any) -> tuple[str, ...]:
-    """`all`, one subject name, or a list of names -> a tuple of known subjects in given order."""
-    if value == "all":
-        return SUBJECTS
-    names = [value] if isinstance(value, str) else value
-    if not isinstance(names, list | tuple) or not names:
-        raise ConfigError(f"subjects must be 'all' or a non-empty list of subjects, got {value!r}")
-    seen: list[str] = []
-    for name in names:
-        if name not in SUBJECTS:
-            raise ConfigError(
-                f"unknown subject {name!r}{suggest(str(name), SUBJECTS)}; "
-                f"allowed: 'all' or any of the 57 MMLU subjects ({SUBJECTS[0]}, {SUBJECTS[1]}, ...)"
-            )
-        if name not in seen:
-            seen.append(name)
-    return tuple(seen)
-
-
-PARSERS = {"subjects": parse_subjects}  # `all` and subject names, checked, in the order given
-
-
 def _check_seed(key: str, seed: int) -> None:
     if not 0 <= seed <= MAX_SEED:
         raise ConfigError(f"{key}={seed} is out of range: allowed 0..2**63-1 ({MAX_SEED})")
@@ -273,6 +268,8 @@ def _check_values(cfg: EvalConfig) -> None:
         raise ConfigError(f"scoring.max_new_tokens={cfg.scoring.max_new_tokens} must be >= 1")
     if cfg.scoring.calibration != "none" and cfg.scoring.method != "logprob":
         raise ConfigError("scoring.calibration applies to scoring=logprob only; set it to none")
+    if cfg.scoring.extract != "first_char" and cfg.scoring.method != "generate":
+        raise ConfigError("scoring.extract reads generations: it applies to scoring=generate only")
     dev = cfg.device
     if not (dev in ("auto", "cpu", "cuda", "mps") or dev.startswith("cuda:")):
         raise ConfigError(f"device={dev!r} is not allowed; choose auto, cpu, cuda, cuda:N or mps")
@@ -412,6 +409,9 @@ def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
             out["model"].pop(key)
     if out["chat"] == dataclasses.asdict(ChatConfig()):  # raw prompts: as before chat prompts could be
         out.pop("chat")
+    if out["scoring"]["extract"] == "first_char":  # as before answers could be read by patterns
+        out["scoring"].pop("extract")
+        out["scoring"].pop("patterns")
     return out
 
 

@@ -23,7 +23,13 @@ if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
-_ROW = "{:<12} {:<9} {:<28} {:<8} {:<9} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<19}  {}"
+_ROW = "{:<12} {:<9} {:<28} {:<8} {:<20} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<19}  {}"
+
+
+def _prompt(run: StoredRun) -> str:
+    """The formulation, and the chat style where the prompts went through the model's template."""
+    chat = run.protocol.chat
+    return run.formulation if chat == "none" else f"{run.formulation}/{chat}"
 
 
 def _dtype_and_limit(run: StoredRun) -> tuple[str, str]:
@@ -48,7 +54,7 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
             "status",
             "model",
             "scoring",
-            "form.",
+            "prompt",
             "k",
             "dtype",
             "limit",
@@ -68,7 +74,7 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
             "dead" if store.dead(r) else r.status,
             r.model_name[:28],
             r.scoring,
-            r.formulation,
+            _prompt(r),
             r.k,
             *_dtype_and_limit(r),
             r.n_questions,
@@ -88,9 +94,7 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
         else run.status
     )
     print(f"run {run.id}  status {status}  mlflow {run.mlflow_run_id or '-'}")
-    print(
-        f"model {run.model_name} ({run.model_revision or '-'}), {run.scoring}, {run.formulation}, k={run.k}"
-    )
+    print(f"model {run.model_name} ({run.model_revision or '-'}), {run.scoring}, {_prompt(run)}, k={run.k}")
     print(f"data {run.data_fingerprint}  template {run.template_hash}  commit {run.git_commit or '-'}")
     finished = f"{run.finished_at:%Y-%m-%d %H:%M:%S} UTC" if run.finished_at else "-"
     print(

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mmlu_track import runs
 from mmlu_track.config import DataConfig
 from mmlu_track.eval import in_process, plan, prompts
 from mmlu_track.eval.data import load_subjects
@@ -54,7 +55,9 @@ def test_chat_prompts_are_lm_evals_own(case: dict[str, Any], tiny_lm: Any) -> No
     assert prompt.text == f"{prompt.prefix}{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_a_chat_run_is_scored_through_the_prefix_cache_and_resumes_as_itself(tmp_path: Path) -> None:
+def test_a_chat_run_is_scored_through_the_prefix_cache_and_resumes_as_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["chat=multiturn", "k=2", "limit=4", "subjects=[anatomy,virology]"]
     quiet: dict[str, Any] = {"progress": False, "echo": lambda _: None}
@@ -74,6 +77,11 @@ def test_a_chat_run_is_scored_through_the_prefix_cache_and_resumes_as_itself(tmp
     assert len(SqlStore(db).runs()) == 3
     again = run(tiny_run_cfg(db, *args), tmp_path / "d", **quiet)  # finished: a new run, the same scores
     assert [r.logprobs for r in again.results] == [r.logprobs for r in cached.results]
+    capsys.readouterr()
+    assert runs.main(["--db", db, "list"]) == 0
+    listed = capsys.readouterr().out
+    assert listed.count(" original/multiturn ") == 3
+    assert listed.count(" original ") == 1
 
 
 def test_chat_and_raw_prompts_are_never_compared() -> None:
@@ -87,9 +95,18 @@ def test_chat_and_raw_prompts_are_never_compared() -> None:
     assert protocol("chat=single_turn").differences(protocol("chat=multiturn")) == [
         f"{CHAT_DIFFERS} (baseline single_turn, candidate multiturn)"
     ]
-    old = protocol().to_json()  # a run stored before chat prompts were: a raw run
-    del old["chat"]
+    old = protocol().to_json()  # a run stored before chat prompts and answer patterns: raw, first_char
+    del old["chat"], old["extract"]
     assert Protocol.from_json(old).differences(protocol()) == []
+    generated = protocol("scoring=generate")
+    read = protocol("scoring=generate_pattern")
+    other = protocol("scoring=generate_pattern", 'scoring.patterns=["Answer: ([ABCD])"]')
+    assert generated.differences(read) == [
+        "answer extraction (scoring.extract, scoring.patterns) differs "
+        f"(baseline first_char, candidate {read.extract})"
+    ]
+    assert read.differences(other)
+    assert read.extract.startswith("pattern ")
 
 
 def test_the_template_hash_covers_the_chat_style_the_system_message_and_the_template(tiny_lm: Any) -> None:

@@ -18,9 +18,9 @@ from mmlu_track.config import (
     compare_config_from_dict,
     eval_config_from_dict,
     identity_dict,
-    parse_subjects,
 )
 from mmlu_track.eval import data, load, models, prompts, scoring
+from mmlu_track.parsers import parse_subjects
 from mmlu_track.records.subjects import SUBJECTS
 from mmlu_track.typed import ConfigError, flatten
 
@@ -157,6 +157,17 @@ def test_plain_overrides() -> None:
         (["chat.system=Be brief."], "chat.system is the system message of a chat prompt: set chat="),
         (["chat=single_turn", "chat.system= "], "chat.system must be a non-empty string"),
         ([*SERVED, "chat=multiturn"], "chat=multiturn is not yet supported for model.source=openai_api"),
+        (
+            ["scoring.extract=pattern"],
+            "scoring.extract reads generations: it applies to scoring=generate only",
+        ),
+        (["scoring=generate", "scoring.extract=regex"], "choose one of: first_char, pattern"),
+        (["scoring=generate_pattern", "scoring.patterns=[answer]"], "'answer' must have exactly one group"),
+        (["scoring=generate_pattern", 'scoring.patterns=["(A"]'], "'(A' is not a regular expression"),
+        (
+            ["scoring=generate_pattern", "scoring.patterns=[]"],
+            "must be a non-empty list of regular expressions",
+        ),
     ],
 )
 def test_bad_values_fail_with_one_clear_line(overrides: list[str], message: str) -> None:

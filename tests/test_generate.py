@@ -3,6 +3,7 @@ of the whole prompt gives, whatever the batching, and counts what it forwards.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,9 +11,10 @@ import torch
 
 from mmlu_track.config import DataConfig, ScoringConfig
 from mmlu_track.eval import generate, prefix_cache, prompts
+from mmlu_track.eval.backend import parse_generation, read_answer
 from mmlu_track.eval.batching import Score
 from mmlu_track.eval.data import load_subjects
-from mmlu_track.eval.generate import decided, parse_generation, score_generate
+from mmlu_track.eval.generate import decided, score_generate
 
 MAX_NEW = 4
 
@@ -103,7 +105,7 @@ def test_shared_attention_decodes_as_the_expanded_cache(
     assert (ok, missed) == (list(range(5)), [])
     tokens = {}
     for shared in (True, False):
-        work = generate._Work(tiny_lm, encoded, MAX_NEW, 3, None, lambda _: None)
+        work = generate._Work(tiny_lm, encoded, MAX_NEW, 3, None, lambda _: None, generate._stops)
         with torch.inference_mode():
             how = generate._generate_with_prefix(work, prefix_ids, ok, shared_attention=shared)
         assert how == ("shared" if shared else "cache")
@@ -128,3 +130,54 @@ def test_a_row_stops_once_its_first_character_is_known(text: str, settled: bool)
     assert decided(text) is settled
     if settled:  # what follows cannot change the answer
         assert parse_generation(text) == parse_generation(text + " C and more")
+
+
+PATTERNS = ScoringConfig("generate", extract="pattern")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("The answer is B because of the membrane.", 1),  # lm-eval mmlu_pro's "answer is"
+        ("So the answer is (C).", 2),
+        ("the answer is a tricky one: Answer: D", 3),  # "a" is an article, not a letter
+        ("Answer: A", 0),  # simple-evals' "Answer:"
+        ("**Answer:** B", None),  # not one of the default shapes: invalid, counted as such
+        ("I think (D) fits best.", 3),  # lm-eval flan-CoT's "(X)"
+        ("B. Conjugation", 1),  # a bare leading letter
+        ("  C", 2),
+        ("An enzyme is a protein.", None),  # not a bare letter: "An"
+        ("Translation\nB. Conjugation", None),  # a letter at a later line's start is not the answer
+        ("The answer is B. Answer: C", 1),  # the patterns in order: the first that matches wins
+        ("", None),
+    ],
+)
+def test_answer_patterns_read_what_chat_models_write(text: str, expected: int | None) -> None:
+    assert read_answer(text, PATTERNS) == expected
+
+
+def test_first_char_is_the_seed_protocol() -> None:
+    first = ScoringConfig("generate")
+    assert read_answer("The answer is B", first) is None
+    assert read_answer(" B because", first) == 1
+    assert read_answer("B. x", ScoringConfig("generate", extract="pattern", patterns=(r"x(y)",))) is None
+
+
+def test_pattern_extraction_decodes_to_the_end_and_reads_the_whole_text(
+    tiny_lm: Any, five_shot: tuple[list[str], list[str]]
+) -> None:
+    texts, prefixes = five_shot
+    cfg = ScoringConfig("generate", max_new_tokens=MAX_NEW, extract="pattern")
+    scores = {
+        cache: score_generate(
+            tiny_lm, texts, replace(cfg, prefix_cache=cache), 8, lambda _: None, prefixes=prefixes
+        )
+        for cache in (False, True)
+    }
+    first = _run(tiny_lm, texts, prefixes, True, 8)  # first_char: each row stopped at its first character
+    pairs = list(zip(scores[True], first, strict=True))
+    for s, f in pairs:
+        assert s.generated.startswith(f.generated)  # the same greedy tokens, decoded further
+        assert s.prediction == read_answer(s.generated, cfg)
+    assert sum(len(s.generated) > len(f.generated) for s, f in pairs) > len(pairs) / 2
+    assert [s.generated for s in scores[True]] == [s.generated for s in scores[False]]

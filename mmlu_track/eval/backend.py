@@ -13,6 +13,7 @@ pipeline) imports only this.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -105,6 +106,18 @@ def parse_generation(text: str) -> int | None:
     stripped = text.lstrip()
     if stripped and stripped[0] in LETTERS:
         return LETTERS.index(stripped[0])
+    return None
+
+
+def read_answer(text: str, cfg: ScoringConfig) -> int | None:
+    """The answer index a generation gives by `cfg.extract`: `first_char` (`parse_generation`), or
+    `pattern`, the group of the first of `cfg.patterns` that matches anywhere in the text (a
+    pattern's own anchors and flags apply); None when nothing reads as a letter A-D."""
+    if cfg.extract == "first_char":
+        return parse_generation(text)
+    for pattern in cfg.patterns:
+        if (found := re.search(pattern, text)) and found.group(1) in LETTERS:
+            return LETTERS.index(found.group(1))
     return None
 
 

@@ -1,11 +1,14 @@
-"""Generation scoring: greedy decoding; the answer is the first non-whitespace character (A-D, else
-invalid and wrong).
+"""Generation scoring: greedy decoding; the answer is read by `ScoringConfig.extract`
+(`backend.read_answer`): the first non-whitespace character (A-D, else invalid and wrong), or the
+first answer pattern that matches.
 
-A row's answer is decided once its decoded text has a non-whitespace character (or it ends: the
-end-of-sequence token, or `max_new_tokens`), so each row stops there and a batch stops when all of
-its rows have: the tokens after the deciding one cannot change `parse_generation`'s result, and
-`Score.generated` holds the decided part only. A newline does not stop a row: `parse_generation`
-skips leading whitespace, newlines included, so `"\\nB"` answers B.
+With `first_char`, a row's answer is decided once its decoded text has a non-whitespace character
+(or it ends: the end-of-sequence token, or `max_new_tokens`), so each row stops there and a batch
+stops when all of its rows have: the tokens after the deciding one cannot change
+`parse_generation`'s result, and `Score.generated` holds the decided part only. A newline does not
+stop a row: `parse_generation` skips leading whitespace, newlines included, so `"\\nB"` answers B.
+With `pattern`, a later token can always complete a match ("The answer is" ... " B"), so a row
+decodes until it ends, and `Score.generated` is the whole generation.
 
 With `ScoringConfig.prefix_cache` and the prompts' shared prefixes, generation costs what
 log-prob scoring costs plus its decode steps: each subject's prefix runs once
@@ -23,7 +26,7 @@ question's own tokens, and one per decode step the row took part in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +34,7 @@ import torch
 
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import prefix_cache
-from mmlu_track.eval.backend import parse_generation
+from mmlu_track.eval.backend import read_answer
 from mmlu_track.eval.batching import Progress, Score, fit, left_pad, run_batches
 from mmlu_track.eval.models import LoadedModel
 
@@ -48,8 +51,15 @@ def _stops(lm: LoadedModel, tokens: list[int]) -> bool:
     return tokens[-1] == lm.tokenizer.eos_token_id or decided(lm.decode(tokens))
 
 
-def _decided_length(lm: LoadedModel, tokens: list[int]) -> int:
-    return next((j for j in range(1, len(tokens) + 1) if _stops(lm, tokens[:j])), len(tokens))
+def _ends(lm: LoadedModel, tokens: list[int]) -> bool:
+    return bool(tokens[-1] == lm.tokenizer.eos_token_id)
+
+
+Stops = Callable[[LoadedModel, list[int]], bool]
+
+
+def _decided_length(stops: Stops, lm: LoadedModel, tokens: list[int]) -> int:
+    return next((j for j in range(1, len(tokens) + 1) if stops(lm, tokens[:j])), len(tokens))
 
 
 def score_generate(
@@ -69,7 +79,8 @@ def score_generate(
     del answer_lead
     # Room for the new tokens: the prompt keeps its end if it is too long.
     encoded = [fit(lm.encode(t), lm.info.max_length - cfg.max_new_tokens) for t in texts]
-    work = _Work(lm, encoded, cfg.max_new_tokens, batch_size, max_tokens, progress)
+    stops = _stops if cfg.extract == "first_char" else _ends  # read at call time: tests replace _stops
+    work = _Work(lm, encoded, cfg.max_new_tokens, batch_size, max_tokens, progress, stops)
     groups, plain = prefix_cache.group(cfg.prefix_cache, prefixes, encoded, range(len(texts)))
     with torch.inference_mode():
         left = prefix_cache.run_groups(
@@ -80,7 +91,7 @@ def score_generate(
     fallback = set(left)
     return [
         Score(
-            prediction=parse_generation(text),
+            prediction=read_answer(text, cfg),
             generated=text,
             n_tokens=len(ids),
             truncated=cut,
@@ -101,6 +112,7 @@ class _Work:
     batch_size: int
     max_tokens: int | None
     progress: Progress
+    stops: Stops  # whether a row's tokens so far settle its answer (or end it)
     tokens: list[list[int]] = field(init=False)  # the decided tokens
     forwarded: list[int] = field(init=False)
 
@@ -115,7 +127,7 @@ def _generate_with_prefix(
     """Run the prefix once, then decode each batch of rows against it, filling `work.tokens[i]`;
     return how (`prefix_cache.SuffixForward.how`), or None (nothing done: the model's cache
     cannot be shared)."""
-    lm = work.lm
+    lm, stops = work.lm, work.stops
     device = lm.info.device
 
     def run(forward: prefix_cache.SuffixForward, suffixes: Mapping[int, list[int]], batch: list[int]) -> None:
@@ -126,7 +138,7 @@ def _generate_with_prefix(
         while True:
             for i, token in zip(active, logits.float().argmax(-1).tolist(), strict=True):
                 out[i].append(token)
-            going = [r for r, i in enumerate(active) if len(out[i]) < work.max_new and not _stops(lm, out[i])]
+            going = [r for r, i in enumerate(active) if len(out[i]) < work.max_new and not stops(lm, out[i])]
             if not going:
                 break
             if len(going) < len(active):  # decided rows leave the batch and its cache
@@ -162,7 +174,8 @@ def _generate_plain(work: _Work, rows: list[int]) -> None:
 
         def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
             new = input_ids[:, self.width :].tolist()
-            return torch.tensor([_stops(lm, row) for row in new], dtype=torch.bool, device=input_ids.device)
+            done = [work.stops(lm, row) for row in new]
+            return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
     gen_cfg = GenerationConfig(  # type: ignore[no-untyped-call]
         max_new_tokens=work.max_new,
@@ -181,7 +194,8 @@ def _generate_plain(work: _Work, rows: list[int]) -> None:
         steps = out.shape[1] - width
         for r, i in enumerate(batch):
             new = out[r, width:].tolist()
-            work.tokens[i] = new[: _decided_length(lm, new)]  # after a row stops, generate pads it
+            # After a row stops, generate pads it.
+            work.tokens[i] = new[: _decided_length(work.stops, lm, new)]
             # Every row is forwarded at every step until the whole batch stops.
             work.forwarded[i] = len(work.encoded[i][0]) + steps - 1
         work.progress(len(batch))

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmlu_track.config import EvalConfig, ScoringConfig
-from mmlu_track.eval.backend import ModelError, Progress, PromptError, Score, parse_generation
+from mmlu_track.eval.backend import ModelError, Progress, PromptError, Score, read_answer
 from mmlu_track.eval.http_api import Client, PermanentError, probe
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
@@ -207,10 +207,11 @@ class Served:
         if not isinstance(generated, str):
             raise PromptError("the server's answer has no text")
         stripped = len(generated) - len(generated.lstrip())
-        decided = generated[: stripped + 1]
+        # The decided part: up to the first character (first_char), else all of it (pattern).
+        decided = generated[: stripped + 1] if self.cfg.scoring.extract == "first_char" else generated
         n_tokens = _usage(doc)
         return Score(
-            parse_generation(decided),
+            read_answer(decided, self.cfg.scoring),
             generated=decided,
             n_tokens=n_tokens,
             forwarded=n_tokens,

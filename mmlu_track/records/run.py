@@ -14,6 +14,8 @@ The JSON layout (schema_version 1) is stable: sections `config`, `model`, `data`
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +90,8 @@ class Protocol:
     scoring: str
     calibration: str | None
     chat: str = "none"  # the prompt style (`ChatConfig.style`); every run stored before chat prompts was raw
+    # How a generation is read: first_char, or "pattern <hash of the patterns>"; older runs: first_char.
+    extract: str = "first_char"
 
     @classmethod
     def of(
@@ -115,6 +119,7 @@ class Protocol:
             scoring=cfg.scoring.method,
             calibration=cfg.scoring.calibration,
             chat=cfg.chat.style,
+            extract=_extraction(cfg),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -144,7 +149,7 @@ class Protocol:
                 f"questions differ{why} (baseline {b.n_questions} questions, data fingerprint "
                 f"{b.questions[:12]}; candidate {c.n_questions}, {c.questions[:12]})"
             )
-        checks = ["chat", "formulation", "template_hash", "scoring", "calibration"]
+        checks = ["chat", "formulation", "template_hash", "scoring", "calibration", "extract"]
         if not fewshot_gap:
             checks.append("k")
         if not fewshot_gap or min(b.k, c.k) > 0:
@@ -170,6 +175,7 @@ class Protocol:
 _RECORDED = ("template_hash", "shot_selection", "dev_fingerprint", "allow_truncation", "calibration")
 _LABELS = {
     "chat": "prompt style chat (raw text or the model's chat template)",
+    "extract": "answer extraction (scoring.extract, scoring.patterns)",
     "formulation": "formulation",
     "template_hash": "prompt template (template hash)",
     "scoring": "scoring method",
@@ -181,6 +187,13 @@ _LABELS = {
     "max_length": "the context limit max_length",
     "allow_truncation": "allow_truncation",
 }
+
+
+def _extraction(cfg: EvalConfig) -> str:
+    s = cfg.scoring
+    if s.extract == "first_char":
+        return "first_char"
+    return f"pattern {hashlib.sha256(json.dumps(list(s.patterns)).encode()).hexdigest()[:12]}"
 
 
 def _value(name: str, value: object) -> str:
@@ -232,6 +245,8 @@ class RunStart:
             parts.insert(2, f"chat-{cfg.chat.style}")
         if cfg.scoring.calibration != "none":
             parts.append(f"cal-{cfg.scoring.calibration}")
+        if cfg.scoring.extract != "first_char":
+            parts.append(f"extract-{cfg.scoring.extract}")
         parts.append(self.model.dtype)
         if cfg.limit is not None:
             parts += [f"limit{cfg.limit}", f"seed{cfg.seed}"]
