@@ -13,9 +13,8 @@ request on the same text (llama-cpp-python's server echoes each token's log-prob
 distribution *after* it: there a question whose letters are not among the top alternatives is a
 one-line error asking for a larger `model.top_logprobs`).
 
-Generation is greedy `/v1/completions` (temperature 0, `max_tokens=scoring.max_new_tokens`), the
-answer the first non-whitespace character as in-process; no stop sequence, which could cut the
-text before the letter the in-process path reads.
+Generation is greedy `/v1/completions` (temperature 0, `max_tokens=scoring.max_new_tokens`, no stop
+sequence: it could cut the text before the letter), read as in-process (`backend.read_answer`).
 
 Requests: up to `model.max_concurrency` in flight; a unit's first prompt goes alone so the server's
 prefix cache (vLLM's automatic prefix caching, SGLang's radix cache, llama.cpp's prompt cache)
@@ -40,6 +39,7 @@ from mmlu_track.records.run import ModelInfo
 from mmlu_track.records.subjects import LETTERS
 
 CONTINUATIONS = tuple(f" {letter}" for letter in LETTERS)
+RAW_ONLY = "a served model is prompted raw (chat=none) for now"
 ECHO_TOLERANCE = 1e-3  # nats: the same distribution computed in two requests (batching moves the last digits)
 _PROBE = "Question: Which letter comes first in the alphabet?\nA. A\nB. B\nC. C\nD. D\nAnswer:"
 
@@ -135,7 +135,7 @@ class Served:
     chat_template = None  # served models are prompted raw for now (config validation says so)
 
     def apply_chat_template(self, messages: Messages) -> str:
-        raise ModelError("a served model is prompted raw (chat=none) for now")
+        raise ModelError(RAW_ONLY)
 
     def close(self) -> None:
         self.client.close()
@@ -232,7 +232,7 @@ class Served:
         """One subject's prompts, `model.max_concurrency` requests in flight; the first alone (it
         fills the server's prefix cache for the rest). Batching settings do not apply to a server."""
         if answer_lead != " ":  # config validation refuses chat prompts for a served model
-            self.apply_chat_template([])
+            raise ModelError(RAW_ONLY)
         how = self._logprob if cfg.method == "logprob" else self._generate
 
         def one(i: int) -> Score:

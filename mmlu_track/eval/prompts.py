@@ -221,9 +221,12 @@ def fit(
     prefix in front (never seen) is its own prefix: the prefix cache then scores it whole.
     """
     for used in range(len(shots), -1, -1):
-        text = render(formulation, question.subject, shots[:used], question, style)
+        prefix = prompt_prefix(formulation, question.subject, shots[:used], style)
+        if style.chat == "none":  # a raw prompt is its prefix and the question: built once
+            text = prefix + FORMULATIONS[formulation].body(question)
+        else:
+            text = render(formulation, question.subject, shots[:used], question, style)
         if used == 0 or fits(text):
-            prefix = prompt_prefix(formulation, question.subject, shots[:used], style)
             return Prompt(question, text, used, prefix if text.startswith(prefix) else text)
     raise AssertionError("unreachable")
 
