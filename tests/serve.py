@@ -30,6 +30,25 @@ API_KEY = "sk-test-3f9c1e7a"  # the server checks it; the tests check it never l
 N_CTX = 2048
 
 
+# `python -m llama_cpp.server` with llama.cpp's extra buffer types off (what llama-server's
+# `--no-repack` does; llama-cpp-python has no flag for it). Why: built with -march=native on a CPU
+# with AMX (Sapphire Rapids and later), llama-cpp-python 0.3.36 puts the Q4_1 weights in its AMX
+# buffer and segfaults in ggml_backend_amx_mul_mat at the first completion; the plain CPU kernels
+# compute the same model everywhere.
+_LAUNCH = """
+import runpy, sys
+import llama_cpp.llama_cpp as lib
+default_params = lib.llama_model_default_params
+def without_extra_buffers():
+    params = default_params()
+    params.use_extra_bufts = False
+    return params
+lib.llama_model_default_params = without_extra_buffers
+sys.argv[0] = "llama_cpp.server"
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -55,7 +74,7 @@ class LlamaServer:
 
     def start(self, timeout_s: float = 120) -> LlamaServer:
         cmd = [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(packaged_gguf()),
+            sys.executable, "-c", _LAUNCH, "--model", str(packaged_gguf()),
             "--model_alias", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
             "--n_ctx", str(N_CTX), "--api_key", API_KEY, "--n_threads", "2", "--seed", "0",
         ]  # fmt: skip
