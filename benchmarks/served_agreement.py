@@ -5,6 +5,7 @@ on the same prompts, question by question, 0- and 5-shot. The bound of
 
     python benchmarks/served_agreement.py                      # 4 subjects x 20 questions, k=0 and k=5
     python benchmarks/served_agreement.py --limit 50 --generate
+    python benchmarks/served_agreement.py --generate --chat multiturn   # chat prompts (model.tokenizer)
 
 Prints, per k: questions, max and mean |Δ log-prob| over the four letters, the share of identical
 predictions, and how the server's scores were read (top_logprobs / echo).
@@ -13,6 +14,7 @@ predictions, and how the server's scores were read (top_logprobs / echo).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +27,18 @@ from tests.serve import API_KEY, N_CTX, SERVED_NAME, LlamaServer
 SUBJECTS = "abstract_algebra,college_physics,high_school_us_history,marketing"
 
 
-def config(served: str | None, k: int, limit: int, method: str) -> Any:
+def tokenizer_dir() -> str:
+    """The packaged GGUF's converted tokenizer (the served model's own, with its chat template)."""
+    from mmlu_track.config import ModelConfig
+    from mmlu_track.eval import models
+
+    package, filename = models.PACKAGED_SMOLLM2
+    gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
+    key_dir, gguf, _ = models._gguf_cache(gguf_cfg, Path(os.environ.get("MMLU_TRACK_CACHE", "~/.cache/mmlu_track")).expanduser())
+    return str(models._converted_tokenizer(key_dir, gguf))
+
+
+def config(served: str | None, k: int, limit: int, method: str, chat: str) -> Any:
     from mmlu_track.config import eval_config_from_dict
 
     if served:
@@ -37,6 +50,7 @@ def config(served: str | None, k: int, limit: int, method: str) -> Any:
             "revision": "q4_1",
             "api_key_env": "MMLU_TRACK_BENCH_KEY",
             "max_concurrency": 4,
+            **({"tokenizer": tokenizer_dir()} if chat != "none" else {}),
         }
     else:
         model = {
@@ -48,7 +62,7 @@ def config(served: str | None, k: int, limit: int, method: str) -> Any:
     return eval_config_from_dict({
         "model": model, "scoring": {"method": method}, "data": {"name": "mmlu", "source": "packaged"},
         "k": k, "subjects": SUBJECTS.split(","), "limit": limit, "max_length": N_CTX, "dtype": "float32",
-        "device": "cpu",
+        "device": "cpu", "chat": {"style": chat},
     })  # fmt: skip
 
 
@@ -59,11 +73,13 @@ def scores(cfg: Any) -> dict[tuple[str, int], Any]:
     lm = load.load(cfg)
     the_plan = plan.plan(cfg)
     reserve = cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1
-    rendered = plan.render(cfg, the_plan, lm, plan.fits_check(lm, reserve))
+    how = plan.style(cfg, lm)
+    rendered = plan.render(cfg, the_plan, lm, plan.fits_check(lm, reserve), how)
     out = {}
     for ps in rendered.values():
+        chats = [p.messages for p in ps if p.messages] or None
         got = lm.score([p.text for p in ps], cfg.scoring, 64, lambda n: None, prefixes=[p.prefix for p in ps],
-                       max_tokens=1024)  # fmt: skip
+                       max_tokens=1024, answer_lead=how.answer_lead, messages=chats)  # fmt: skip
         for p, s in zip(ps, got, strict=True):
             out[(p.question.subject, p.question.index)] = (s, p.sha)
     return out
@@ -84,13 +100,14 @@ def compare(local: dict[tuple[str, int], Any], served: dict[tuple[str, int], Any
 
 
 def main() -> None:
-    import os
-
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--generate", action="store_true", help="also greedy generation (5-shot)")
+    parser.add_argument("--chat", default="none", choices=["none", "single_turn", "multiturn"],
+                        help="prompt style (chat: served log-probs of prompts rendered here, generation "
+                        "through the server's /v1/chat/completions)")
     args = parser.parse_args()
     os.environ["MMLU_TRACK_BENCH_KEY"] = API_KEY
     with tempfile.TemporaryDirectory() as tmp:
@@ -98,8 +115,8 @@ def main() -> None:
         try:
             runs = [(k, "logprob") for k in (0, 5)] + ([(5, "generate")] if args.generate else [])
             for k, method in runs:
-                got = compare(scores(config(None, k, args.limit, method)),
-                              scores(config(server.base_url, k, args.limit, method)))  # fmt: skip
+                got = compare(scores(config(None, k, args.limit, method, args.chat)),
+                              scores(config(server.base_url, k, args.limit, method, args.chat)))  # fmt: skip
                 print(f"k={k} {method}: {got}", flush=True)
         finally:
             server.stop()

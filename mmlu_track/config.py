@@ -293,10 +293,10 @@ def _check_chat(cfg: EvalConfig) -> None:
                 "chat.system is the system message of a chat prompt: set chat=single_turn or chat=multiturn"
             )
         return
-    if cfg.model.source == "openai_api":
+    if cfg.model.source == "openai_api" and cfg.model.tokenizer is None:
         raise ConfigError(
-            f"chat={cfg.chat.style} is not yet supported for model.source=openai_api (served models are "
-            "prompted raw, chat=none, for now)"
+            f"chat={cfg.chat.style} with a served model needs model.tokenizer= (a local folder or hub id of "
+            "the served model's tokenizer): its chat template renders the prompts this run records"
         )
     if cfg.chat.system is not None and not cfg.chat.system.strip():
         raise ConfigError("chat.system is empty: give the system message's text, or leave it null")

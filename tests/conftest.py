@@ -23,6 +23,8 @@ from mmlu_track.config import EvalConfig, eval_config_from_dict
 from mmlu_track.records.results import Scores
 from mmlu_track.records.run import RunRecord, RunStart
 
+from .serve import LlamaServer
+
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
 
@@ -303,3 +305,11 @@ def postgres_url(postgres_server: str, request: pytest.FixtureRequest) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     return url.set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """A real OpenAI-compatible server (llama-cpp-python's, the packaged SmolLM2 GGUF) per worker."""
+    running = LlamaServer(tmp_path_factory.mktemp("llama") / "server.log").start()
+    yield running
+    running.stop()

@@ -84,6 +84,26 @@ def test_a_chat_run_is_scored_through_the_prefix_cache_and_resumes_as_itself(
     assert listed.count(" original ") == 1
 
 
+def test_the_few_shot_gap_of_chat_runs_is_measured_and_never_across_styles(cli: Cli, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    quiet: dict[str, Any] = {"progress": False, "echo": lambda _: None}
+    made = {
+        (chat, k): run(tiny_run_cfg(db, f"chat={chat}", f"k={k}", "limit=3", "subjects=[anatomy]"),
+                       tmp_path / f"{chat}{k}", **quiet).run_id
+        for chat, k in (("multiturn", 0), ("multiturn", 2), ("none", 0))
+    }  # fmt: skip
+    args = ["mode=fewshot_gap", f"tracking.db_url={db}", "tracking.mlflow=false"]
+    gap = cli("compare", f"baseline={made['multiturn', 0]}", f"candidate={made['multiturn', 2]}", *args,
+              cwd=tmp_path)  # fmt: skip
+    assert gap.code == 0, gap.err
+    assert "few-shot gap" in gap.out.lower()
+    across = cli("compare", f"baseline={made['none', 0]}", f"candidate={made['multiturn', 2]}", *args,
+                 cwd=tmp_path)  # fmt: skip
+    assert across.code == 2
+    (line,) = across.errors
+    assert f"{CHAT_DIFFERS} (baseline none, candidate multiturn)" in line
+
+
 def test_chat_and_raw_prompts_are_never_compared() -> None:
     def protocol(*over: str) -> Protocol:
         return Protocol.of(compose_eval(["model=tiny", *over]), questions="q", n_questions=1,

@@ -156,7 +156,7 @@ def test_plain_overrides() -> None:
         ([*SERVED, "model.top_logprobs=0"], "model.top_logprobs=0 must be >= 1"),
         (["chat.system=Be brief."], "chat.system is the system message of a chat prompt: set chat="),
         (["chat=single_turn", "chat.system= "], "chat.system must be a non-empty string"),
-        ([*SERVED, "chat=multiturn"], "chat=multiturn is not yet supported for model.source=openai_api"),
+        ([*SERVED, "chat=multiturn"], "chat=multiturn with a served model needs model.tokenizer= (a local"),
         (
             ["scoring.extract=pattern"],
             "scoring.extract reads generations: it applies to scoring=generate only",

@@ -132,7 +132,7 @@ IN_PROCESS = {
 # model.tokenizer is given (in the function that needs it), and never imports torch.
 ALLOWED_HEAVY = {
     "mmlu_track.eval.load": {"mmlu_track.eval.in_process"},
-    "mmlu_track.eval.openai_api": {"transformers", "transformers.AutoTokenizer"},
+    "mmlu_track.eval.openai_connect": {"transformers", "transformers.AutoTokenizer"},
 }
 
 
@@ -143,8 +143,10 @@ def test_above_the_model_seam_nothing_imports_torch_or_the_in_process_backend() 
         allowed = ALLOWED_HEAVY.get(module, set())
         assert reached <= allowed, f"{module} imports {sorted(reached - allowed)}"
     # the served backend is reached through BACKENDS only, as the in-process one
-    users = {m for m, deps in GRAPH.items() if "mmlu_track.eval.openai_api" in deps}
+    users = {m for m, deps in GRAPH.items() if "mmlu_track.eval.openai_connect" in deps}
     assert users == {"mmlu_track.eval.load"}
+    users = {m for m, deps in GRAPH.items() if "mmlu_track.eval.openai_api" in deps}
+    assert users == {"mmlu_track.eval.openai_connect"}
     for module in IN_PROCESS - {"mmlu_track.eval.in_process"}:  # the backend is whole behind the seam
         assert "mmlu_track.eval.load" not in GRAPH[module]
 
@@ -162,7 +164,7 @@ def test_reading_runs_gating_and_planning_never_import_torch() -> None:
     # What a run with a served model imports before its backend loads: the whole pipeline.
     modules = ["mmlu_track.runs", "mmlu_track.gate.run", "mmlu_track.store.mlflow", "mmlu_track.store.sql",
                "mmlu_track.cli", "mmlu_track.pipeline.evaluate", "mmlu_track.eval.load",
-               "mmlu_track.eval.openai_api"]  # fmt: skip
+               "mmlu_track.eval.openai_api", "mmlu_track.eval.openai_connect"]  # fmt: skip
     heavy = "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     code = f"import sys\nfor m in {modules!r}: __import__(m)\n{heavy}"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=99)

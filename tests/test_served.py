@@ -17,7 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mmlu_track.config import eval_config_from_dict
-from mmlu_track.eval import openai_api
+from mmlu_track.eval import openai_api, openai_connect
 from mmlu_track.eval.backend import PromptError
 from mmlu_track.eval.http_api import backoff_s
 from mmlu_track.store.sql import SqlStore
@@ -35,13 +35,6 @@ URL_SECRET = "urlpw-5Tk"
 # predictions 97.5 % and 95 %. The bounds sit ~1.5x above the maxima; 6 questions per k here.
 BOUNDS = {0: (1.25, 0.35), 5: (0.3, 0.08)}  # k -> (max, mean |Δ log-prob|)
 MIN_SAME_PREDICTIONS = 5 / 6
-
-
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    running = LlamaServer(tmp_path_factory.mktemp("llama") / "server.log").start()
-    yield running
-    running.stop()
 
 
 def _served(base_url: str, *extra: str, subjects: str = "[anatomy,virology]", limit: int = 3) -> list[str]:
@@ -215,7 +208,7 @@ def connect(
     made: list[openai_api.Served] = []
 
     def make(**model: object) -> openai_api.Served:
-        made.append(openai_api.load(_config(server.base_url, **model)))  # type: ignore[arg-type]
+        made.append(openai_connect.load(_config(server.base_url, **model)))  # type: ignore[arg-type]
         return made[-1]
 
     yield make
@@ -269,7 +262,7 @@ def test_forcing_one_token_leaves_the_log_probs_raw(connect: Callable[..., opena
     served = connect()
 
     def top(text: str, **extra: int) -> list[dict[str, float]]:
-        doc = served._complete(text, max_tokens=1, logprobs=20, **extra)
+        doc = served.complete(text, max_tokens=1, logprobs=20, **extra)
         return list(doc["choices"][0]["logprobs"]["top_logprobs"])
 
     going_on = "The capital of France is Paris. Answer:"  # its greedy next token is a newline
@@ -302,7 +295,7 @@ def test_answers_that_break_the_protocol_are_refused_never_scored(
     proxy = FaultProxy(server.port, rewrite=rewrite)
     texts = ["Question: 2 + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:"]
     try:
-        served = openai_api.load(_config(proxy.base_url))  # type: ignore[arg-type]
+        served = openai_connect.load(_config(proxy.base_url))  # type: ignore[arg-type]
         assert served.score(texts, served.cfg.scoring, 1, lambda n: None)[0].scored_by == "top_logprobs"
         for fault, message in [
             ("two choices", "answered with 2 choices, not 1"),
@@ -315,7 +308,7 @@ def test_answers_that_break_the_protocol_are_refused_never_scored(
         with pytest.raises(
             ModelError, match="gives no next-token log-probs"
         ):  # still broken: refused at load
-            openai_api.load(_config(proxy.base_url))  # type: ignore[arg-type]
+            openai_connect.load(_config(proxy.base_url))  # type: ignore[arg-type]
     finally:
         proxy.close()
 
@@ -331,7 +324,7 @@ def test_ctrl_c_does_not_wait_out_the_retries_in_flight(
 
     monkeypatch.setenv(KEY_ENV, API_KEY)
     proxy = FaultProxy(server.port)
-    served = openai_api.load(_config(proxy.base_url, max_concurrency=4))  # type: ignore[arg-type]
+    served = openai_connect.load(_config(proxy.base_url, max_concurrency=4))  # type: ignore[arg-type]
     texts = [f"Question: {i} + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:" for i in range(6)]
 
     main = threading.main_thread().ident or 0  # where Linux delivers a terminal's SIGINT

@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from mmlu_track.config import ScoringConfig
+from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.records.subjects import LETTERS
 
@@ -88,12 +89,14 @@ class Backend(Protocol):
         prefixes: Sequence[str] | None = None,
         max_tokens: int | None = None,
         answer_lead: str = " ",
+        messages: Sequence[Messages] | None = None,
     ) -> list[Score]:
         """One subject's prompts scored by `cfg.method`, in order; `prefixes[i]` is the start text
         prompt i shares with others; `answer_lead` what precedes an answer letter (`" "` after a
-        raw prompt, `""` after a chat template's generation prompt). A batch holds at most
-        `batch_size` prompts and, unless `max_tokens` is None, at most `max_tokens` padded tokens
-        (never fewer than one prompt); `progress(n)` after each n prompts scored."""
+        raw prompt, `""` after a chat template's generation prompt); `messages[i]` the chat
+        messages text i renders (chat prompts: a server may apply its own template to them). A batch
+        holds at most `batch_size` prompts and, unless `max_tokens` is None, at most `max_tokens`
+        padded tokens (never fewer than one prompt); `progress(n)` after each n prompts scored."""
         ...
 
     def close(self) -> None:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, replace
 from mmlu_track.config import EvalConfig, ScoringConfig
 from mmlu_track.eval import models
 from mmlu_track.eval.backend import Progress, Score
-from mmlu_track.eval.prompts import Messages, fold_system
+from mmlu_track.eval.chat_template import render as render_chat
+from mmlu_track.eval.chat_template import source as template_source
+from mmlu_track.eval.prompts import Messages
 from mmlu_track.eval.scoring import SCORERS
 from mmlu_track.records.run import ModelInfo
 
@@ -31,27 +33,10 @@ class InProcess:
 
     @property
     def chat_template(self) -> str | None:
-        """The tokenizer's chat template (its Jinja source), None when it has none."""
-        template = getattr(self.lm.tokenizer, "chat_template", None)
-        return template if isinstance(template, str) and template.strip() else None
+        return template_source(self.lm.tokenizer)
 
     def apply_chat_template(self, messages: Messages) -> str:
-        """The messages as the model's template renders them, the generation prompt added; a
-        template that refuses a system role gets the system text at the start of the first user
-        message instead (lm-eval drops it, and with it the subject's header)."""
-        import jinja2
-
-        def rendered(msgs: Messages) -> str:
-            tok = self.lm.tokenizer
-            text: str = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-            return text
-
-        try:
-            return rendered(messages)
-        except jinja2.TemplateError:
-            if messages[0]["role"] != "system":
-                raise
-            return rendered(fold_system(messages))
+        return render_chat(self.lm.tokenizer, messages)[0]
 
     def score(
         self,
@@ -63,6 +48,7 @@ class InProcess:
         prefixes: Sequence[str] | None = None,
         max_tokens: int | None = None,
         answer_lead: str = " ",
+        messages: Sequence[Messages] | None = None,  # rendered here already: `texts` is what is scored
     ) -> list[Score]:
         scorer = SCORERS[cfg.method]
         scores = scorer(

@@ -19,9 +19,9 @@ def _in_process(cfg: EvalConfig) -> Backend:
 
 
 def _served(cfg: EvalConfig) -> Backend:
-    from mmlu_track.eval import openai_api
+    from mmlu_track.eval import openai_connect
 
-    return openai_api.load(cfg)
+    return openai_connect.load(cfg)
 
 
 BACKENDS: dict[str, Callable[[EvalConfig], Backend]] = {

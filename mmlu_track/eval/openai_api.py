@@ -1,5 +1,6 @@
 """The served-model backend: a model behind an OpenAI-compatible `/v1/completions` (vLLM, SGLang,
-TGI, llama.cpp), satisfying `backend.Backend`. No torch; transformers only for a local tokenizer.
+TGI, llama.cpp), satisfying `backend.Backend`, as `openai_connect.load` reaches and checks it. No
+torch, no transformers (a local tokenizer, where given, is loaded there).
 
 Log-prob scoring is exact or refused, never a floor or a guess. For each prompt it asks for the
 next token's `top_logprobs` alternatives (`max_tokens=1`, temperature 0): when all four letters
@@ -16,6 +17,15 @@ one-line error asking for a larger `model.top_logprobs`).
 Generation is greedy `/v1/completions` (temperature 0, `max_tokens=scoring.max_new_tokens`, no stop
 sequence: it could cut the text before the letter), read as in-process (`backend.read_answer`).
 
+Chat prompts (`chat` not `none`) need `model.tokenizer`, whose chat template renders them here (it
+is the template the run's hash records). Log-probs: the rendered text goes to `/v1/completions` as
+above, the letters being `"A"`..`"D"` (what an assistant turn starts with). Generation goes to
+`/v1/chat/completions` with the messages themselves, so the server applies its own template, as
+the model is used in production (`scored_by="chat_completion"`); the prompt tokens the server
+reports must equal the local rendering's (checked on a probe chat at load, then on every question)
+or the run is refused in one line: a server whose template differs answers other prompts than the
+ones recorded.
+
 Requests: up to `model.max_concurrency` in flight; a unit's first prompt goes alone so the server's
 prefix cache (vLLM's automatic prefix caching, SGLang's radix cache, llama.cpp's prompt cache)
 holds the shared few-shot prefix before the rest arrive. Faults and secrets: `http_api`.
@@ -23,9 +33,6 @@ holds the shared few-shot prefix before the rest arrive. Faults and secrets: `ht
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -33,18 +40,15 @@ from typing import Any
 
 from mmlu_track.config import EvalConfig, ScoringConfig
 from mmlu_track.eval.backend import ModelError, Progress, PromptError, Score, read_answer
-from mmlu_track.eval.http_api import Client, PermanentError, probe
+from mmlu_track.eval.chat_template import render as render_chat
+from mmlu_track.eval.chat_template import source as template_source
+from mmlu_track.eval.http_api import Client, PermanentError
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.records.subjects import LETTERS
 
-CONTINUATIONS = tuple(f" {letter}" for letter in LETTERS)
-RAW_ONLY = "a served model is prompted raw (chat=none) for now"
-ECHO_TOLERANCE = 1e-3  # nats: the same distribution computed in two requests (batching moves the last digits)
-_PROBE = "Question: Which letter comes first in the alphabet?\nA. A\nB. B\nC. C\nD. D\nAnswer:"
 
-
-def _choice(doc: Any) -> dict[str, Any]:
+def one_choice(doc: Any) -> dict[str, Any]:
     choices = doc.get("choices") if isinstance(doc, dict) else None
     if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
         n = len(choices) if isinstance(choices, list) else "no"
@@ -52,7 +56,7 @@ def _choice(doc: Any) -> dict[str, Any]:
     return choices[0]
 
 
-def _logprobs(choice: dict[str, Any]) -> dict[str, Any]:
+def logprobs_of(choice: dict[str, Any]) -> dict[str, Any]:
     lp = choice.get("logprobs")
     if not isinstance(lp, dict) or not isinstance(lp.get("top_logprobs"), list):
         raise PromptError(
@@ -116,12 +120,14 @@ class Served:
         info: ModelInfo,
         *,
         echo_ok: bool,
+        tokenizer: Any = None,
     ) -> None:
         self.cfg = cfg
         self.client = client
         self._encode = encoder
         self._info = info
         self.echo_ok = echo_ok
+        self.tokenizer = tokenizer  # model.tokenizer's, when given: its chat template renders chat prompts
         # The most alternatives asked for per token: the vocabulary, lowered to what the server allows.
         self.cap = max(info.vocab_size, cfg.model.top_logprobs) if info.vocab_size else 1_000_000
 
@@ -132,51 +138,55 @@ class Served:
     def encode(self, text: str) -> list[int]:
         return self._encode(text)
 
-    chat_template = None  # served models are prompted raw for now (config validation says so)
+    @property
+    def chat_template(self) -> str | None:
+        return None if self.tokenizer is None else template_source(self.tokenizer)
 
     def apply_chat_template(self, messages: Messages) -> str:
-        raise ModelError(RAW_ONLY)
+        if self.tokenizer is None:  # config validation asks for model.tokenizer with a chat prompt
+            raise ModelError("a served model's chat prompts are rendered by model.tokenizer's template")
+        return render_chat(self.tokenizer, messages)[0]
 
     def close(self) -> None:
         self.client.close()
 
-    def _complete(self, prompt: str, **params: Any) -> dict[str, Any]:
+    def complete(self, prompt: str, **params: Any) -> dict[str, Any]:
         body = {"model": self.cfg.model.served_name, "prompt": prompt, "temperature": 0, **params}
         doc = self.client.post("/completions", body)
         if not isinstance(doc, dict):
             raise ModelError("POST /completions: the answer is not a JSON object")
         return doc
 
-    def _top(self, text: str, k: int) -> tuple[dict[str, Any] | None, int]:
+    def top(self, text: str, k: int) -> tuple[dict[str, Any] | None, int]:
         """The next token's `k` most likely alternatives (token text -> log-prob), prompt tokens."""
-        doc = self._complete(text, max_tokens=1, logprobs=k)
-        lp = _logprobs(_choice(doc))
+        doc = self.complete(text, max_tokens=1, logprobs=k)
+        lp = logprobs_of(one_choice(doc))
         if not lp["top_logprobs"]:
             # The greedy next token ended the text and this server (llama-cpp-python) then reports no
             # token at all: ask again with one token forced. It samples another; its log-probs are
             # still the raw distribution (tested: the end token keeps its own log-prob among them).
-            doc = self._complete(text, max_tokens=1, logprobs=k, min_tokens=1)
-            lp = _logprobs(_choice(doc))
+            doc = self.complete(text, max_tokens=1, logprobs=k, min_tokens=1)
+            lp = logprobs_of(one_choice(doc))
         first = lp["top_logprobs"][0] if lp["top_logprobs"] else None
         return (first if isinstance(first, dict) else None), _usage(doc)
 
-    def _logprob(self, text: str) -> Score:
+    def _logprob(self, text: str, continuations: tuple[str, ...]) -> Score:
         k = self.cfg.model.top_logprobs
-        first, n_tokens = self._top(text, k)
+        first, n_tokens = self.top(text, k)
         # Letters outside the top k: ask for 10x more, as far as the server allows (vLLM refuses more
         # than its --max-logprobs with a 400, remembered as the cap), then echo where it is exact.
-        while first and not all(c in first for c in CONTINUATIONS) and k < self.cap:
+        while first and not all(c in first for c in continuations) and k < self.cap:
             wider = min(10 * k, self.cap)
             try:
-                first, _ = self._top(text, wider)
+                first, _ = self.top(text, wider)
             except PermanentError as err:
                 if err.status != 400:
                     raise
                 self.cap = k
                 break
             k = wider
-        if first is not None and all(c in first for c in CONTINUATIONS):
-            values = _four([float(first[c]) for c in CONTINUATIONS])
+        if first is not None and all(c in first for c in continuations):
+            values = _four([float(first[c]) for c in continuations])
             return Score(
                 _argmax(values), values, n_tokens=n_tokens, forwarded=n_tokens, scored_by="top_logprobs"
             )
@@ -187,9 +197,9 @@ class Served:
                 "--max-logprobs"
             )
         echoes = []
-        for c in CONTINUATIONS:
-            doc = self._complete(text + c, max_tokens=1, logprobs=1, echo=True)
-            echoes.append(echo_logprob(_logprobs(_choice(doc)), len(text), len(c)))
+        for c in continuations:
+            doc = self.complete(text + c, max_tokens=1, logprobs=1, echo=True)
+            echoes.append(echo_logprob(logprobs_of(one_choice(doc)), len(text), len(c)))
         values4 = _four([e.logprob for e in echoes])
         multi = any(e.tokens > 1 for e in echoes)
         return Score(
@@ -202,20 +212,39 @@ class Served:
         )
 
     def _generate(self, text: str) -> Score:
-        doc = self._complete(text, max_tokens=self.cfg.scoring.max_new_tokens)
-        generated = _choice(doc).get("text")
+        doc = self.complete(text, max_tokens=self.cfg.scoring.max_new_tokens)
+        return self._read(one_choice(doc).get("text"), _usage(doc), "completion")
+
+    def chat_completion(self, messages: Messages, max_tokens: int) -> tuple[object, int, int]:
+        """(the assistant's text, the prompt tokens the server reports (0: none), the prompt tokens
+        of the local rendering) of greedy generation through the server's own chat template."""
+        text, sent = render_chat(self.tokenizer, messages)  # folded as the local rendering was
+        body = {"model": self.cfg.model.served_name, "messages": sent, "temperature": 0}
+        doc = self.client.post("/chat/completions", {**body, "max_tokens": max_tokens})
+        if not isinstance(doc, dict):
+            raise ModelError("POST /chat/completions: the answer is not a JSON object")
+        message = one_choice(doc).get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        return content, _usage(doc), len(self._encode(text))
+
+    def _chat(self, messages: Messages) -> Score:
+        content, theirs, ours = self.chat_completion(messages, self.cfg.scoring.max_new_tokens)
+        if theirs and theirs != ours:
+            raise PromptError(template_differs(theirs, ours))
+        return self._read(content, ours, "chat_completion")
+
+    def _read(self, generated: object, n_tokens: int, how: str) -> Score:
         if not isinstance(generated, str):
             raise PromptError("the server's answer has no text")
         stripped = len(generated) - len(generated.lstrip())
         # The decided part: up to the first character (first_char), else all of it (pattern).
         decided = generated[: stripped + 1] if self.cfg.scoring.extract == "first_char" else generated
-        n_tokens = _usage(doc)
         return Score(
             read_answer(decided, self.cfg.scoring),
             generated=decided,
             n_tokens=n_tokens,
             forwarded=n_tokens,
-            scored_by="completion",
+            scored_by=how,
         )
 
     def score(
@@ -228,16 +257,23 @@ class Served:
         prefixes: Sequence[str] | None = None,
         max_tokens: int | None = None,
         answer_lead: str = " ",
+        messages: Sequence[Messages] | None = None,
     ) -> list[Score]:
         """One subject's prompts, `model.max_concurrency` requests in flight; the first alone (it
-        fills the server's prefix cache for the rest). Batching settings do not apply to a server."""
-        if answer_lead != " ":  # config validation refuses chat prompts for a served model
-            raise ModelError(RAW_ONLY)
-        how = self._logprob if cfg.method == "logprob" else self._generate
+        fills the server's prefix cache for the rest). Batching settings do not apply to a server.
+        Chat prompts (`messages` given) generate through the server's chat endpoint."""
+        continuations = tuple(f"{answer_lead}{letter}" for letter in LETTERS)
+
+        def how(i: int) -> Score:
+            if cfg.method == "logprob":
+                return self._logprob(texts[i], continuations)
+            if messages is not None:
+                return self._chat(messages[i])
+            return self._generate(texts[i])
 
         def one(i: int) -> Score:
             try:
-                return how(texts[i])
+                return how(i)
             except PromptError as err:
                 err.position = i
                 raise
@@ -266,155 +302,9 @@ class Served:
         return [s for s in out if s is not None]
 
 
-def _tokenizer(cfg: EvalConfig, client: Client) -> tuple[Callable[[str], list[int]], int, int | None]:
-    """(encode, vocabulary size or 0, the context length the tokenize endpoint reports)."""
-    model = cfg.model
-    if model.tokenizer:
-        from transformers import AutoTokenizer
-
-        try:
-            tok = AutoTokenizer.from_pretrained(model.tokenizer)
-        except (OSError, ValueError) as err:
-            raise ModelError(
-                f"model.tokenizer={model.tokenizer!r} cannot be loaded: {str(err).splitlines()[0]}"
-            ) from None
-        return (lambda text: list(tok(text)["input_ids"])), len(tok), None
-    root = client.root
-    # vLLM (and SGLang) `/tokenize`; llama-cpp-python `/extras/tokenize`; llama.cpp's own server `/tokenize`.
-    ways: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
-        (f"{root}/tokenize", lambda t: {"model": model.served_name, "prompt": t}),
-        (f"{root}/extras/tokenize", lambda t: {"model": model.served_name, "input": t}),
-        (f"{root}/tokenize", lambda t: {"content": t}),
-    ]
-    for path, body in ways:
-        doc = probe(client, "POST", path, body("Answer: A"))
-        if isinstance(doc, dict) and isinstance(doc.get("tokens"), list):
-
-            def encode(
-                text: str, path: str = path, body: Callable[[str], dict[str, Any]] = body
-            ) -> list[int]:
-                return [int(t) for t in client.post(path, body(text), full=True)["tokens"]]
-
-            length = doc.get("max_model_len")
-            return encode, 0, int(length) if isinstance(length, int) else None
-    raise ModelError(
-        f"the server at {client.shown} has no tokenize endpoint (vLLM /tokenize, llama-cpp-python "
-        "/extras/tokenize): set model.tokenizer= to a local folder or hub id of the served model's tokenizer"
+def template_differs(theirs: int, ours: int) -> str:
+    return (
+        f"the server's chat template makes {theirs} prompt tokens of it and model.tokenizer's makes "
+        f"{ours}: the server renders chats differently from the template this run records (serve "
+        "that template, or use chat=none)"
     )
-
-
-def _next_token(served: Served) -> dict[str, Any]:
-    """The next-token alternatives of a fixed prompt: the server gives log-probs, or the run is
-    refused here, before anything is recorded."""
-    top = served.cfg.model.top_logprobs
-    try:
-        first, _ = served._top(_PROBE, top)
-    except (PromptError, PermanentError) as err:
-        first, why = None, f": {err}"
-    else:
-        why = ""
-    if not first:
-        raise ModelError(
-            f"the server at {served.client.shown} gives no next-token log-probs in /v1/completions "
-            f"(logprobs={top}){why}; scoring=logprob needs them (scoring=generate does not)"
-        )
-    return first
-
-
-def _echo_usable(served: Served, want: dict[str, Any]) -> bool:
-    """Are echoed log-probs those of the next-token distribution `want` (see the module docstring)?"""
-    top = served.cfg.model.top_logprobs
-    try:
-        lp = _logprobs(_choice(served._complete(_PROBE + " A", max_tokens=1, logprobs=top, echo=True)))
-    except (PromptError, PermanentError):  # no echo, or no log-probs with it; a dead server still raises
-        return False
-    at = [j for j, off in enumerate(lp.get("text_offset") or []) if off == len(_PROBE)]
-    got = lp["top_logprobs"][at[0]] if at and at[0] < len(lp["top_logprobs"]) else None
-    if not isinstance(got, dict):
-        return False
-    best = max(want, key=lambda k: want[k])
-    return best in got and math.isclose(float(got[best]), float(want[best]), abs_tol=ECHO_TOLERANCE)
-
-
-def _described(client: Client, listed: dict[str, Any]) -> str:
-    """What the server says of itself and the model (recorded with the run): `/v1/models`'s entry
-    and its version where it has an endpoint for it (vLLM `/version`)."""
-    version = probe(client, "GET", f"{client.root}/version")
-    doc = {"models_entry": listed, **({"version": version} if isinstance(version, dict) else {})}
-    return json.dumps(doc, sort_keys=True)[:2000]
-
-
-def load(cfg: EvalConfig) -> Served:
-    """Reach the server, check the served name against `GET /v1/models`, fix the tokenizer and the
-    context length, and check whether echo can be trusted; raises `ModelError` in one line."""
-    model = cfg.model
-    key = None
-    if model.api_key_env:
-        key = os.environ.get(model.api_key_env)
-        if not key:
-            raise ModelError(
-                f"model.api_key_env={model.api_key_env} but ${model.api_key_env} is not set or empty"
-            )
-    client = Client(
-        model.base_url or "", api_key=key, timeout_s=model.timeout_s, max_retries=model.max_retries
-    )
-    try:
-        return _connect(cfg, client)
-    except BaseException:
-        client.close()
-        raise
-
-
-def _connect(cfg: EvalConfig, client: Client) -> Served:
-    model = cfg.model
-    try:
-        listing = client.get("/models")
-    except PermanentError as err:
-        if err.status == 404 and not client.shown.endswith("/v1"):
-            raise ModelError(
-                f"{err}; an OpenAI-compatible server answers below /v1: try model.base_url={client.shown}/v1"
-            ) from None
-        raise
-    entries = listing.get("data") if isinstance(listing, dict) else None
-    ids = [e.get("id") for e in entries or [] if isinstance(e, dict)]
-    if model.served_name not in ids:
-        shown = ", ".join(map(str, ids[:10])) or "none"
-        raise ModelError(
-            f"model.served_name={model.served_name!r} is not served at {client.shown} "
-            f"(GET /v1/models lists: {shown})"
-        )
-    listed = next(e for e in entries or [] if isinstance(e, dict) and e.get("id") == model.served_name)
-    encode, vocab, tokenize_length = _tokenizer(cfg, client)
-    length = cfg.max_length or listed.get("max_model_len") or tokenize_length
-    if not isinstance(length, int) or length < 16:
-        raise ModelError(
-            f"the server at {client.shown} does not say {model.served_name}'s context length: "
-            "set max_length= to the context it serves (llama.cpp: --n_ctx, vLLM: --max-model-len)"
-        )
-    letters = [encode(f"Answer:{c}")[len(encode("Answer:")) :] for c in CONTINUATIONS]
-    info = ModelInfo(
-        name=model.name,
-        source=model.source,
-        location=str(model.served_name),
-        revision=model.revision,
-        weights_sha256=None,
-        dtype="served",
-        device=client.shown,
-        max_length=int(length),
-        add_bos=False,
-        vocab_size=vocab,
-        n_parameters=0,
-        server=_described(client, listed),
-    )
-    served = Served(cfg, client, encode, info, echo_ok=False)
-    if cfg.scoring.method == "logprob":
-        served.echo_ok = _echo_usable(served, _next_token(served))
-        split = [c for c, ids in zip(CONTINUATIONS, letters, strict=True) if len(ids) != 1]
-        if split and not served.echo_ok:
-            raise ModelError(
-                f"the letter {split[0]!r} is several tokens for {model.served_name}, so only echoed "
-                f"log-probs can score it, and the server at {client.shown} does not echo usable ones"
-            )
-    # From here on a request that fails for good fails a run, which the same command resumes.
-    client.after_failure = " the questions committed so far are kept: run the same command to resume"
-    return served

@@ -156,10 +156,16 @@ def render(
     question; chat, the messages as the model's template renders them."""
     if style.chat == "none":
         return shared_prefix(formulation, subject, shots) + FORMULATIONS[formulation].body(question)
+    return _rendered(formulation, subject, shots, question, style)[0]
+
+
+def _rendered(
+    formulation: str, subject: str, shots: Sequence[Question], question: Question, style: Style
+) -> tuple[str, Messages]:
     if style.template is None:
         raise ValueError(f"chat={style.chat} needs the model's chat template")
     msgs = messages(formulation, subject, shots, question, chat=style.chat, system=style.system)
-    return style.template(msgs)
+    return style.template(msgs), msgs
 
 
 # Two questions whose renderings part at their first character: what precedes it is shared.
@@ -201,6 +207,7 @@ class Prompt:
     text: str
     shots_used: int
     prefix: str  # `shared_prefix` of the shots used: the same for a subject's questions
+    messages: Messages | None = field(default=None, compare=False)  # what a chat prompt's text renders
 
     @property
     def sha(self) -> str:
@@ -222,12 +229,13 @@ def fit(
     """
     for used in range(len(shots), -1, -1):
         prefix = prompt_prefix(formulation, question.subject, shots[:used], style)
+        msgs = None
         if style.chat == "none":  # a raw prompt is its prefix and the question: built once
             text = prefix + FORMULATIONS[formulation].body(question)
         else:
-            text = render(formulation, question.subject, shots[:used], question, style)
+            text, msgs = _rendered(formulation, question.subject, shots[:used], question, style)
         if used == 0 or fits(text):
-            return Prompt(question, text, used, prefix if text.startswith(prefix) else text)
+            return Prompt(question, text, used, prefix if text.startswith(prefix) else text, msgs)
     raise AssertionError("unreachable")
 
 

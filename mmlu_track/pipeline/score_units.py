@@ -164,6 +164,7 @@ def _scored(
             prefixes=[p.prefix for p in rendered],
             max_tokens=cfg.batch_tokens,
             answer_lead=prep.answer_lead,
+            messages=chat if (chat := [p.messages for p in rendered if p.messages]) else None,
         )
     except PromptError as err:
         if err.position is None:

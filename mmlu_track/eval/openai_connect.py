@@ -1,0 +1,207 @@
+"""Reaching a served model (`model.source=openai_api`): `load` checks the served name against
+`GET /v1/models`, fixes the tokenizer (`model.tokenizer`, else the server's tokenize endpoint) and
+the context length, checks that `/v1/completions` gives next-token log-probs (scoring=logprob) and
+whether its echoed log-probs can be trusted, and that the server's chat template renders chats as
+`model.tokenizer`'s does (chat generation); every refusal is one line (`ModelError`), before
+anything is recorded. What the loaded `openai_api.Served` then does: its own module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+from mmlu_track.config import EvalConfig
+from mmlu_track.eval.backend import ModelError, PromptError
+from mmlu_track.eval.http_api import Client, PermanentError, probe
+from mmlu_track.eval.openai_api import Served, logprobs_of, one_choice, template_differs
+from mmlu_track.eval.prompts import Style
+from mmlu_track.records.run import ModelInfo
+from mmlu_track.records.subjects import LETTERS
+
+ECHO_TOLERANCE = 1e-3  # nats: the same distribution computed in two requests (batching moves the last digits)
+_PROBE = "Question: Which letter comes first in the alphabet?\nA. A\nB. B\nC. C\nD. D\nAnswer:"
+
+
+def _tokenizer(
+    cfg: EvalConfig, client: Client
+) -> tuple[Callable[[str], list[int]], int, int | None, Any]:
+    """(encode, vocabulary size or 0, the context length the tokenize endpoint reports, the local
+    tokenizer or None)."""
+    model = cfg.model
+    if model.tokenizer:
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(model.tokenizer)
+        except (OSError, ValueError) as err:
+            raise ModelError(
+                f"model.tokenizer={model.tokenizer!r} cannot be loaded: {str(err).splitlines()[0]}"
+            ) from None
+        return (lambda text: list(tok(text)["input_ids"])), len(tok), None, tok
+    root = client.root
+    # vLLM (and SGLang) `/tokenize`; llama-cpp-python `/extras/tokenize`; llama.cpp's own server `/tokenize`.
+    ways: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
+        (f"{root}/tokenize", lambda t: {"model": model.served_name, "prompt": t}),
+        (f"{root}/extras/tokenize", lambda t: {"model": model.served_name, "input": t}),
+        (f"{root}/tokenize", lambda t: {"content": t}),
+    ]
+    for path, body in ways:
+        doc = probe(client, "POST", path, body("Answer: A"))
+        if isinstance(doc, dict) and isinstance(doc.get("tokens"), list):
+
+            def encode(
+                text: str, path: str = path, body: Callable[[str], dict[str, Any]] = body
+            ) -> list[int]:
+                return [int(t) for t in client.post(path, body(text), full=True)["tokens"]]
+
+            length = doc.get("max_model_len")
+            return encode, 0, int(length) if isinstance(length, int) else None, None
+    raise ModelError(
+        f"the server at {client.shown} has no tokenize endpoint (vLLM /tokenize, llama-cpp-python "
+        "/extras/tokenize): set model.tokenizer= to a local folder or hub id of the served model's tokenizer"
+    )
+
+
+def _next_token(served: Served) -> dict[str, Any]:
+    """The next-token alternatives of a fixed prompt: the server gives log-probs, or the run is
+    refused here, before anything is recorded."""
+    top = served.cfg.model.top_logprobs
+    try:
+        first, _ = served.top(_PROBE, top)
+    except (PromptError, PermanentError) as err:
+        first, why = None, f": {err}"
+    else:
+        why = ""
+    if not first:
+        raise ModelError(
+            f"the server at {served.client.shown} gives no next-token log-probs in /v1/completions "
+            f"(logprobs={top}){why}; scoring=logprob needs them (scoring=generate does not)"
+        )
+    return first
+
+
+def _echo_usable(served: Served, want: dict[str, Any]) -> bool:
+    """Are echoed log-probs those of the next-token distribution `want` (see the module docstring)?"""
+    top = served.cfg.model.top_logprobs
+    try:
+        lp = logprobs_of(one_choice(served.complete(_PROBE + " A", max_tokens=1, logprobs=top, echo=True)))
+    except (PromptError, PermanentError):  # no echo, or no log-probs with it; a dead server still raises
+        return False
+    at = [j for j, off in enumerate(lp.get("text_offset") or []) if off == len(_PROBE)]
+    got = lp["top_logprobs"][at[0]] if at and at[0] < len(lp["top_logprobs"]) else None
+    if not isinstance(got, dict):
+        return False
+    best = max(want, key=lambda k: want[k])
+    return best in got and math.isclose(float(got[best]), float(want[best]), abs_tol=ECHO_TOLERANCE)
+
+
+_CHAT_PROBE = [
+    {"role": "system", "content": "The following are multiple choice questions (with answers)."},
+    {"role": "user", "content": _PROBE},
+]
+
+
+def _check_chat_template(served: Served) -> None:
+    """Generation through the server's chat template: refused here, before anything is recorded,
+    when the server renders a probe chat to another number of tokens than the local template."""
+    try:
+        _, theirs, ours = served.chat_completion(_CHAT_PROBE, 1)
+    except PermanentError as err:
+        raise ModelError(
+            f"{err}; chat={served.cfg.chat.style} with scoring=generate needs the server's chat endpoint"
+        ) from None
+    except PromptError as err:
+        raise ModelError(f"POST {served.client.shown}/chat/completions, a probe chat: {err}") from None
+    if theirs and theirs != ours:
+        raise ModelError(f"a probe chat: {template_differs(theirs, ours)}")
+
+
+def _described(client: Client, listed: dict[str, Any]) -> str:
+    """What the server says of itself and the model (recorded with the run): `/v1/models`'s entry
+    and its version where it has an endpoint for it (vLLM `/version`)."""
+    version = probe(client, "GET", f"{client.root}/version")
+    doc = {"models_entry": listed, **({"version": version} if isinstance(version, dict) else {})}
+    return json.dumps(doc, sort_keys=True)[:2000]
+
+
+def load(cfg: EvalConfig) -> Served:
+    """Reach the server, check the served name against `GET /v1/models`, fix the tokenizer and the
+    context length, and check whether echo can be trusted; raises `ModelError` in one line."""
+    model = cfg.model
+    key = None
+    if model.api_key_env:
+        key = os.environ.get(model.api_key_env)
+        if not key:
+            raise ModelError(
+                f"model.api_key_env={model.api_key_env} but ${model.api_key_env} is not set or empty"
+            )
+    client = Client(
+        model.base_url or "", api_key=key, timeout_s=model.timeout_s, max_retries=model.max_retries
+    )
+    try:
+        return _connect(cfg, client)
+    except BaseException:
+        client.close()
+        raise
+
+
+def _connect(cfg: EvalConfig, client: Client) -> Served:
+    model = cfg.model
+    try:
+        listing = client.get("/models")
+    except PermanentError as err:
+        if err.status == 404 and not client.shown.endswith("/v1"):
+            raise ModelError(
+                f"{err}; an OpenAI-compatible server answers below /v1: try model.base_url={client.shown}/v1"
+            ) from None
+        raise
+    entries = listing.get("data") if isinstance(listing, dict) else None
+    ids = [e.get("id") for e in entries or [] if isinstance(e, dict)]
+    if model.served_name not in ids:
+        shown = ", ".join(map(str, ids[:10])) or "none"
+        raise ModelError(
+            f"model.served_name={model.served_name!r} is not served at {client.shown} "
+            f"(GET /v1/models lists: {shown})"
+        )
+    listed = next(e for e in entries or [] if isinstance(e, dict) and e.get("id") == model.served_name)
+    encode, vocab, tokenize_length, tokenizer = _tokenizer(cfg, client)
+    length = cfg.max_length or listed.get("max_model_len") or tokenize_length
+    if not isinstance(length, int) or length < 16:
+        raise ModelError(
+            f"the server at {client.shown} does not say {model.served_name}'s context length: "
+            "set max_length= to the context it serves (llama.cpp: --n_ctx, vLLM: --max-model-len)"
+        )
+    continuations = [Style(cfg.chat.style).answer_lead + letter for letter in LETTERS]
+    letters = [encode(f"Answer:{c}")[len(encode("Answer:")) :] for c in continuations]
+    info = ModelInfo(
+        name=model.name,
+        source=model.source,
+        location=str(model.served_name),
+        revision=model.revision,
+        weights_sha256=None,
+        dtype="served",
+        device=client.shown,
+        max_length=int(length),
+        add_bos=False,
+        vocab_size=vocab,
+        n_parameters=0,
+        server=_described(client, listed),
+    )
+    served = Served(cfg, client, encode, info, echo_ok=False, tokenizer=tokenizer)
+    if cfg.scoring.method == "logprob":
+        served.echo_ok = _echo_usable(served, _next_token(served))
+        split = [c for c, ids in zip(continuations, letters, strict=True) if len(ids) != 1]
+        if split and not served.echo_ok:
+            raise ModelError(
+                f"the letter {split[0]!r} is several tokens for {model.served_name}, so only echoed "
+                f"log-probs can score it, and the server at {client.shown} does not echo usable ones"
+            )
+    if cfg.scoring.method == "generate" and cfg.chat.style != "none":
+        _check_chat_template(served)
+    # From here on a request that fails for good fails a run, which the same command resumes.
+    client.after_failure = " the questions committed so far are kept: run the same command to resume"
+    return served
