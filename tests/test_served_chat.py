@@ -6,6 +6,7 @@ The CLI is called in-process (`cli` fixture)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -13,11 +14,11 @@ import numpy as np
 import pytest
 
 from mmlu_track.config import ModelConfig
-from mmlu_track.eval import models
+from mmlu_track.eval import models, openai_connect
 from mmlu_track.store.sql import SqlStore
 
-from .serve import N_CTX, LlamaServer
-from .test_served import BOUNDS, MIN_SAME_PREDICTIONS, Cli, _eval, _served
+from .serve import API_KEY, N_CTX, LlamaServer
+from .test_served import BOUNDS, KEY_ENV, MIN_SAME_PREDICTIONS, Cli, _config, _eval, _served
 
 
 @pytest.fixture(scope="session")
@@ -69,22 +70,72 @@ def test_chat_prompts_are_scored_through_the_server_as_in_process(
     assert "not comparable" not in gated.err
 
 
-def test_a_server_whose_chat_template_differs_is_refused_before_anything_is_recorded(
-    server: LlamaServer, tokenizer_dir: Path, cli: Cli, tmp_path: Path
+EXAMINER = "{{ 'You are an examiner.\\n' }}"  # a line of template the server does not have
+
+
+def _tokenizer_copy(tokenizer_dir: Path, where: Path, *, prepend: str = "", add_bos: bool = False) -> Path:
+    shutil.copytree(tokenizer_dir, where)
+    template = where / "chat_template.jinja"
+    template.write_text(prepend + template.read_text())
+    if add_bos:  # SmolLM2's BOS (<|im_start|>) put before every text by the tokenizer's post-processor
+        doc = json.loads((where / "tokenizer.json").read_text())
+        post, bos = doc["post_processor"], {"SpecialToken": {"id": "<|im_start|>", "type_id": 0}}
+        post["single"], post["pair"] = [bos, *post["single"]], [bos, *post["pair"]]
+        token = "<|im_start|>"
+        post["special_tokens"][token] = {"id": token, "ids": [1], "tokens": [token]}
+        (where / "tokenizer.json").write_text(json.dumps(doc))
+    return where
+
+
+@pytest.mark.parametrize("scoring", ["generate", "logprob"])
+def test_a_server_that_reads_chats_otherwise_is_refused_before_anything_is_recorded(  # noqa: PLR0917
+    server: LlamaServer,
+    tokenizer_dir: Path,
+    cli: Cli,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scoring: str,
 ) -> None:
-    """model.tokenizer's template is not the one the server applies (one line added to it): the
-    server's answers would be to other prompts than the ones recorded and hashed."""
-    other = tmp_path / "tokenizer"
-    shutil.copytree(tokenizer_dir, other)
-    template = other / "chat_template.jinja"
-    template.write_text("{{ 'You are an examiner.\\n' }}" + template.read_text())
-    args = _served(server.base_url, "chat=single_turn", "k=0", "scoring=generate", "tracking.mlflow=false")
+    """Generation: model.tokenizer's template is not the one the server applies (a line added to
+    it), so the server would answer other prompts than the ones recorded and hashed. Log-probs (of
+    the prompt rendered here, whatever the server's template): model.tokenizer adds a BOS token
+    the server does not (SmolLM2's BOS is the <|im_start|> its template opens with: sent once, by
+    neither side here), so the server would score another prompt."""
+    if scoring == "generate":
+        other = _tokenizer_copy(tokenizer_dir, tmp_path / "tokenizer", prepend=EXAMINER)
+    else:
+        other = _tokenizer_copy(tokenizer_dir, tmp_path / "tokenizer", add_bos=True)
+    args = _served(server.base_url, "chat=single_turn", "k=0", f"scoring={scoring}", "tracking.mlflow=false")
     got = _eval(cli, tmp_path, *args, f"model.tokenizer={other}")
     assert got.code == 2, got.err
     (line,) = got.errors
-    assert "a probe chat: the server's chat template makes" in line
-    assert "differently from the template this run records" in line
+    if scoring == "generate":
+        assert "a probe chat: the server's chat template makes" in line
+        assert "differently from the template this run records" in line
+    else:
+        assert "a probe chat: the server reads this prompt as" in line
+        assert "a BOS token added on one side only" in line
+        monkeypatch.setenv(KEY_ENV, API_KEY)
+        served = openai_connect.load(_config(server.base_url, tokenizer=str(other)))  # type: ignore[arg-type]
+        try:  # the <|im_start|> the template renders is not sent: a server adding BOS adds the only one
+            text = served.apply_chat_template([{"role": "user", "content": "Hi"}])
+            assert served.bos_text == "<|im_start|>"
+            assert served._wire(text) == text.removeprefix("<|im_start|>") != text
+        finally:
+            served.close()
     assert SqlStore(f"sqlite:///{tmp_path / 'store.db'}").runs() == []
-    # log-probs are read from the prompts rendered here, whatever the server's own template
-    logprob = [*args[:-2], "scoring=logprob", "tracking.mlflow=false"]
-    assert _eval(cli, tmp_path, *logprob, f"model.tokenizer={other}", out="lp").code == 0
+
+
+def test_log_probs_are_read_from_the_prompts_rendered_here(
+    server: LlamaServer, tokenizer_dir: Path, cli: Cli, tmp_path: Path
+) -> None:
+    """A template the server does not have (a line added): log-probs are those of the prompts
+    rendered and recorded here, so the run goes on, with its own template hash."""
+    other = _tokenizer_copy(tokenizer_dir, tmp_path / "tokenizer", prepend=EXAMINER)
+    args = _served(server.base_url, "chat=single_turn", "k=0", "limit=1", "tracking.mlflow=false")
+    for out, tok in (("ours", other), ("own", tokenizer_dir)):
+        assert _eval(cli, tmp_path, *args, f"model.tokenizer={tok}", out=out).code == 0
+    hashes = {r.output_dir: r.template_hash for r in SqlStore(f"sqlite:///{tmp_path / 'store.db'}").runs()}
+    assert hashes[str(tmp_path / "ours")] != hashes[str(tmp_path / "own")]
+    recorded = json.loads((tmp_path / "ours" / "results.json").read_text())
+    assert recorded["prompt"]["example"].startswith("You are an examiner.\n<|im_start|>system\n")

@@ -128,6 +128,11 @@ class Served:
         self._info = info
         self.echo_ok = echo_ok
         self.tokenizer = tokenizer  # model.tokenizer's, when given: its chat template renders chat prompts
+        # A template that renders the BOS token itself loses it on the wire when the tokenizer adds its
+        # own (as the server then does): one BOS, as in-process (`models.LoadedModel.encode_many`).
+        bos = None if tokenizer is None else tokenizer.bos_token_id
+        adds_bos = bos is not None and encoder("a")[:1] == [bos]
+        self.bos_text: str | None = tokenizer.bos_token if adds_bos else None
         # The most alternatives asked for per token: the vocabulary, lowered to what the server allows.
         self.cap = max(info.vocab_size, cfg.model.top_logprobs) if info.vocab_size else 1_000_000
 
@@ -170,9 +175,17 @@ class Served:
         first = lp["top_logprobs"][0] if lp["top_logprobs"] else None
         return (first if isinstance(first, dict) else None), _usage(doc)
 
-    def _logprob(self, text: str, continuations: tuple[str, ...]) -> Score:
+    def _wire(self, text: str) -> str:
+        """A chat prompt as sent: without a BOS token the server adds itself."""
+        return text[len(self.bos_text) :] if self.bos_text and text.startswith(self.bos_text) else text
+
+    def _logprob(self, text: str, continuations: tuple[str, ...], *, checked: bool = False) -> Score:
+        """`checked` (chat prompts, rendered by `model.tokenizer`): the prompt tokens the server
+        reports must be the tokenizer's."""
         k = self.cfg.model.top_logprobs
         first, n_tokens = self.top(text, k)
+        if checked and n_tokens and n_tokens != (ours := len(self._encode(text))):
+            raise PromptError(tokens_differ(n_tokens, ours))
         # Letters outside the top k: ask for 10x more, as far as the server allows (vLLM refuses more
         # than its --max-logprobs with a 400, remembered as the cap), then echo where it is exact.
         while first and not all(c in first for c in continuations) and k < self.cap:
@@ -215,10 +228,17 @@ class Served:
         doc = self.complete(text, max_tokens=self.cfg.scoring.max_new_tokens)
         return self._read(one_choice(doc).get("text"), _usage(doc), "completion")
 
+    def chat_prompt_tokens(self, messages: Messages) -> tuple[int, int]:
+        """(the prompt tokens the server reports for the chat's local rendering (0: none), those of
+        `model.tokenizer`), as log-prob scoring sends a chat prompt."""
+        text = self._wire(render_chat(self.tokenizer, messages)[0])
+        return self.top(text, 1)[1], len(self._encode(text))
+
     def chat_completion(self, messages: Messages, max_tokens: int) -> tuple[object, int, int]:
         """(the assistant's text, the prompt tokens the server reports (0: none), the prompt tokens
         of the local rendering) of greedy generation through the server's own chat template."""
         text, sent = render_chat(self.tokenizer, messages)  # folded as the local rendering was
+        text = self._wire(text)
         body = {"model": self.cfg.model.served_name, "messages": sent, "temperature": 0}
         doc = self.client.post("/chat/completions", {**body, "max_tokens": max_tokens})
         if not isinstance(doc, dict):
@@ -265,6 +285,8 @@ class Served:
         continuations = tuple(f"{answer_lead}{letter}" for letter in LETTERS)
 
         def how(i: int) -> Score:
+            if cfg.method == "logprob" and messages is not None:
+                return self._logprob(self._wire(texts[i]), continuations, checked=True)
             if cfg.method == "logprob":
                 return self._logprob(texts[i], continuations)
             if messages is not None:
@@ -307,4 +329,12 @@ def template_differs(theirs: int, ours: int) -> str:
         f"the server's chat template makes {theirs} prompt tokens of it and model.tokenizer's makes "
         f"{ours}: the server renders chats differently from the template this run records (serve "
         "that template, or use chat=none)"
+    )
+
+
+def tokens_differ(theirs: int, ours: int) -> str:
+    return (
+        f"the server reads this prompt as {theirs} tokens and model.tokenizer as {ours} (special "
+        "tokens read as text, or a BOS token added on one side only): its log-probs would be of "
+        "another prompt than the one recorded"
     )

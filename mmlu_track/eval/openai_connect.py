@@ -17,7 +17,7 @@ from typing import Any
 from mmlu_track.config import EvalConfig
 from mmlu_track.eval.backend import ModelError, PromptError
 from mmlu_track.eval.http_api import Client, PermanentError, probe
-from mmlu_track.eval.openai_api import Served, logprobs_of, one_choice, template_differs
+from mmlu_track.eval.openai_api import Served, logprobs_of, one_choice, template_differs, tokens_differ
 from mmlu_track.eval.prompts import Style
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.records.subjects import LETTERS
@@ -26,9 +26,7 @@ ECHO_TOLERANCE = 1e-3  # nats: the same distribution computed in two requests (b
 _PROBE = "Question: Which letter comes first in the alphabet?\nA. A\nB. B\nC. C\nD. D\nAnswer:"
 
 
-def _tokenizer(
-    cfg: EvalConfig, client: Client
-) -> tuple[Callable[[str], list[int]], int, int | None, Any]:
+def _tokenizer(cfg: EvalConfig, client: Client) -> tuple[Callable[[str], list[int]], int, int | None, Any]:
     """(encode, vocabulary size or 0, the context length the tokenize endpoint reports, the local
     tokenizer or None)."""
     model = cfg.model
@@ -106,18 +104,25 @@ _CHAT_PROBE = [
 
 
 def _check_chat_template(served: Served) -> None:
-    """Generation through the server's chat template: refused here, before anything is recorded,
-    when the server renders a probe chat to another number of tokens than the local template."""
+    """Chat prompts: refused here, before anything is recorded, when the server reads a probe chat
+    as another number of tokens than `model.tokenizer` — its log-probs would be of other prompts
+    (logprob: the rendering sent as text), or its template is not ours (generate: its own)."""
+    generate = served.cfg.scoring.method == "generate"
     try:
-        _, theirs, ours = served.chat_completion(_CHAT_PROBE, 1)
+        if generate:
+            _, theirs, ours = served.chat_completion(_CHAT_PROBE, 1)
+        else:
+            theirs, ours = served.chat_prompt_tokens(_CHAT_PROBE)
     except PermanentError as err:
+        if not generate:
+            raise
         raise ModelError(
             f"{err}; chat={served.cfg.chat.style} with scoring=generate needs the server's chat endpoint"
         ) from None
     except PromptError as err:
-        raise ModelError(f"POST {served.client.shown}/chat/completions, a probe chat: {err}") from None
+        raise ModelError(f"a probe chat: {err}") from None
     if theirs and theirs != ours:
-        raise ModelError(f"a probe chat: {template_differs(theirs, ours)}")
+        raise ModelError(f"a probe chat: {(template_differs if generate else tokens_differ)(theirs, ours)}")
 
 
 def _described(client: Client, listed: dict[str, Any]) -> str:
@@ -200,7 +205,7 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
                 f"the letter {split[0]!r} is several tokens for {model.served_name}, so only echoed "
                 f"log-probs can score it, and the server at {client.shown} does not echo usable ones"
             )
-    if cfg.scoring.method == "generate" and cfg.chat.style != "none":
+    if cfg.chat.style != "none":
         _check_chat_template(served)
     # From here on a request that fails for good fails a run, which the same command resumes.
     client.after_failure = " the questions committed so far are kept: run the same command to resume"
