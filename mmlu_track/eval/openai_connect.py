@@ -16,9 +16,10 @@ from typing import Any
 
 from mmlu_track.config import EvalConfig
 from mmlu_track.eval.backend import ModelError, PromptError
+from mmlu_track.eval.data import Question
 from mmlu_track.eval.http_api import Client, PermanentError, probe
 from mmlu_track.eval.openai_api import Served, logprobs_of, one_choice, template_differs, tokens_differ
-from mmlu_track.eval.prompts import Style
+from mmlu_track.eval.prompts import Messages, Style, messages
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.records.subjects import LETTERS
 
@@ -97,10 +98,16 @@ def _echo_usable(served: Served, want: dict[str, Any]) -> bool:
     return best in got and math.isclose(float(got[best]), float(want[best]), abs_tol=ECHO_TOLERANCE)
 
 
-_CHAT_PROBE = [
-    {"role": "system", "content": "The following are multiple choice questions (with answers)."},
-    {"role": "user", "content": _PROBE},
-]
+def _chat_probe(cfg: EvalConfig) -> Messages:
+    """A chat of the run's shape (its formulation, style, system message, up to two shot turns)
+    with plain one-space ASCII content, which any two tokenizers of one model split alike."""
+    question = Question("marketing", "test", 0, "Which letter comes first?", ("A", "B", "C", "D"), 0)
+    shots = [
+        Question("marketing", "dev", i, "Which letter comes last?", ("A", "B", "C", "D"), 3) for i in range(2)
+    ]
+    return messages(
+        cfg.formulation, "marketing", shots[: cfg.k], question, chat=cfg.chat.style, system=cfg.chat.system
+    )
 
 
 def _check_chat_template(served: Served) -> None:
@@ -108,11 +115,12 @@ def _check_chat_template(served: Served) -> None:
     as another number of tokens than `model.tokenizer` — its log-probs would be of other prompts
     (logprob: the rendering sent as text), or its template is not ours (generate: its own)."""
     generate = served.cfg.scoring.method == "generate"
+    probe_chat = _chat_probe(served.cfg)
     try:
         if generate:
-            _, theirs, ours = served.chat_completion(_CHAT_PROBE, 1)
+            _, theirs, ours = served.chat_completion(probe_chat, 1)
         else:
-            theirs, ours = served.chat_prompt_tokens(_CHAT_PROBE)
+            theirs, ours = served.chat_prompt_tokens(probe_chat)
     except PermanentError as err:
         if not generate:
             raise
