@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import DB_URL_ENV, DEFAULT_DB_URL
+from mmlu_track.console import reader_gone
 from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.run import RecordError
 from mmlu_track.store.db import StoreError
@@ -216,8 +217,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli() -> None:
-    """The `mmlu-track-runs` console script."""
-    sys.exit(main())
+    """The `mmlu-track-runs` console script. Output piped to a reader that stops early (`| head`)
+    ends the listing quietly, exit 0: the reader had what it wanted."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = reader_gone(0)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

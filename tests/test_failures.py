@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -244,6 +245,23 @@ def test_listing_runs_where_there_is_no_store_creates_none(tmp_path: Path) -> No
     assert runs_main(["--db", f"sqlite:///{missing}", "list"]) == 0
     assert runs_main(["--db", f"sqlite:///{missing}", "show", "abc"]) == 2
     assert not missing.exists()
+
+
+def test_runs_listed_into_a_reader_that_stops_early_end_quietly(tmp_path: Path) -> None:
+    """`runs list | head`: the reader is gone before the listing is written (the process is the
+    point: a real closed pipe). Before: a BrokenPipeError traceback and exit 120."""
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    synthetic_run(SqlStore(db), "m-listed", {"anatomy": [True, False]})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmlu_track.runs", "--db", db, "list"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()  # before the child has imported anything, let alone printed
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert b"BrokenPipe" not in err
+    assert b"Traceback" not in err
 
 
 def test_a_damaged_converted_model_names_the_folder_to_delete(
