@@ -278,6 +278,30 @@ def test_no_change_on_few_questions_is_inconclusive_not_a_pass(
         assert row.verdict == "inconclusive"
 
 
+def test_a_small_pass_reads_without_contradiction(cli: Cli, tmp_path: Path, db: str) -> None:
+    """0 lost and 2 gained of 114: a PASS (issue 25). Its report shows the two changed subjects (not
+    ten unchanged ones), no bold where nothing is significant, and says that the table's two-sided
+    interval reaching below −δ is not what the verdict compares."""
+    store = SqlStore(db)
+    good = _same(57, 2)
+    better = {s: list(v) for s, v in good.items()}
+    changed = list(better)[10:12]
+    for s in changed:
+        better[s][1] = True  # +50 points in each: 1 of 2 questions gained
+    base = synthetic_run(store, "m-fp32", good)
+    cand = synthetic_run(store, "m-bf16", better)
+    got = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={cand}", "gate.bootstrap_resamples=0")
+    assert got.code == 0, got.out
+    md = (_reports(got) / "report.md").read_text()
+    table = md.split("### Subjects")[1].split("<details>")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [r.split(" | ")[0].removeprefix("| ") for r in rows] == sorted(changed)
+    assert not [line for line in md.splitlines() if line.startswith("| ") and "**" in line]
+    micro = json.loads((_reports(got) / "report.json").read_text())["micro"]
+    assert micro["ci_low"] < -0.01 < micro["ci_high"]  # the two-sided interval reaches below −δ ...
+    assert "are two-sided: their lower ends sit below this bound by design" in md  # ... and says why
+
+
 def test_noise_on_285_questions_is_inconclusive_not_a_regression(cli: Cli, tmp_path: Path, db: str) -> None:
     store = SqlStore(db)
     good = _same(57, 5)

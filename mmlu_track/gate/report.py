@@ -66,10 +66,14 @@ def _p(p: float | None) -> str:
     return "–" if p is None else f"{p:.3g}"
 
 
-def _row(d: Delta, mark: str = "") -> str:
+def _row(d: Delta, mark: str = "", *, subject: bool = False) -> str:
+    """A table row; Δ in bold only where it is a real difference: a subject flagged or improved
+    after correction, an overall or category row whose interval excludes 0."""
+    real = d.flagged or d.improved if subject else d.ci_low > 0 or d.ci_high < 0
+    delta = f"**{pts(d.delta)}**" if real else pts(d.delta)
     return (
         f"| {mark}{d.name} | {d.n} | {100 * d.baseline_acc:.2f} | {100 * d.candidate_acc:.2f} | "
-        f"**{pts(d.delta)}** | [{pts(d.ci_low)}, {pts(d.ci_high)}] | {d.lost} / {d.gained} | "
+        f"{delta} | [{pts(d.ci_low)}, {pts(d.ci_high)}] | {d.lost} / {d.gained} | "
         f"{_p(d.p_regression)} | {_p(d.p_regression_adj)} |"
     )
 
@@ -106,9 +110,11 @@ def _method_lines(comp: Comparison, gate_mode: bool, sequential: bool = False) -
         ni = comp.noninferiority
         lines.append(
             f"Non-inferiority (Δ micro > −{100 * ni.margin:.1f} pts): Tango's score test with an exact "
-            f"critical value, p = {_p(ni.p_value)}; one-sided lower bound {pts(ni.lower_bound)} pts "
-            f"→ **{'shown' if ni.shown else 'not shown'}**. The verdict rests on this test and on exact "
-            "McNemar tests (overall; per subject after correction)."
+            f"critical value, p = {_p(ni.p_value)}; one-sided {100 * (1 - s.alpha):.0f}% lower bound "
+            f"{pts(ni.lower_bound)} pts → **{'shown' if ni.shown else 'not shown'}**. The verdict rests on "
+            "this test and on exact McNemar tests (overall; per subject after correction). The table's "
+            f"{100 * (1 - s.alpha):.0f}% intervals are two-sided: their lower ends sit below this bound "
+            "by design and are not what the verdict compares with −δ."
         )
     if comp.bootstrap:
         b = comp.bootstrap
@@ -183,15 +189,20 @@ def markdown(
     flagged = [d for d in ordered if d.flagged]
     improved = [d for d in ordered if d.improved]
     lines += ["", f"### Subjects: {len(flagged)} flagged ⚠️, {len(improved)} improved ⬆️", ""]
-    if gate_mode:
-        shown = flagged + [d for d in ordered if not d.flagged][: max(0, 10 - len(flagged))]
+    if gate_mode:  # flagged, then the subjects whose answers changed most: unchanged ones add nothing
+        changed = [d for d in ordered if not d.flagged and d.lost + d.gained]
+        changed.sort(key=lambda d: (-abs(d.delta), -(d.lost + d.gained)))
+        shown = flagged + changed[: max(0, 10 - len(flagged))]
     else:
         shown = _gap_rows(ordered)
-    lines += [_HEADER, *(_row(d, _mark(d)) for d in shown)]
+    if shown:
+        lines += [_HEADER, *(_row(d, _mark(d), subject=True) for d in shown)]
+    else:
+        lines += ["No subject has a changed answer."]
     if improved and gate_mode:
         lines += ["", "Improved: " + ", ".join(f"{d.name} ({pts(d.delta)})" for d in improved)]
     lines += ["", f"<details><summary>All {len(ordered)} subjects, sorted by Δ</summary>", "", _HEADER]
-    lines += [_row(d, _mark(d)) for d in ordered]
+    lines += [_row(d, _mark(d), subject=True) for d in ordered]
     lines += ["", "</details>", ""]
     return "\n".join(lines)
 
