@@ -74,6 +74,7 @@ def test_identical_runs_pass_and_write_every_report(cli: Cli, tmp_path: Path, db
     md = (report / "report.md").read_text()
     assert md.startswith("## MMLU release gate: ✅ PASS: non-inferiority shown at δ = 1.0 pts")
     assert "<details>" in md
+    assert "No subject has a changed answer." in md  # not a table of +0.00 rows
     assert summary.read_text() == "earlier step\n" + md + "\n"
     doc = json.loads((report / "report.json").read_text())
     assert doc["verdict"]["exit_code"] == 0
@@ -300,6 +301,7 @@ def test_a_small_pass_reads_without_contradiction(cli: Cli, tmp_path: Path, db: 
     micro = json.loads((_reports(got) / "report.json").read_text())["micro"]
     assert micro["ci_low"] < -0.01 < micro["ci_high"]  # the two-sided interval reaches below −δ ...
     assert "are two-sided: their lower ends sit below this bound by design" in md  # ... and says why
+    assert "What differs: model m-fp32 → m-bf16." in md  # what the reviewer must know first
 
 
 def test_noise_on_285_questions_is_inconclusive_not_a_regression(cli: Cli, tmp_path: Path, db: str) -> None:

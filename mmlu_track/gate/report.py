@@ -16,8 +16,10 @@ from mmlu_track.gate.stats import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT
 if TYPE_CHECKING:
     from mmlu_track.config import CompareConfig
     from mmlu_track.gate.policy import Verdict
+    from mmlu_track.records.run import ModelInfo
     from mmlu_track.records.stored import StoredRun
 
+NOTHING_DIFFERS = "nothing recorded (a noise check)"
 ICONS = {
     "pass": "✅ PASS",
     "regression": "❌ REGRESSION",
@@ -60,6 +62,32 @@ def title(base: StoredRun, cand: StoredRun, mode: str) -> str:
     if mode == "fewshot_gap":
         return f"Few-shot gap of {cand.model_name}: k={cand.k} vs k={base.k}"
     return f"{cand.model_name} vs baseline {base.model_name}"
+
+
+def differences(base: StoredRun, cand: StoredRun) -> list[str]:
+    """What differs between two comparable runs beyond the protocol (which the gate requires equal):
+    the weights and how they ran, as `setting baseline → candidate`."""
+    a, b = base.record, cand.record
+    if a is None or b is None:
+        return []
+    ma, mb = a.start.model, b.start.model
+
+    def weights(m: ModelInfo) -> str:
+        return m.revision or (m.weights_sha256 or "?")[:12]
+
+    def engine(m: ModelInfo) -> str:
+        return "served" if m.source == "openai_api" else "in-process"
+
+    pairs = [
+        ("model", ma.name, mb.name),
+        ("weights", weights(ma), weights(mb)),
+        ("engine", engine(ma), engine(mb)),
+        ("dtype", ma.dtype, mb.dtype),
+        ("device", ma.device, mb.device),
+        ("batch_size", a.start.config.batch_size, b.start.config.batch_size),
+        *((lib, a.start.versions.get(lib), b.start.versions.get(lib)) for lib in ("transformers", "torch")),
+    ]
+    return [f"{name} {x} → {y}" for name, x, y in pairs if x != y]
 
 
 def _p(p: float | None) -> str:
@@ -176,6 +204,8 @@ def markdown(
         f"{md_code(base.id[:12])}, {comp.micro.n} paired questions, formulation {md_code(cand.formulation)}, "
         f"scoring {md_code(cand.scoring)}, "
         f"k={base.k}{'' if base.k == cand.k else f'→{cand.k}'}{policy}.",
+        "",
+        f"What differs: {'; '.join(map(md_text, differences(base, cand))) or NOTHING_DIFFERS}.",
         *_mlflow_links(base, cand, cfg.tracking.mlflow_uri),
         "",
         _HEADER,
