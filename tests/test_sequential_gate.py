@@ -87,6 +87,7 @@ def test_stops_early_reports_and_resumes_to_completion(
     md = (tmp_path / "cand" / "gate" / "report.md").read_text()
     assert md.startswith("## MMLU release gate: ✅ PASS")
     assert "anytime-valid 90% interval of Δ micro [" in md
+    assert "(not valid after stopping on the data)" in md
     assert summary.read_text() == md + "\n"
     doc = json.loads((tmp_path / "cand" / "gate" / "report.json").read_text())
     assert doc["sequential"] | {"lower": 0, "upper": 0} == doc["sequential"] | {
@@ -130,6 +131,24 @@ def _sequential(cfg: EvalConfig, out: Path, lines: list[str]) -> int:
         return run(cfg, out, progress=False, echo=lines.append, looks=looks).run_id
 
     return execute(cfg, out, evaluate, echo=lines.append)
+
+
+def test_the_fixed_sample_reading_is_called_invalid_only_after_an_early_stop() -> None:
+    from mmlu_track.gate import report
+    from mmlu_track.gate.stats import compare, pair
+
+    from .test_compare_stats import _qr
+
+    rows = [_qr("anatomy", i, i % 2 == 0) for i in range(20)]
+    comp = compare(pair(rows, rows), GateConfig(name="t", bootstrap_resamples=0))
+    early, full = (report._method_lines(comp, True, {"stopped_early": s})[1] for s in (True, False))
+    assert "(not valid after stopping on the data)" in early
+    assert "not valid" not in full
+    assert "(every look was taken: the planned sample, read once)" in full
+    # deltas.png's title, with the sequential gate's line, in lines the figure can hold (it was cut)
+    title = report.wrapped("m vs baseline m\nsequential gate: " + "pass at look 10 of 20, " * 8)
+    assert max(map(len, title.splitlines())) <= report.TITLE_CHARS
+    assert title.startswith("m vs baseline m\nsequential gate: pass")
 
 
 def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Path) -> None:

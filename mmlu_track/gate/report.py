@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import re
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from mmlu_track.records.run import ModelInfo
     from mmlu_track.records.stored import StoredRun
 
+TITLE_CHARS = 90  # characters of a deltas.png title line: 8-inch figure, 10-point font
 NOTHING_DIFFERS = "nothing recorded (a noise check)"
 ICONS = {
     "pass": "✅ PASS",
@@ -124,7 +126,7 @@ def _gap_rows(ordered: list[Delta]) -> list[Delta]:
     return ordered[:GAP_ROWS] + ordered[-GAP_ROWS:]
 
 
-def _method_lines(comp: Comparison, gate_mode: bool, sequential: bool = False) -> list[str]:
+def _method_lines(comp: Comparison, gate_mode: bool, sequential: dict[str, Any] | None = None) -> list[str]:
     s = comp.settings
     lines = [f"Intervals ({100 * (1 - s.alpha):.0f}%): {comp.intervals}."]
     if sequential:
@@ -132,7 +134,12 @@ def _method_lines(comp: Comparison, gate_mode: bool, sequential: bool = False) -
         lines.append(
             f"The verdict is the sequential gate's (testing by betting, valid at every look). For reference "
             f"only, Tango's fixed-sample non-inferiority test on these questions: p = {_p(ni.p_value)}, "
-            f"one-sided lower bound {pts(ni.lower_bound)} pts (not valid after stopping on the data)."
+            f"one-sided lower bound {pts(ni.lower_bound)} pts "
+            + (
+                "(not valid after stopping on the data)."
+                if sequential.get("stopped_early", True)
+                else "(every look was taken: the planned sample, read once)."
+            )
         )
     elif gate_mode:
         ni = comp.noninferiority
@@ -183,7 +190,7 @@ def markdown(
     cand: StoredRun,
     cfg: CompareConfig,
     *,
-    sequential: bool = False,
+    sequential: dict[str, Any] | None = None,
 ) -> str:
     """Verdict first, then the overall rows, then subjects sorted by Δ (flagged marked), full table folded."""
     s = comp.settings
@@ -248,7 +255,7 @@ def console(
     cand: StoredRun,
     cfg: CompareConfig,
     *,
-    sequential: bool = False,
+    sequential: dict[str, Any] | None = None,
 ) -> str:
     width = max(len(d.name) for d in (*comp.subjects, *comp.categories)) + 4
     head = f"{'':<{width}}{'n':>6} {'base %':>7} {'cand %':>7} {'Δ pts':>7}  {'95% CI':<17} {'p adj':>8}"
@@ -296,6 +303,11 @@ def to_json(
     }
 
 
+def wrapped(heading: str, width: int = TITLE_CHARS) -> str:
+    """A plot title in lines that fit the figure's width (a long one was cut at its edge)."""
+    return "\n".join(textwrap.fill(line, width) for line in heading.splitlines())
+
+
 def deltas_png(comp: Comparison, path: Path, heading: str, margin_line: bool = True) -> Path:
     """Per-subject Δ with its score interval; flagged subjects red, improved green; −δ in a gate."""
     import matplotlib
@@ -325,7 +337,7 @@ def deltas_png(comp: Comparison, path: Path, heading: str, margin_line: bool = T
     ax.set_xlim(max(-100.0, min(lows) - pad), min(100.0, max(highs) + pad))
     level = f"{100 * (1 - comp.settings.alpha):.0f}%"
     ax.set_xlabel(f"Δ accuracy, points (candidate − baseline), {level} score intervals")
-    ax.set_title(heading, fontsize=10)
+    ax.set_title(wrapped(heading), fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

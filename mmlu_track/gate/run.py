@@ -233,12 +233,14 @@ def publish(
     doc = report.to_json(comp, verdict, base, cand, cfg)
     if extra:
         doc.update(extra[0])
-    markdown = report.markdown(comp, verdict, base, cand, cfg, sequential=extra is not None)
+    sequential = extra[0]["sequential"] if extra else None
+    markdown = report.markdown(comp, verdict, base, cand, cfg, sequential=sequential)
     heading = report.title(base, cand, cfg.mode)
-    if extra and (seq := extra[0].get("sequential")):  # the plot's intervals are not what decided
+    if sequential:  # the plot's intervals are not what decided
         heading += (
-            f"\nsequential gate: {seq['decision']} at look {seq['look']} of {seq['looks']}, "
-            f"{seq['questions_used']:,} questions (fixed-sample intervals, for reference)"
+            f"\nsequential gate: {sequential['decision']} at look {sequential['look']} of "
+            f"{sequential['looks']}, {sequential['questions_used']:,} questions (fixed-sample intervals, "
+            "for reference)"
         )
     output_dir = _own_folder(output_dir, f"compare-{cand.id[:12]}-vs-{base.id[:12]}", comparison_id)
     try:
@@ -248,7 +250,7 @@ def publish(
     except OSError as err:
         raise _unwritable(output_dir, err) from err
     _append_summary(markdown)
-    echo(report.console(comp, verdict, base, cand, cfg, sequential=extra is not None))
+    echo(report.console(comp, verdict, base, cand, cfg, sequential=sequential))
     echo(f"reports in {output_dir}")
     entry = ComparisonEntry(
         id=comparison_id, baseline_run_id=base.id, candidate_run_id=cand.id,
