@@ -205,8 +205,22 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
         (row,) = s.scalars(select(ComparisonRow))
     assert row.mlflow_run_id is not None
     logged = client.get_run(row.mlflow_run_id)
-    assert logged.data.metrics["compare/delta_micro"] == 0.0
+    assert logged.data.metrics["gate/delta_micro_pts"] == 0.0  # points, as the report says them
+    assert logged.data.metrics["candidate/acc_micro_pct"] == 100 * doc["micro"]["candidate_acc"]
     assert logged.data.params["baseline_mlflow_run"] == mlflow_base  # a comparison leads to its runs
+    assert logged.info.run_name.startswith("PASS: ")  # the verdict, then the runs' own names
+    assert logged.data.tags["mlflow.note.content"].startswith("## MMLU release gate: ✅ PASS")
+    assert "What differs: model m-base → m-cand." in logged.data.tags["mlflow.note.content"]
+    zero_shot = synthetic_run(store, "m-cand", _correct(11), k=0)
+    gap = _compare(cli, tmp_path, db, f"baseline={zero_shot}", f"candidate={cand}", "mode=fewshot_gap",
+                   "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}")  # fmt: skip
+    assert gap.code == 0, gap.err
+    with Session(store.engine) as s:
+        gap_id = next(r.mlflow_run_id for r in s.scalars(select(ComparisonRow)) if r.mode == "fewshot_gap")
+    gap_run = client.get_run(gap_id)  # an analysis: no verdict-bearing names, no policy
+    assert {k.split("/")[0] for k in gap_run.data.metrics} == {"gap", "baseline", "candidate"}
+    assert "policy" not in gap_run.data.params
+    assert "margin_pts" not in gap_run.data.params
     assert {a.path for a in client.list_artifacts(row.mlflow_run_id)} == {
         "report.md",
         "report.json",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +59,15 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
     assert t[SWEEP_TAG] == "/sweeps/s1"
     assert "git_commit" in t
     assert t["device"] == "cpu"
+    # The run page's description opens with the headline; the questions are its dataset input.
+    low, _ = out.scores.micro.interval()
+    note = t["mlflow.note.content"]
+    assert note.startswith(f"**MMLU micro accuracy {100 * out.scores.micro.acc:.2f} % [{100 * low:.1f}, ")
+    assert "tiny-random-llama (float32, cpu) · original, k=2, logprob scoring · limit=3" in note
+    (used,) = got.inputs.dataset_inputs
+    assert (used.dataset.name, used.dataset.digest) == ("mmlu-limit3", out.record.start.data.fingerprint[:12])
+    assert json.loads(used.dataset.profile)["questions"] == 6
+    assert {x.key: x.value for x in used.tags}["mlflow.data.context"] == "evaluation"
     artifacts = {a.path for a in client.list_artifacts(out.mlflow_run_id)}
     assert artifacts >= {
         "results.json",

@@ -120,52 +120,79 @@ def _promote(cand: StoredRun, alias: str, g: GateConfig, uri: str | None) -> str
     return f"promoted: {model}@{alias} -> version {version} (candidate run {cand.id[:12]})"
 
 
+def comparison_metrics(
+    comp: Comparison, verdict: Verdict, mode: str, *, sequential: bool
+) -> dict[str, float]:
+    """A comparison's MLflow metrics, in points and named by what they mean: a gate's under `gate/`,
+    a few-shot gap's under `gap/` (no verdict, no margin); a sequential gate's fixed-sample
+    non-inferiority test, which decided nothing, under `reference/`."""
+    group = "gap" if mode == "fewshot_gap" else "gate"
+    out = {
+        f"{group}/delta_micro_pts": 100 * comp.micro.delta,
+        f"{group}/delta_macro_pts": 100 * comp.macro.delta,
+        f"{group}/ci_low_micro_pts": 100 * comp.micro.ci_low,
+        f"{group}/ci_high_micro_pts": 100 * comp.micro.ci_high,
+        f"{group}/lost": float(comp.micro.lost),
+        f"{group}/gained": float(comp.micro.gained),
+        "baseline/acc_micro_pct": 100 * comp.micro.baseline_acc,
+        "candidate/acc_micro_pct": 100 * comp.micro.candidate_acc,
+    }
+    if mode == "fewshot_gap":
+        return out
+    ni = comp.noninferiority
+    fixed = "reference/fixed_sample_" if sequential else "gate/"
+    return out | {
+        "gate/p_regression": comp.micro.p_regression or 1.0,
+        f"{fixed}p_noninferiority": ni.p_value,
+        f"{fixed}noninferiority_lower_bound_pts": 100 * ni.lower_bound,
+        "gate/n_flagged": float(sum(d.flagged for d in comp.subjects)),
+        "gate/exit_code": float(verdict.exit_code),
+    }
+
+
+def _run_name(run: StoredRun) -> str:
+    record = run.record
+    return record.start.name if record else f"{run.model_name} {run.id[:8]}"
+
+
 def _log_comparison(
     comp: Comparison,
     verdict: Verdict,
-    doc: dict[str, Any],
-    output_dir: Path,
+    runs: tuple[StoredRun, StoredRun],
     cfg: CompareConfig,
     *,
+    reports: tuple[str, Path],
     extra: dict[str, float] | None = None,
 ) -> str | None:
-    """The comparison as an MLflow run, linked to both runs' own MLflow runs; None (warned) on failure:
+    """The comparison as an MLflow run named by what it compared (the runs' own names), its report's
+    head as the description, linked to both runs' own MLflow runs; None (warned) on failure:
     logging never costs the verdict."""
-    from mmlu_track.store.mlflow import MlflowUnavailable, log_comparison
+    from mmlu_track.store.mlflow import NOTE_TAG, MlflowUnavailable, log_comparison
 
-    base, cand = doc["baseline"], doc["candidate"]
-    metrics = {
-        "compare/delta_micro": comp.micro.delta,
-        "compare/delta_macro": comp.macro.delta,
-        "compare/ci_low_micro": comp.micro.ci_low,
-        "compare/ci_high_micro": comp.micro.ci_high,
-        "compare/p_regression": comp.micro.p_regression or 1.0,
-        "compare/p_noninferiority": comp.noninferiority.p_value,
-        "compare/noninferiority_lower_bound": comp.noninferiority.lower_bound,
-        "compare/n_flagged": float(sum(d.flagged for d in comp.subjects)),
-        "compare/exit_code": float(verdict.exit_code),
-        **(extra or {}),
-    }
+    (base, cand), (markdown, output_dir) = runs, reports
+    gap = cfg.mode == "fewshot_gap"
+    metrics = comparison_metrics(comp, verdict, cfg.mode, sequential=extra is not None)
     params = {
-        "baseline_run": base["id"],
-        "candidate_run": cand["id"],
-        "mode": cfg.mode,
-        "policy": cfg.gate.name,
-        "margin": str(cfg.gate.margin),
+        "baseline_run": base.id,
+        "candidate_run": cand.id,
+        "mode": "sequential" if extra else cfg.mode,
         "alpha": str(cfg.gate.alpha),
-        **({"sequential": "true", "looks": str(cfg.gate.looks)} if extra else {}),
+        **({} if gap else {"policy": cfg.gate.name, "margin_pts": str(100 * cfg.gate.margin)}),
+        **({"looks": str(cfg.gate.looks)} if extra else {}),
     }
     # Runs logged while MLflow was down have no MLflow id until `runs sync`.
-    params.update({f"{side}_mlflow_run": doc[side]["mlflow_run_id"] for side in ("baseline", "candidate")
-                   if doc[side]["mlflow_run_id"]})  # fmt: skip
+    sides = (("baseline", base), ("candidate", cand))
+    params.update({f"{side}_mlflow_run": run.mlflow_run_id for side, run in sides if run.mlflow_run_id})
+    label = "few-shot gap" if gap else verdict.status.upper()
+    head = markdown.split("\n### Subjects", maxsplit=1)[0]
     try:
         return log_comparison(
             uri=cfg.tracking.mlflow_uri,
             experiment=cfg.compare_experiment,
-            name=f"{cand['model']} {cand['id'][:8]} vs {base['model']} {base['id'][:8]}",
-            run_tags={"verdict": verdict.status},
+            name=f"{label}: {_run_name(cand)} vs {_run_name(base)}",
+            run_tags={"verdict": verdict.status, NOTE_TAG: head},
             run_params=params,
-            run_metrics=metrics,
+            run_metrics={**metrics, **(extra or {})},
             files=[output_dir / name for name in ("report.md", "report.json", "deltas.png")],
         )
     except MlflowUnavailable as err:
@@ -263,7 +290,9 @@ def publish(
     store.save_comparison(entry)
     metrics = extra[1] if extra else None
     if cfg.tracking.mlflow and (
-        mlflow_id := _log_comparison(comp, verdict, doc, output_dir, cfg, extra=metrics)
+        mlflow_id := _log_comparison(
+            comp, verdict, (base, cand), cfg, reports=(markdown, output_dir), extra=metrics
+        )
     ):
         store.set_comparison_mlflow(entry.id, mlflow_id)
 

@@ -36,8 +36,9 @@ from mmlu_track.typed import flatten
 SWEEP_TAG = "mmlu_track.sweep"
 RUN_ID_TAG = "mmlu_track.run_id"
 KIND_TAG = "mmlu_track.kind"
-# Tags, not metrics, of a run the sequential gate stopped: a resume to completion deletes them
-# (MLflow cannot delete a metric), and the run's name says it in the runs table.
+# Tags of a run the sequential gate stopped: a resume to completion deletes them, and the run's name
+# says it in the runs table. Its accuracy so far goes under `stopped/` (MLflow cannot delete a
+# metric: a resumed run keeps them, apart from the full run's `acc_micro`).
 EARLY_STOP_TAGS = ("mmlu_track.early_stop", "mmlu_track.early_stop_reason")
 Warn = Callable[[str], None]
 
@@ -102,6 +103,48 @@ def params(start: RunStart) -> dict[str, str]:
     out.pop("scoring.method")
     # An unset value (no revision for a local model, no limit) is left out, not logged as "None".
     return {k: str(v)[:6000] for k, v in out.items() if v is not None}
+
+
+NOTE_TAG = "mlflow.note.content"  # the run page's Markdown description
+
+
+def _pct(a: Accuracy) -> str:
+    low, high = a.interval()
+    return f"{100 * a.acc:.2f} % [{100 * low:.1f}, {100 * high:.1f}] ({a.correct:,} / {a.n:,})"
+
+
+def description(record: RunRecord) -> str:
+    """The run page's description: the headline first (micro accuracy with its 95 % Wilson
+    interval), then what was evaluated and how, then the categories."""
+    start, scores = record.start, record.scores
+    cfg = start.config
+    prompt = cfg.formulation if cfg.chat.style == "none" else f"{cfg.formulation}, chat {cfg.chat.style}"
+    limit = "all questions" if cfg.limit is None else f"limit={cfg.limit} per subject (seed {cfg.seed})"
+    lines = [
+        f"**MMLU micro accuracy {_pct(scores.micro)}**, macro {100 * scores.macro.acc:.2f} % "
+        "(95 % Wilson intervals)",
+        "",
+        f"{start.model.name} ({start.model.dtype}, {start.model.device}) · {prompt}, k={cfg.k}, "
+        f"{cfg.scoring.method} scoring · {limit} · data {start.data.fingerprint[:12]}",
+    ]
+    if scores.invalid:
+        lines.append(f"\n{scores.invalid:,} answers were not a letter (invalid, counted wrong).")
+    lines += ["", "| category | accuracy % [95 % CI] (correct / n) |", "|---|---|"]
+    lines += [f"| {name} | {_pct(a)} |" for name, a in scores.categories.items()]
+    return "\n".join(lines)
+
+
+def dataset_input(start: RunStart) -> Any:
+    """The scored questions as the run's MLflow dataset input (the runs table's Dataset column):
+    named after the data, identified by the questions' fingerprint."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    cfg, data = start.config, start.data
+    name = cfg.data.name if cfg.limit is None else f"{cfg.data.name}-limit{cfg.limit}"
+    profile = json.dumps({"questions": data.n_questions, "dev_fingerprint": data.dev_fingerprint[:12]})
+    source = redact(data.path) if data.path else f"{data.source} ({cfg.data.name})"
+    dataset = Dataset(name, data.fingerprint[:12], data.source, source, profile=profile)
+    return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])
 
 
 def tags(run_id: str, start: RunStart) -> dict[str, str]:
@@ -265,6 +308,7 @@ class LiveRun:
                 params=[Param(k, v) for k, v in params(start).items()],
                 tags=[RunTag(k, v) for k, v in tags(run_id, start).items()],
             )
+            self.client.log_inputs(self.id, datasets=[dataset_input(start)])
 
         self._call("opening the run", go)
         return self.id if not self.broken else None
@@ -304,13 +348,15 @@ class LiveRun:
                 (out / "example_prompt.txt").write_text(record.start.example_prompt)
                 subject_accuracy_png(record.scores, out / "subject_accuracy.png", record.start.name)
                 self.client.log_artifacts(self.id, str(out))
+            self.client.set_tag(self.id, NOTE_TAG, description(record))
             self.client.set_terminated(self.id, status="FINISHED")
 
         return self._call("logging the results", go)
 
     def stopped(self, stop: EarlyStop, so_far: Accuracy, name: str) -> None:
-        """The sequential gate stopped the evaluation: FINISHED, its name starting with where it
-        stopped, tags saying where and why (no accuracy metric: these are part of the questions)."""
+        """The sequential gate stopped the evaluation: FINISHED with its end time, its name starting
+        with where it stopped, tags and the description saying where and why, its accuracy on the
+        questions scored under `stopped/` (a part of the questions, never charted as a run's)."""
         if self.id is None:
             return
 
@@ -326,7 +372,17 @@ class LiveRun:
                 f"{stop.summary()}: {stop.reason}; gated against run {stop.baseline_run_id}; accuracy on "
                 f"the questions scored {100 * so_far.acc:.2f} %",
             )
-            self.client.update_run(self.id, status="FINISHED", name=f"stopped ({where}) {name}")
+            self.client.set_tag(
+                self.id,
+                NOTE_TAG,
+                f"**Stopped by the sequential gate: {stop.summary()}** ({where})\n\n{stop.reason}. Gated "
+                f"against run {stop.baseline_run_id}. Accuracy on the {so_far.n:,} questions scored: "
+                f"{_pct(so_far)} (a part of the questions: not comparable with a full run's).",
+            )
+            # `stopped/`: never mixed with a full run's acc_micro in a chart across runs
+            self._log_metrics({"stopped/acc_micro": so_far.acc, "stopped/questions": float(so_far.n)})
+            self.client.update_run(self.id, name=f"stopped ({where}) {name}")
+            self.client.set_terminated(self.id, status="FINISHED")  # with its end time: a duration
 
         self._call("ending the stopped run", go)
 
