@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from mmlu_track.config import SERVER_ONLY, to_dict
 from mmlu_track.gate.stats import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta, pts
+from mmlu_track.typed import flatten
 
 if TYPE_CHECKING:
     from mmlu_track.config import CompareConfig
     from mmlu_track.gate.policy import Verdict
-    from mmlu_track.records.run import ModelInfo
+    from mmlu_track.records.run import ModelInfo, RunStart
     from mmlu_track.records.stored import StoredRun
 
 TITLE_CHARS = 90  # characters of a deltas.png title line: 8-inch figure, 10-point font
@@ -66,9 +68,19 @@ def title(base: StoredRun, cand: StoredRun, mode: str) -> str:
     return f"{cand.model_name} vs baseline {base.model_name}"
 
 
+# Settings that say how a run was reached or spread, not what it computed (nor the gate's own).
+_NOT_RESULTS = ("tracking", "gate", "shards", "shard", "cache_dir", *(f"model.{k}" for k in SERVER_ONLY))
+
+
+def _settings(start: RunStart) -> dict[str, object]:
+    flat = flatten(to_dict(start.config))
+    return {k: v for k, v in flat.items() if not k.startswith(_NOT_RESULTS)}
+
+
 def differences(base: StoredRun, cand: StoredRun) -> list[str]:
-    """What differs between two comparable runs beyond the protocol (which the gate requires equal):
-    the weights and how they ran, as `setting baseline → candidate`."""
+    """What differs between two comparable runs beyond the protocol (which the gate requires equal),
+    as `setting baseline → candidate`: every setting that differs, then what they resolved to (the
+    weights, the dtype and device they ran in, the engine) and the libraries."""
     a, b = base.record, cand.record
     if a is None or b is None:
         return []
@@ -80,13 +92,14 @@ def differences(base: StoredRun, cand: StoredRun) -> list[str]:
     def engine(m: ModelInfo) -> str:
         return "served" if m.source == "openai_api" else "in-process"
 
-    pairs = [
-        ("model", ma.name, mb.name),
+    sa, sb = _settings(a.start), _settings(b.start)
+    pairs: list[tuple[str, object, object]] = [("model", ma.name, mb.name)]
+    pairs += [(k, sa.get(k), sb.get(k)) for k in sorted(sa.keys() | sb.keys()) if k != "model.name"]
+    pairs += [
         ("weights", weights(ma), weights(mb)),
         ("engine", engine(ma), engine(mb)),
-        ("dtype", ma.dtype, mb.dtype),
-        ("device", ma.device, mb.device),
-        ("batch_size", a.start.config.batch_size, b.start.config.batch_size),
+        ("ran in", ma.dtype, mb.dtype),
+        ("ran on", ma.device, mb.device),
         *((lib, a.start.versions.get(lib), b.start.versions.get(lib)) for lib in ("transformers", "torch")),
     ]
     return [f"{name} {x} → {y}" for name, x, y in pairs if x != y]

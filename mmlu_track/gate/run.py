@@ -167,7 +167,8 @@ def _log_comparison(
     """The comparison as an MLflow run named by what it compared (the runs' own names), its report's
     head as the description, linked to both runs' own MLflow runs; None (warned) on failure:
     logging never costs the verdict."""
-    from mmlu_track.store.mlflow import NOTE_TAG, MlflowUnavailable, log_comparison
+    from mmlu_track.store.mlflow import MlflowUnavailable, log_comparison
+    from mmlu_track.store.mlflow_pages import NOTE_TAG
 
     (base, cand), (markdown, output_dir) = runs, reports
     gap = cfg.mode == "fewshot_gap"

@@ -31,6 +31,7 @@ from mmlu_track.config import to_dict
 from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.results import Accuracy, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
+from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, percent
 from mmlu_track.typed import flatten
 
 SWEEP_TAG = "mmlu_track.sweep"
@@ -103,48 +104,6 @@ def params(start: RunStart) -> dict[str, str]:
     out.pop("scoring.method")
     # An unset value (no revision for a local model, no limit) is left out, not logged as "None".
     return {k: str(v)[:6000] for k, v in out.items() if v is not None}
-
-
-NOTE_TAG = "mlflow.note.content"  # the run page's Markdown description
-
-
-def _pct(a: Accuracy) -> str:
-    low, high = a.interval()
-    return f"{100 * a.acc:.2f} % [{100 * low:.1f}, {100 * high:.1f}] ({a.correct:,} / {a.n:,})"
-
-
-def description(record: RunRecord) -> str:
-    """The run page's description: the headline first (micro accuracy with its 95 % Wilson
-    interval), then what was evaluated and how, then the categories."""
-    start, scores = record.start, record.scores
-    cfg = start.config
-    prompt = cfg.formulation if cfg.chat.style == "none" else f"{cfg.formulation}, chat {cfg.chat.style}"
-    limit = "all questions" if cfg.limit is None else f"limit={cfg.limit} per subject (seed {cfg.seed})"
-    lines = [
-        f"**MMLU micro accuracy {_pct(scores.micro)}**, macro {100 * scores.macro.acc:.2f} % "
-        "(95 % Wilson intervals)",
-        "",
-        f"{start.model.name} ({start.model.dtype}, {start.model.device}) · {prompt}, k={cfg.k}, "
-        f"{cfg.scoring.method} scoring · {limit} · data {start.data.fingerprint[:12]}",
-    ]
-    if scores.invalid:
-        lines.append(f"\n{scores.invalid:,} answers were not a letter (invalid, counted wrong).")
-    lines += ["", "| category | accuracy % [95 % CI] (correct / n) |", "|---|---|"]
-    lines += [f"| {name} | {_pct(a)} |" for name, a in scores.categories.items()]
-    return "\n".join(lines)
-
-
-def dataset_input(start: RunStart) -> Any:
-    """The scored questions as the run's MLflow dataset input (the runs table's Dataset column):
-    named after the data, identified by the questions' fingerprint."""
-    from mlflow.entities import Dataset, DatasetInput, InputTag
-
-    cfg, data = start.config, start.data
-    name = cfg.data.name if cfg.limit is None else f"{cfg.data.name}-limit{cfg.limit}"
-    profile = json.dumps({"questions": data.n_questions, "dev_fingerprint": data.dev_fingerprint[:12]})
-    source = redact(data.path) if data.path else f"{data.source} ({cfg.data.name})"
-    dataset = Dataset(name, data.fingerprint[:12], data.source, source, profile=profile)
-    return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])
 
 
 def tags(run_id: str, start: RunStart) -> dict[str, str]:
@@ -377,7 +336,7 @@ class LiveRun:
                 NOTE_TAG,
                 f"**Stopped by the sequential gate: {stop.summary()}** ({where})\n\n{stop.reason}. Gated "
                 f"against run {stop.baseline_run_id}. Accuracy on the {so_far.n:,} questions scored: "
-                f"{_pct(so_far)} (a part of the questions: not comparable with a full run's).",
+                f"{percent(so_far)} (a part of the questions: not comparable with a full run's).",
             )
             # `stopped/`: never mixed with a full run's acc_micro in a chart across runs
             self._log_metrics({"stopped/acc_micro": so_far.acc, "stopped/questions": float(so_far.n)})

@@ -1,0 +1,56 @@
+"""What a reviewer reads on an evaluation's MLflow pages without opening an artifact: the run's
+description (`mlflow.note.content`, Markdown: the headline accuracy with its 95 % Wilson interval,
+what was evaluated and how, the categories) and its dataset input (the runs table's Dataset
+column: the scored questions, named after the data, their fingerprint as digest). Pure: MLflow's
+entity classes only, imported where used.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mmlu_track.credentials import redact
+from mmlu_track.records.results import Accuracy
+from mmlu_track.records.run import RunRecord, RunStart
+
+NOTE_TAG = "mlflow.note.content"  # the run page's Markdown description
+
+
+def percent(a: Accuracy) -> str:
+    low, high = a.interval()
+    return f"{100 * a.acc:.2f} % [{100 * low:.1f}, {100 * high:.1f}] ({a.correct:,} / {a.n:,})"
+
+
+def description(record: RunRecord) -> str:
+    """The run page's description: the headline first (micro accuracy with its 95 % Wilson
+    interval), then what was evaluated and how, then the categories."""
+    start, scores = record.start, record.scores
+    cfg = start.config
+    prompt = cfg.formulation if cfg.chat.style == "none" else f"{cfg.formulation}, chat {cfg.chat.style}"
+    limit = "all questions" if cfg.limit is None else f"limit={cfg.limit} per subject (seed {cfg.seed})"
+    lines = [
+        f"**MMLU micro accuracy {percent(scores.micro)}**, macro {100 * scores.macro.acc:.2f} % "
+        "(95 % Wilson intervals)",
+        "",
+        f"{start.model.name} ({start.model.dtype}, {start.model.device}) · {prompt}, k={cfg.k}, "
+        f"{cfg.scoring.method} scoring · {limit} · data {start.data.fingerprint[:12]}",
+    ]
+    if scores.invalid:
+        lines.append(f"\n{scores.invalid:,} answers were not a letter (invalid, counted wrong).")
+    lines += ["", "| category | accuracy % [95 % CI] (correct / n) |", "|---|---|"]
+    lines += [f"| {name} | {percent(a)} |" for name, a in scores.categories.items()]
+    return "\n".join(lines)
+
+
+def dataset_input(start: RunStart) -> Any:
+    """The scored questions as the run's MLflow dataset input (the runs table's Dataset column):
+    named after the data, identified by the questions' fingerprint."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    cfg, data = start.config, start.data
+    name = cfg.data.name if cfg.limit is None else f"{cfg.data.name}-limit{cfg.limit}"
+    profile = json.dumps({"questions": data.n_questions, "dev_fingerprint": data.dev_fingerprint[:12]})
+    source = redact(data.path) if data.path else f"{data.source} ({cfg.data.name})"
+    dataset = Dataset(name, data.fingerprint[:12], data.source, source, profile=profile)
+    return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])
