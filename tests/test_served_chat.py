@@ -109,33 +109,24 @@ def test_a_server_that_reads_chats_otherwise_is_refused_before_anything_is_recor
     got = _eval(cli, tmp_path, *args, f"model.tokenizer={other}")
     assert got.code == 2, got.err
     (line,) = got.errors
+    assert SqlStore(f"sqlite:///{tmp_path / 'store.db'}").runs() == []
     if scoring == "generate":
         assert "a probe chat: the server's chat template makes" in line
         assert "differently from the template this run records" in line
-    else:
-        assert "a probe chat: the server reads this prompt as" in line
-        assert "a BOS token added on one side only" in line
-        monkeypatch.setenv(KEY_ENV, API_KEY)
-        served = openai_connect.load(_config(server.base_url, tokenizer=str(other)))  # type: ignore[arg-type]
-        try:  # the <|im_start|> the template renders is not sent: a server adding BOS adds the only one
-            text = served.apply_chat_template([{"role": "user", "content": "Hi"}])
-            assert served.bos_text == "<|im_start|>"
-            assert served._wire(text) == text.removeprefix("<|im_start|>") != text
-        finally:
-            served.close()
-    assert SqlStore(f"sqlite:///{tmp_path / 'store.db'}").runs() == []
-
-
-def test_log_probs_are_read_from_the_prompts_rendered_here(
-    server: LlamaServer, tokenizer_dir: Path, cli: Cli, tmp_path: Path
-) -> None:
-    """A template the server does not have (a line added): log-probs are those of the prompts
-    rendered and recorded here, so the run goes on, with its own template hash."""
-    other = _tokenizer_copy(tokenizer_dir, tmp_path / "tokenizer", prepend=EXAMINER)
-    args = _served(server.base_url, "chat=single_turn", "k=0", "limit=1", "tracking.mlflow=false")
-    for out, tok in (("ours", other), ("own", tokenizer_dir)):
-        assert _eval(cli, tmp_path, *args, f"model.tokenizer={tok}", out=out).code == 0
-    hashes = {r.output_dir: r.template_hash for r in SqlStore(f"sqlite:///{tmp_path / 'store.db'}").runs()}
-    assert hashes[str(tmp_path / "ours")] != hashes[str(tmp_path / "own")]
-    recorded = json.loads((tmp_path / "ours" / "results.json").read_text())
-    assert recorded["prompt"]["example"].startswith("You are an examiner.\n<|im_start|>system\n")
+        # Log-probs are those of the prompts rendered and recorded here: with the same template the
+        # server lacks, a logprob run goes on (its own template hash: tests/test_chat.py).
+        logprob = _served(server.base_url, "chat=single_turn", "k=0", "tracking.mlflow=false", limit=1)
+        assert _eval(cli, tmp_path, *logprob, f"model.tokenizer={other}", out="lp").code == 0
+        recorded = json.loads((tmp_path / "lp" / "results.json").read_text())
+        assert recorded["prompt"]["example"].startswith("You are an examiner.\n<|im_start|>system\n")
+        return
+    assert "a probe chat: the server reads this prompt as" in line
+    assert "a BOS token added on one side only" in line
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    served = openai_connect.load(_config(server.base_url, tokenizer=str(other)))  # type: ignore[arg-type]
+    try:  # the <|im_start|> the template renders is not sent: a server adding BOS adds the only one
+        text = served.apply_chat_template([{"role": "user", "content": "Hi"}])
+        assert served.bos_text == "<|im_start|>"
+        assert served._wire(text) == text.removeprefix("<|im_start|>") != text
+    finally:
+        served.close()
