@@ -151,6 +151,28 @@ def test_the_fixed_sample_reading_is_called_invalid_only_after_an_early_stop() -
     assert title.startswith("m vs baseline m\nsequential gate: pass")
 
 
+def test_no_decision_says_how_many_questions_would_be_needed(tmp_path: Path) -> None:
+    """Half the baseline's answers changed both ways: no decision at any look (INCONCLUSIVE, exit 1),
+    and the verdict says how many questions it would take, as a fixed-sample INCONCLUSIVE does."""
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    over = [*TINY, f"tracking.db_url={db}"]
+    base = run(compose_eval(over), tmp_path / "base", progress=False, echo=lambda _: None)
+    with Session(SqlStore(db).engine) as s, s.begin():  # as many right answers made wrong as wrong right
+        rows = list(s.scalars(select(QuestionRow).where(QuestionRow.run_id == base.run_id)))
+        right, wrong = [r for r in rows if r.correct], [r for r in rows if not r.correct]
+        for row in [*right[::2], *wrong[::2][: len(right[::2])]]:
+            row.correct = not row.correct
+            row.prediction = row.gold if row.correct else (row.gold + 1) % 4
+    lines: list[str] = []
+    code = _sequential(compose_eval([*over, f"gate.baseline={base.run_id}", *GATE]), tmp_path / "c", lines)
+    assert code == 1
+    text = "\n".join(lines)
+    assert "INCONCLUSIVE" in text
+    assert "no decision after all 10 looks (200 questions)" in text
+    assert "questions would be needed at the observed" in text
+    assert "more than this run's 200: raise limit" in text
+
+
 def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     over = [*TINY, f"tracking.db_url={db}"]
