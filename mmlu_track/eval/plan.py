@@ -157,17 +157,21 @@ def pick(subject: str, ps: list[prompts.Prompt], positions: tuple[int, ...]) -> 
 
 def looks(rendered: dict[str, list[prompts.Prompt]], count: int, seed: int) -> list[list[Unit]]:
     """The sequential gate's looks: each subject's questions in a seeded random order (its own
-    stream, from `seed` and the subject's name), cut into `count` nearly equal parts; look j holds
-    part j of every subject, so each look covers the subjects in proportion (±1 question). A subject
-    with fewer questions than looks is absent from some looks."""
+    stream, from `seed` and the subject's name), spread evenly over the `count` looks from a seeded
+    phase of its own: the question of rank r goes to look ⌊(r + phase)·count/n⌋. After look j a
+    subject has j/count of its questions (±1), so each look covers the subjects in proportion; and
+    subjects with fewer questions than looks (a small `limit`) land at different looks, so looks
+    hold questions instead of all of them falling into the same few."""
     out: list[list[Unit]] = [[] for _ in range(count)]
     for subject, ps in rendered.items():
         stream = int(hashlib.sha256(f"{seed}:{subject}".encode()).hexdigest()[:16], 16)
-        order = np.random.default_rng(stream).permutation(len(ps))
-        bounds = [len(ps) * j // count for j in range(count + 1)]
-        for j, (a, b) in enumerate(itertools.pairwise(bounds)):
-            if b > a:
-                out[j].append(pick(subject, ps, tuple(sorted(int(i) for i in order[a:b]))))
+        rng = np.random.default_rng(stream)
+        order, phase = rng.permutation(len(ps)), rng.random()
+        at = [int((r + phase) * count / len(ps)) for r in range(len(ps))]
+        for j in range(count):
+            chosen = tuple(sorted(int(order[r]) for r in range(len(ps)) if at[r] == j))
+            if chosen:
+                out[j].append(pick(subject, ps, chosen))
     return out
 
 
