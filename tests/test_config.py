@@ -74,6 +74,12 @@ def test_dtype_auto_is_the_reference_on_cpu_and_every_dtype_has_a_torch_type() -
     assert set(get_args(Dtype)) - {"auto"} == set(models.DTYPES)
 
 
+def test_smoke_runs_stay_out_of_the_users_experiment() -> None:
+    assert compose_eval(["experiment=smoke"]).tracking.experiment == "mmlu_track_smoke"
+    assert compose_eval([]).tracking.experiment == "mmlu_track"
+    assert compose_eval(["experiment=smoke", "tracking.experiment=mine"]).tracking.experiment == "mine"
+
+
 def test_every_group_option_has_an_implementation() -> None:
     for option in _options("model"):
         raw = compose_raw([f"model={option}", *REQUIRED.get(f"model={option}", [])])
