@@ -238,6 +238,9 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
     promoted_run = store.get(cand)
     assert promoted_run is not None
     assert client.get_model_version_by_alias("mmlu-model", "champion").run_id == promoted_run.mlflow_run_id
+    # the candidate's own run leads to its latest verdict
+    tag = client.get_run(str(promoted_run.mlflow_run_id)).data.tags["mmlu_track.gate"]
+    assert tag.startswith("PASS vs m-base-original-k5-logprob-float32 (comparison run ")
     unlogged = synthetic_run(store, "m-new", _correct(10))
     refused = _compare(cli, tmp_path, db, f"baseline={cand}", f"candidate={unlogged}", promote[0],
                        f"tracking.mlflow_uri={mlflow_uri}")  # fmt: skip

@@ -195,6 +195,7 @@ def _log_comparison(
             run_params=params,
             run_metrics={**metrics, **(extra or {})},
             files=[output_dir / name for name in ("report.md", "report.json", "deltas.png")],
+            candidate=(cand.mlflow_run_id, f"{label} vs {_run_name(base)}") if cand.mlflow_run_id else None,
         )
     except MlflowUnavailable as err:
         warn(f"comparison not logged to MLflow: {err}")

@@ -37,6 +37,7 @@ from mmlu_track.typed import flatten
 SWEEP_TAG = "mmlu_track.sweep"
 RUN_ID_TAG = "mmlu_track.run_id"
 KIND_TAG = "mmlu_track.kind"
+GATE_TAG = "mmlu_track.gate"  # on a candidate's run: its latest comparison's verdict and run id
 # Tags of a run the sequential gate stopped: a resume to completion deletes them, and the run's name
 # says it in the runs table. Its accuracy so far goes under `stopped/` (MLflow cannot delete a
 # metric: a resumed run keeps them, apart from the full run's `acc_micro`).
@@ -359,8 +360,11 @@ def log_comparison(
     run_params: Mapping[str, str],
     run_metrics: Mapping[str, float],
     files: Sequence[Path],
+    candidate: tuple[str, str] | None = None,
 ) -> str:
-    """Log a comparison of two runs as its own MLflow run; its id. Raises `MlflowUnavailable`."""
+    """Log a comparison of two runs as its own MLflow run; its id. Raises `MlflowUnavailable`.
+    `candidate`: (the candidate's MLflow run id, a line): tagged on the candidate's run as
+    `mmlu_track.gate` with this comparison's id, so its page leads to its latest verdict."""
     check_reachable(uri)
     try:
         from mlflow.entities import Metric, Param
@@ -378,6 +382,11 @@ def log_comparison(
             for path in files:
                 client.log_artifact(rid, str(path))
             client.set_terminated(rid)
+            if candidate:
+                from mlflow.exceptions import MlflowException
+
+                with contextlib.suppress(MlflowException):  # a run on another server: not reachable here
+                    client.set_tag(candidate[0], GATE_TAG, f"{candidate[1]} (comparison run {rid})")
         return str(rid)
     except Exception as err:
         raise MlflowUnavailable(
