@@ -167,21 +167,22 @@ def _verdict(res: SequentialResult, gate: GateConfig, looks: int, total: int) ->
     return Verdict(status, headline(res, gate, looks), reasons, code)
 
 
-def _questions_needed(comp: Comparison, total: int, limited: bool) -> str | None:
-    """How many questions an INCONCLUSIVE would have needed: the fixed-sample figure at the changed
-    answers seen (80 % power if nothing changed); a sequential gate, paying for its early looks,
-    needs somewhat more."""
+def _say_needed(verdict: Verdict, comp: Comparison, total: int, limited: bool) -> Verdict:
+    """An INCONCLUSIVE says how many questions it would have needed: the fixed-sample figure at the
+    changed answers seen (80 % power if nothing changed); a sequential gate, paying for its early
+    looks, needs somewhat more."""
     ni = comp.noninferiority
-    if ni.questions_needed is None:
-        return None
+    if verdict.status != "inconclusive" or ni.questions_needed is None:
+        return verdict
     n = ni.questions_needed
     fix = "raise limit" if limited else "only a wider gate.margin can be shown on these questions"
     more = f"more than this run's {total:,}: {fix}" if n > total else f"this run has {total:,}"
-    return (
+    needed = (
         f"about {n:,} questions would be needed at the observed {100 * ni.discordance:.1f}% of changed "
         f"answers (a fixed-sample gate at 80% power if nothing changed; a sequential one somewhat "
         f"more): {more}"
     )
+    return replace(verdict, reasons=(*verdict.reasons, needed))
 
 
 def execute(
@@ -212,9 +213,7 @@ def execute(
         base_used = [looks.baseline[(r.subject, r.index)] for r in looks.used]
         comp = compare(pair(base_used, looks.used), gate)
         verdict = _verdict(res, gate, looks.count, cand.n_questions)
-        needed = _questions_needed(comp, cand.n_questions, cfg.limit is not None)
-        if verdict.status == "inconclusive" and needed:
-            verdict = replace(verdict, reasons=(*verdict.reasons, needed))
+        verdict = _say_needed(verdict, comp, cand.n_questions, cfg.limit is not None)
         flagged = [s.name for s in comp.subjects if s.flagged]
         if flagged and gate.fail_on_flagged_subjects and verdict.status != "regression":
             drop = f"{len(flagged)} subject(s) regressed significantly: {', '.join(flagged)}"
