@@ -76,6 +76,13 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
         "example_prompt.txt",
         "subject_accuracy.png",
     }
+    logged = Path(client.download_artifacts(out.mlflow_run_id, "predictions.jsonl", str(tmp_path)))
+    local = out.output_dir / "predictions.jsonl"
+    for rows in (logged.read_text().splitlines(), local.read_text().splitlines()):  # text, as --log_samples
+        first = json.loads(rows[0])
+        assert first["question"]
+        assert len(first["choices"]) == 4
+        assert first["prompt_hash"]
     png = Path(client.download_artifacts(out.mlflow_run_id, "subject_accuracy.png", str(tmp_path)))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

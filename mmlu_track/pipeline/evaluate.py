@@ -50,7 +50,7 @@ from mmlu_track.pipeline.outputs import (
     write_json,
 )
 from mmlu_track.pipeline.score_units import Counts, Looks, Prepared, acc, score, score_looks
-from mmlu_track.records.results import QuestionResult, Scores, aggregate, table, write_jsonl
+from mmlu_track.records.results import Docs, QuestionResult, Scores, aggregate, table, write_jsonl
 from mmlu_track.records.run import DataInfo, EarlyStop, HostInfo, RunRecord, RunStart, Timing
 from mmlu_track.store.liveness import Heartbeat
 from mmlu_track.store.sql import Shard, SqlStore, StoreVanished, open_store, provisional
@@ -139,6 +139,12 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
     return Prepared(lm, the_plan, rendered, start, ident, t1 - t0, t2 - t1, how.answer_lead)
 
 
+def _docs(prep: Prepared) -> Docs:
+    """Each planned question's text and choices, for predictions.jsonl."""
+    questions = prep.plan.all_questions
+    return {(q.subject, q.index): {"question": q.question, "choices": list(q.choices)} for q in questions}
+
+
 def _all_results(prep: Prepared, store: SqlStore, run_id: str) -> list[QuestionResult]:
     """Every committed question of the run, in plan order (the finalizing shard's view)."""
     by_key = {(r.subject, r.index): r for r in store.question_results(run_id)}
@@ -155,13 +161,14 @@ def _stopped(
     live: LiveRun | None,
     echo: Echo,
     name: str,
+    docs: Docs,
 ) -> RunOutput:
     """Record a run the sequential gate stopped: `stopped` in the SQL store, its scored questions in
     predictions.jsonl, its MLflow run ended with the reason."""
     store.stop(run_id, stop)
     results = [r for rs in held.values() for r in rs]
     output_dir = own_folder(output_dir, run_id)
-    write_jsonl(output_dir / PREDICTIONS_FILE, results)
+    write_jsonl(output_dir / PREDICTIONS_FILE, results, docs)
     write_json(output_dir / EARLY_STOP_FILE, stop.to_json())
     if live is not None:
         live.stopped(stop, acc(results), name)
@@ -256,7 +263,7 @@ def _claimed(
         ):  # fmt: skip
             return _stopped(
                 store, run_id=run_id, output_dir=output_dir, held=held, stop=stop, live=live, echo=echo,
-                name=start.name,
+                name=start.name, docs=_docs(prep),
             )  # fmt: skip
     except BaseException as err:
         _failed(err, cfg, store, run_id, live=live, held=held, output_dir=output_dir)
@@ -349,7 +356,8 @@ def _finalize(
     record = _record(prep, run_id, results, agg, truncated=truncated, counts=counts, done=done,
                      started=started, scoring_started=scoring_started, finished=finished)  # fmt: skip
     output_dir = own_folder(output_dir, run_id)
-    write_jsonl(output_dir / PREDICTIONS_FILE, results)
+    docs = _docs(prep)
+    write_jsonl(output_dir / PREDICTIONS_FILE, results, docs)
     write_json(output_dir / RESULTS_FILE, record.to_json())
     store.finish(record, str(output_dir))
     echo(table(agg))
@@ -357,7 +365,7 @@ def _finalize(
     echo(_summary(record, len(results), scored_now, seconds, sharded=cfg.shards > 1, output_dir=output_dir))
     if live is None and cfg.tracking.mlflow:
         live = open_mlflow(cfg, store, run_id, start)
-    mlflow_id = finish_mlflow(cfg, store, record, results, live)
+    mlflow_id = finish_mlflow(cfg, store, record, results, live, docs=docs)
     if mlflow_id:
         echo(f"MLflow run {mlflow_id} (experiment {cfg.tracking.experiment!r})")
     return RunOutput(run_id, results, agg, record, output_dir, mlflow_id)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import EvalConfig
 from mmlu_track.console import warn
-from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.results import Docs, QuestionResult
 from mmlu_track.records.run import RunRecord, RunStart
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.sql import SqlStore
@@ -92,13 +92,15 @@ def finish_mlflow(
     record: RunRecord,
     results: Sequence[QuestionResult],
     live: LiveRun | None,
+    *,
+    docs: Docs | None = None,
 ) -> str | None:
     """Complete the live MLflow run; if MLflow failed on the way, one more try in one go (it may be
     back), else a warning naming the `runs sync` command. The SQL run is finished either way."""
     if live is None:
         return None
     # `finish` is True only for a run it opened: one with an id.
-    if live.finish(record, results) and (mlflow_id := live.id) is not None:
+    if live.finish(record, results, docs) and (mlflow_id := live.id) is not None:
         store.set_mlflow_run(record.run_id, mlflow_id, synced=True)
         return mlflow_id
     from mmlu_track.store.mlflow_sync import sync

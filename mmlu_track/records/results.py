@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -145,10 +145,16 @@ def aggregate(results: Iterable[QuestionResult]) -> Scores:
     return Scores(subjects, subcategories, categories, macro, micro, invalid)
 
 
-def write_jsonl(path: Path, results: Iterable[QuestionResult]) -> None:
+Docs = Mapping[tuple[str, int], Mapping[str, object]]  # (subject, index) -> the question's own fields
+
+
+def write_jsonl(path: Path, results: Iterable[QuestionResult], docs: Docs | None = None) -> None:
+    """One JSON line per question result; with `docs`, each line also carries its question's text
+    and choices (as lm-evaluation-harness's `--log_samples` does), so a reader needs no dataset."""
     with path.open("w", encoding="utf-8") as f:
         for r in results:
-            f.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+            extra = docs.get((r.subject, r.index), {}) if docs else {}
+            f.write(json.dumps({**r.to_json(), **extra}, ensure_ascii=False) + "\n")
 
 
 def macro_interval(scores: Scores, alpha: float = 0.05) -> tuple[float, float]:

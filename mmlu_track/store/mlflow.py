@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from mmlu_track.config import to_dict
 from mmlu_track.credentials import redact, redact_text
-from mmlu_track.records.results import Accuracy, QuestionResult, write_jsonl
+from mmlu_track.records.results import Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, percent
 from mmlu_track.typed import flatten
@@ -290,7 +290,7 @@ class LiveRun:
         progress = {"progress/acc_micro": so_far.acc, "progress/questions": float(so_far.n)}
         self._call("logging progress", lambda: self._log_metrics(progress, step=subjects_done))
 
-    def finish(self, record: RunRecord, results: Sequence[QuestionResult]) -> bool:
+    def finish(self, record: RunRecord, results: Sequence[QuestionResult], docs: Docs | None = None) -> bool:
         """Every metric not yet logged here, the artifacts, status FINISHED. True when all went in."""
         if self.id is None:
             return False
@@ -303,7 +303,7 @@ class LiveRun:
                 out = Path(tmp)
                 doc = record.to_json()
                 (out / "results.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False))
-                write_jsonl(out / "predictions.jsonl", results)
+                write_jsonl(out / "predictions.jsonl", results, docs)
                 (out / "config.json").write_text(json.dumps(doc["config"], indent=2))
                 (out / "example_prompt.txt").write_text(record.start.example_prompt)
                 subject_accuracy_png(record.scores, out / "subject_accuracy.png", record.start.name)
