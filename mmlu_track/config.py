@@ -45,8 +45,8 @@ class ModelConfig:
     `openai_api`: a model served over the OpenAI-compatible HTTP API at `base_url` (its `/v1`),
     as `served_name`; its identity is that name plus the required `revision`, the user's word for
     the weights behind it (a server tells nothing of them). `tokenizer` (a folder or hub id) fits
-    prompts (else the server's tokenize endpoint) and renders chat prompts (needed for `chat`). `api_key_env` names the
-    environment variable holding the key (a key never sits in a config).
+    prompts (else the server's tokenize endpoint) and renders chat prompts (needed for `chat`).
+    `api_key_env` names the environment variable holding the key (a key never sits in a config).
     """
 
     name: str
