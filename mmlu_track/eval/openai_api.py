@@ -233,22 +233,22 @@ class Served:
         text = self._wire(render_chat(self.tokenizer, messages)[0])
         return self.top(text, 1)[1], len(self._encode(text))
 
-    def chat_completion(self, messages: Messages, max_tokens: int) -> tuple[object, int, int]:
-        """(the assistant's text, the prompt tokens the server reports (0: none), the prompt tokens
-        of the local rendering) of greedy generation through the server's own chat template."""
+    def chat_completion(self, messages: Messages, max_tokens: int) -> tuple[object, int, str]:
+        """(the assistant's text, the prompt tokens the server reports (0: none), the local
+        rendering as it would be sent) of greedy generation through the server's own chat template."""
         text, sent = render_chat(self.tokenizer, messages)  # folded as the local rendering was
-        text = self._wire(text)
         body = {"model": self.cfg.model.served_name, "messages": sent, "temperature": 0}
         doc = self.client.post("/chat/completions", {**body, "max_tokens": max_tokens})
         if not isinstance(doc, dict):
             raise ModelError("POST /chat/completions: the answer is not a JSON object")
         message = one_choice(doc).get("message")
         content = message.get("content") if isinstance(message, dict) else None
-        return content, _usage(doc), len(self._encode(text))
+        return content, _usage(doc), self._wire(text)
 
     def _chat(self, messages: Messages) -> Score:
-        content, theirs, ours = self.chat_completion(messages, self.cfg.scoring.max_new_tokens)
-        return self._read(content, theirs or ours, "chat_completion")
+        content, theirs, text = self.chat_completion(messages, self.cfg.scoring.max_new_tokens)
+        # The server's own count; the local one only for a server that reports none.
+        return self._read(content, theirs or len(self._encode(text)), "chat_completion")
 
     def _read(self, generated: object, n_tokens: int, how: str) -> Score:
         if not isinstance(generated, str):
@@ -319,19 +319,3 @@ class Served:
         finally:
             self.client.resume()
         return [s for s in out if s is not None]
-
-
-def template_differs(theirs: int, ours: int) -> str:
-    return (
-        f"the server's chat template makes {theirs} prompt tokens of it and model.tokenizer's makes "
-        f"{ours}: the server renders chats differently from the template this run records (serve "
-        "that template, or use chat=none)"
-    )
-
-
-def tokens_differ(theirs: int, ours: int) -> str:
-    return (
-        f"the server reads this prompt as {theirs} tokens and model.tokenizer as {ours} (special "
-        "tokens read as text, or a BOS token added on one side only): its log-probs would be of "
-        "another prompt than the one recorded"
-    )

@@ -18,7 +18,7 @@ from mmlu_track.config import EvalConfig
 from mmlu_track.eval.backend import ModelError, PromptError
 from mmlu_track.eval.data import Question
 from mmlu_track.eval.http_api import Client, PermanentError, probe
-from mmlu_track.eval.openai_api import Served, logprobs_of, one_choice, template_differs, tokens_differ
+from mmlu_track.eval.openai_api import Served, logprobs_of, one_choice
 from mmlu_track.eval.prompts import Messages, Style, messages
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.records.subjects import LETTERS
@@ -110,6 +110,22 @@ def _chat_probe(cfg: EvalConfig) -> Messages:
     )
 
 
+def _template_differs(theirs: int, ours: int) -> str:
+    return (
+        f"the server's chat template makes {theirs} prompt tokens of it and model.tokenizer's makes "
+        f"{ours}: the server renders chats differently from the template this run records (serve "
+        "that template, or use chat=none)"
+    )
+
+
+def _tokens_differ(theirs: int, ours: int) -> str:
+    return (
+        f"the server reads this prompt as {theirs} tokens and model.tokenizer as {ours} (special "
+        "tokens read as text, or a BOS token added on one side only): its log-probs would be of "
+        "another prompt than the one recorded"
+    )
+
+
 def _check_chat_template(served: Served) -> None:
     """Chat prompts: refused here, before anything is recorded, when the server reads a probe chat
     as another number of tokens than `model.tokenizer` — its log-probs would be of other prompts
@@ -118,7 +134,8 @@ def _check_chat_template(served: Served) -> None:
     probe_chat = _chat_probe(served.cfg)
     try:
         if generate:
-            _, theirs, ours = served.chat_completion(probe_chat, 1)
+            _, theirs, text = served.chat_completion(probe_chat, 1)
+            ours = len(served.encode(text))
         else:
             theirs, ours = served.chat_prompt_tokens(probe_chat)
     except PermanentError as err:
@@ -130,7 +147,7 @@ def _check_chat_template(served: Served) -> None:
     except PromptError as err:
         raise ModelError(f"a probe chat: {err}") from None
     if theirs and theirs != ours:
-        raise ModelError(f"a probe chat: {(template_differs if generate else tokens_differ)(theirs, ours)}")
+        raise ModelError(f"a probe chat: {(_template_differs if generate else _tokens_differ)(theirs, ours)}")
 
 
 def _described(client: Client, listed: dict[str, Any]) -> str:

@@ -167,11 +167,11 @@ def looks(rendered: dict[str, list[prompts.Prompt]], count: int, seed: int) -> l
         stream = int(hashlib.sha256(f"{seed}:{subject}".encode()).hexdigest()[:16], 16)
         rng = np.random.default_rng(stream)
         order, phase = rng.permutation(len(ps)), rng.random()
-        at = [int((r + phase) * count / len(ps)) for r in range(len(ps))]
-        for j in range(count):
-            chosen = tuple(sorted(int(order[r]) for r in range(len(ps)) if at[r] == j))
-            if chosen:
-                out[j].append(pick(subject, ps, chosen))
+        per_look: dict[int, list[int]] = {}
+        for rank, position in enumerate(order):
+            per_look.setdefault(int((rank + phase) * count / len(ps)), []).append(int(position))
+        for j, chosen in sorted(per_look.items()):
+            out[j].append(pick(subject, ps, tuple(sorted(chosen))))
     return out
 
 
