@@ -110,6 +110,31 @@ def hydra_exit_codes(then: str) -> Iterator[None]:
         raise SystemExit(130) from None
 
 
+class _RedactedStream:
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from mmlu_track.credentials import redact_text
+
+        return int(self._stream.write(redact_text(text)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def redacted_stderr() -> Iterator[None]:
+    """Hydra's driver writes a failed sweep job's overrides to stderr as given, a URL's password
+    with them: written without it."""
+    stream = sys.stderr
+    sys.stderr = _RedactedStream(stream)
+    try:
+        yield
+    finally:
+        sys.stderr = stream
+
+
 @contextmanager
 def _one_line_config_save() -> Iterator[None]:
     """Hydra writes `.hydra/*.yaml` before our code runs and turns its OSError (a full disk, a
@@ -145,13 +170,21 @@ def config_message(err: Exception) -> str:
     return line[line.find(REQUIRED) :] if REQUIRED in line else line  # from `${required:KEY}`
 
 
+class Unusable(SystemExit):
+    """Exit 2 with its one line (`fail`): a sweep's job passes the line on to the driver."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(2)
+        self.line = line
+
+
 def fail(message: str) -> NoReturn:
     from mmlu_track.credentials import redact_text
 
     # Masked here too: the last place any message passes before it leaves the process.
     one_line = redact_text(" ".join(part.strip() for part in message.splitlines() if part.strip()))
     print(f"mmlu_track: error: {one_line}", file=sys.stderr)
-    sys.exit(2)
+    raise Unusable(one_line)
 
 
 def check_writable_cwd(argv: list[str]) -> None:
@@ -216,11 +249,12 @@ def redact_hydra_files() -> None:
     from hydra.types import RunMode
 
     from mmlu_track.credentials import redact_text
+    from mmlu_track.launchers import anchored_dir
 
     hc = HydraConfig.get()
     files = list((Path(hc.runtime.output_dir) / hc.output_subdir).glob("*.yaml")) if hc.output_subdir else []
     if hc.mode == RunMode.MULTIRUN:
-        files.append(Path(hc.sweep.dir) / "multirun.yaml")
+        files.append(anchored_dir(hc.sweep.dir, Path(hc.runtime.cwd)) / "multirun.yaml")
     for path in files:
         try:
             text = path.read_text(encoding="utf-8")
@@ -233,11 +267,14 @@ def redact_hydra_files() -> None:
 
 
 def _eval_config(cfg: Any) -> EvalConfig:
-    """The job's composed config as the typed settings (a `gate.baseline=` run id kept as typed)."""
+    """The job's composed config as the typed settings (a `gate.baseline=` run id kept as typed),
+    its relative paths anchored at the launch directory (`launchers.anchored`)."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf.errors import OmegaConfBaseException
 
     from mmlu_track.config import eval_config_from_dict
+    from mmlu_track.launchers import anchored
+    from mmlu_track.store.mlflow import resolved_uri
     from mmlu_track.typed import ConfigError
 
     try:
@@ -246,7 +283,7 @@ def _eval_config(cfg: Any) -> EvalConfig:
             raw["gate"] = _raw_refs(
                 raw["gate"], _sub_overrides(list(HydraConfig.get().overrides.task), "gate")
             )
-        return eval_config_from_dict(raw)
+        return eval_config_from_dict(anchored(raw, Path(HydraConfig.get().runtime.cwd), resolved_uri(None)))
     except (ConfigError, OmegaConfBaseException) as err:
         fail(config_message(err))
 
@@ -256,52 +293,64 @@ def main() -> None:
         fail(f"config folder {CONF_DIR} is missing: reinstall mmlu_track (its wheel ships conf/)")
     import hydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import DictConfig
 
     from mmlu_track.config import eval_config_from_dict
-    from mmlu_track.eval.data import DataError
 
     @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base="1.3")
     def app(cfg: DictConfig) -> float | None:
-        redact_hydra_files()
-        eval_cfg = _eval_config(cfg)
-        from hydra.types import RunMode
+        from mmlu_track.launchers import JobFailed
 
-        from mmlu_track.eval.backend import ModelError
-        from mmlu_track.pipeline.evaluate import TruncationError, run
-        from mmlu_track.records.run import RecordError
-        from mmlu_track.store.db import StoreError
-
-        hydra_cfg = HydraConfig.get()
-        # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
-        sweep = str(Path(hydra_cfg.sweep.dir).resolve()) if hydra_cfg.mode == RunMode.MULTIRUN else None
-        output_dir = Path(hydra_cfg.runtime.output_dir)
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            return _eval_job(cfg, codes)
         try:
-            if eval_cfg.gate is not None and eval_cfg.gate.sequential:
-                from mmlu_track.gate.sequential_run import execute
-                from mmlu_track.gate.stats import ComparisonError
-
-                def evaluate(looks: Any) -> str | None:
-                    return run(eval_cfg, output_dir, sweep=sweep, looks=looks).run_id
-
-                try:
-                    codes.append(execute(eval_cfg, output_dir, evaluate))
-                except ComparisonError as err:
-                    fail(str(err))
-                return None
-            out = run(eval_cfg, output_dir, sweep=sweep)
-        except (DataError, ModelError, StoreError, RecordError, TruncationError) as err:
-            fail(str(err))
-        return out.scores.micro.acc if out.scores else None
+            return _eval_job(cfg, codes)
+        except Unusable as exc:  # a process exit would make Ray retry a job that cannot succeed
+            raise JobFailed(f"mmlu_track: error: sweep job {HydraConfig.get().job.num}: {exc.line}") from None
 
     codes: list[int] = []
     check_writable_cwd(sys.argv[1:])
     validate_sweep(sys.argv[1:], "eval", eval_config_from_dict)
-    with hydra_exit_codes("run the same command to resume"):
+    with hydra_exit_codes("run the same command to resume"), redacted_stderr():
         app()
     # The sequential gate's verdict leaves only here (exit 1 from inside Hydra is a usage error).
     if codes:
         sys.exit(max(codes))
+
+
+def _eval_job(cfg: Any, codes: list[int]) -> float | None:
+    """One evaluation (a sweep's job): its micro accuracy; a sequential gate's exit code into `codes`."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from mmlu_track.eval.backend import ModelError
+    from mmlu_track.eval.data import DataError
+    from mmlu_track.launchers import job_folders
+    from mmlu_track.pipeline.evaluate import TruncationError, run
+    from mmlu_track.records.run import RecordError
+    from mmlu_track.store.db import StoreError
+
+    redact_hydra_files()
+    eval_cfg = _eval_config(cfg)
+    # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
+    sweep, output_dir = job_folders(HydraConfig.get())
+    try:
+        if eval_cfg.gate is not None and eval_cfg.gate.sequential:
+            from mmlu_track.gate.sequential_run import execute
+            from mmlu_track.gate.stats import ComparisonError
+
+            def evaluate(looks: Any) -> str | None:
+                return run(eval_cfg, output_dir, sweep=sweep, looks=looks).run_id
+
+            try:
+                codes.append(execute(eval_cfg, output_dir, evaluate))
+            except ComparisonError as err:
+                fail(str(err))
+            return None
+        out = run(eval_cfg, output_dir, sweep=sweep)
+    except (DataError, ModelError, StoreError, RecordError, TruncationError) as err:
+        fail(str(err))
+    return out.scores.micro.acc if out.scores else None
 
 
 def _sub_overrides(overrides: list[str], group: str) -> list[str]:

@@ -25,10 +25,12 @@ MASK = "***"
 # userinfo = user ":" password "@", before the host. The password runs to the last "@" before the
 # path (an unencoded "@" in a password is then masked too, never half-shown); it stops at
 # whitespace and at the quotes a URL is written between in YAML, JSON or a message. A backslash
-# may escape any character: Hydra writes a sweep job's overrides so (`http\://u\:pw@h\:5000`).
-_SCHEME = r"\b[A-Za-z][A-Za-z0-9+.\-]*\\?://"
+# may escape any character: Hydra writes a sweep job's overrides so (`http\://u\:pw@h\:5000`), and
+# a failed job's overrides as a Python list, its backslashes doubled (`http\\://u\\:pw@h`).
+_SCHEME = r"\b[A-Za-z][A-Za-z0-9+.\-]*(?:\\{1,2})?://"
 _USERINFO = re.compile(
-    rf"(?P<head>{_SCHEME}(?:[^\s:/?#@'\"<>\\]|\\[^:\s])*\\?:)(?P<password>(?:[^\s/'\"<>\\]|\\\S)+)@"
+    rf"(?P<head>{_SCHEME}(?:[^\s:/?#@'\"<>\\]|\\{{1,2}}[^:\s\\])*(?:\\{{1,2}})?:)"
+    r"(?P<password>(?:[^\s/'\"<>\\]|\\{1,2}[^\s\\])+)@"
 )
 # `?password=...`, `&password=...` (psycopg's connection parameters), and a DSN's `password=...`.
 _PASSWORD_PARAM = re.compile(

@@ -102,6 +102,13 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
         f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC  finished {finished}  output {run.output_dir or '-'}"
     )
 
+    for claim in store.shards(run.id):
+        beat = f"last beat {claim.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC" if claim.heartbeat_at else "no beat"
+        who = claim.owner.rsplit(":", 2)[0] if claim.owner else "-"  # host:pid
+        print(
+            f"shard {claim.shard} of {claim.shards}  {claim.status}  process {who}  "
+            f"scheduler {claim.scheduler or '-'}  {beat}"
+        )
     if stop := run.early_stop:
         resumed = "" if run.status == "stopped" else " (since resumed)"
         print(f"{stop.summary()}{resumed}: {stop.reason}; baseline {stop.baseline_run_id}")

@@ -230,3 +230,24 @@ def test_sync_that_cannot_log_exits_2_in_one_line(sqlite_url: str, tmp_path: Pat
     assert got.errors == [line for line in got.err.splitlines() if line.strip()], got.err
     assert len(got.errors) == 1
     assert "1 of 1 unsynced runs could not be logged to MLflow" in got.errors[0]
+
+
+def test_a_sweep_job_that_cannot_run_ends_the_sweep_with_one_line_and_no_password(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """A job's unusable input leaves it as an exception Hydra's driver prints (under Ray a process
+    exit was retried as a crash, tests/test_clusters.py); the driver also prints the job's
+    overrides, a Python list whose backslashes are doubled (`bob\\\\:pw@`): masked too."""
+    url = f"postgresql+psycopg://bob:{DB_SECRET}@127.0.0.1:{_closed_port()}/x"
+    got = cli("eval", "-m", "experiment=smoke", "device=cpu", "k=0,1", f"tracking.db_url={url}",
+              f"hydra.sweep.dir={tmp_path / 'multi'}", cwd=tmp_path)  # fmt: skip
+    assert got.code == 2, got.err
+    said = [line for line in got.err.splitlines() if line.startswith("mmlu_track: error: sweep job 0: ")]
+    assert len(said) == 1, got.err
+    assert "cannot be opened" in said[0]
+    assert "Error executing job with overrides" in got.err  # Hydra's own line, with the URL in it
+    assert DB_SECRET not in got.out + got.err
+    assert (
+        redact_text("['x=postgresql\\\\://bob\\\\:pw@h\\\\:1/x']")
+        == "['x=postgresql\\\\://bob\\\\:***@h\\\\:1/x']"
+    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -198,8 +197,8 @@ def test_eight_shards_at_once_on_postgresql_make_one_run(
     tmp_path: Path, reference: RunOutput, postgres_url: str
 ) -> None:
     """Eight processes claiming one run's five units on PostgreSQL at once (three find none left):
-    the concurrency a cluster launches, in warm processes (the launchers' own tests below run
-    fewer: what they add is the launcher)."""
+    the concurrency a cluster launches, in warm processes (the real schedulers' tests,
+    test_clusters.py, run fewer: what they add is the scheduler)."""
     mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracking = ["tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}", "tracking.experiment=launched"]
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
@@ -215,36 +214,6 @@ def test_eight_shards_at_once_on_postgresql_make_one_run(
     assert [code for _, code in outs] == [0] * 8, outs
     assert sum("has no unit to score" in out for (out, _), _ in outs) == 3
     _one_finished_run(postgres_url, mlflow_uri, tmp_path / "jobs", reference)
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        # joblib: the gate workflow's evaluate step (tests/test_workflows.py) shards through it
-        (["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"], 3, "postgresql"),
-        # a local Ray started for the sweep; its dashboard, unused here, costs 11 of its ~95 s of CPU
-        (["hydra/launcher=ray", "+hydra.launcher.ray.init.include_dashboard=false"], 4, "sqlite"),
-    ],
-    ids=["submitit_local-3-postgresql", "ray-4-sqlite"],
-)
-def test_each_launcher_runs_the_shards_of_one_run(
-    tmp_path: Path, reference: RunOutput, request: pytest.FixtureRequest, case: tuple[list[str], int, str]
-) -> None:
-    """Through a real launcher, all shards at once: one finished run equal to the unsharded run."""
-    launcher, shards, store = case
-    db = f"sqlite:///{tmp_path / 's.db'}" if store == "sqlite" else request.getfixturevalue("postgres_url")
-    mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd = [
-        sys.executable, "-m", "mmlu_track", "-m", *launcher, "experiment=smoke", "device=cpu",
-        f"tracking.db_url={db}", f"tracking.mlflow_uri={mlflow_uri}", "tracking.experiment=launched", *ARGS,
-        f"shards={shards}", f"shard=range({shards})", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-    ]  # fmt: skip
-    env = {**os.environ, "HYDRA_FULL_ERROR": "", "OMP_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0"}
-    proc = subprocess.run(
-        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _one_finished_run(db, mlflow_uri, tmp_path / "sweep", reference)
 
 
 def test_device_map_auto_places_a_hub_model_and_scores_the_same(tmp_path: Path, sqlite_url: str) -> None:

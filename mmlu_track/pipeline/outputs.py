@@ -53,9 +53,14 @@ def own_folder(output_dir: Path, run_id: str) -> Path:
 @contextlib.contextmanager
 def sigterm_as_exit() -> Iterator[None]:
     """SIGTERM (a scheduler's stop, `kill`) unwinds like Ctrl-C, so the run is marked and its MLflow
-    run ends KILLED; only where nobody else (a launcher) handles SIGTERM already."""
+    run ends KILLED; only where nobody else (a launcher) handles SIGTERM already, or where submitit
+    only logs it: under submitit `scancel` left a shard at work until SLURM's SIGKILL 30 s later.
+    (submitit requeues on its own signal, USR2, sent before a time limit or a preemption; units
+    are committed as they end, so stopping at SIGTERM loses nothing the requeued job needs.)"""
+    current = signal.getsignal(signal.SIGTERM)
+    submitit_bypass = type(getattr(current, "__self__", None)).__module__.startswith("submitit.")
     if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        current is not signal.SIG_DFL and not submitit_bypass
     ):
         yield
         return
@@ -67,7 +72,7 @@ def sigterm_as_exit() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, current)
 
 
 def open_mlflow(cfg: EvalConfig, store: SqlStore, run_id: str, start: RunStart) -> LiveRun | None:

@@ -114,3 +114,15 @@ class ComparisonEntry:
     n_flagged: int
     report_json: str
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class StoredShard:
+    """One process's claim on a shard of a run (`run_shards`): who, as which scheduler task, when."""
+
+    shards: int
+    shard: int
+    status: str  # running | done | failed
+    owner: str | None  # `store.liveness.Owner`
+    heartbeat_at: datetime | None
+    scheduler: str | None  # `store.liveness.scheduler()`: slurm:JOB.TASK, ray:TASK_ID; None by hand

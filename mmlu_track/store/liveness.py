@@ -1,19 +1,29 @@
 """Whether the process that claims a run is alive: on this machine the process itself is looked up
 (PID, its start time and the boot: a PID alone lies after a container restart or any PID reuse);
-elsewhere its heartbeat tells, dead after `dead_after` without one. A running process beats from a
-thread (`Heartbeat`), so a long unit never looks like a death."""
+elsewhere the scheduler's word, then its heartbeat tells, dead after `dead_after` without one. A
+running process beats from a thread (`Heartbeat`), so a long unit never looks like a death.
+
+The scheduler's word (`scheduler()`: the SLURM job and task, or the Ray task, a process runs as): a
+scheduler runs one attempt of a task at a time, so a claim made by another process of the task this
+process runs as is a dead attempt (a SLURM requeue, a Ray retry: both keep the id), and a SLURM job
+that `squeue` no longer lists as running has no live process (a `scancel`, a crash), wherever the
+new claimant runs. Where `squeue` cannot answer, heartbeats decide as before."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from mmlu_track.store.db import StoreError
 
@@ -78,13 +88,18 @@ def current_owner() -> Owner:
 
 
 def liveness(
-    owner: str | None, last_beat: datetime | None, now: datetime, dead_after: timedelta
+    owner: str | None,
+    last_beat: datetime | None,
+    now: datetime,
+    dead_after: timedelta,
+    claimed_as: str | None = None,
 ) -> str | None:
     """None when the process `owner` is alive; else why it is taken as dead (a phrase).
 
     On this machine (same host and boot) the process itself is looked up: dead at once when its PID
     is gone or now belongs to a process started at another time. Elsewhere (another host, another
-    boot, no /proc): dead after `dead_after` without a heartbeat."""
+    boot, no /proc): dead at once when the scheduler says so (`claimed_as`, what `scheduler()` said
+    in the claiming process), else after `dead_after` without a heartbeat."""
     who = Owner.parse(owner) if owner else None
     if who is None:
         return "no owner recorded"
@@ -100,9 +115,50 @@ def liveness(
             return None
         if who.started == me.started:  # no /proc where it ran: only this very process is known
             return None
+    if claimed_as is not None and claimed_as == scheduler() and str(who) != str(me):
+        return f"process {who.short} was an earlier attempt of {claimed_as}, which this process runs again"
+    if gone := slurm_job_gone(claimed_as):
+        return f"process {who.short} is gone: {gone}"
     if last_beat is not None and now - last_beat < dead_after:
         return None
     return f"process {who.short} has not beaten for over {dead_after.total_seconds():g} s ({beat})"
+
+
+def scheduler() -> str | None:
+    """The scheduler's name for this process: `slurm:JOB[_TASK].PROCID` (a requeued job keeps its
+    id) or `ray:TASK_ID` (a retried task keeps its id); None when run by hand."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        array = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+        name = f"{array[0]}_{array[1]}" if all(array) else job
+        return f"slurm:{name}.{os.environ.get('SLURM_PROCID', '0')}"
+    ray: Any = sys.modules.get("ray")  # imported by Ray's worker when Ray runs this process
+    if ray is None or not ray.is_initialized():
+        return None
+    task = ray.get_runtime_context().get_task_id()
+    return f"ray:{task}" if task else None
+
+
+def slurm_job_gone(name: str | None) -> str | None:
+    """Why the SLURM job `name` (as `scheduler()` writes it) has no live process, per `squeue`;
+    None when it runs, when it is not a SLURM job, or when `squeue` cannot tell (then heartbeats do)."""
+    if not name or not name.startswith("slurm:") or shutil.which("squeue") is None:
+        return None
+    job = name[len("slurm:") :].rpartition(".")[0]
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    state = out.stdout.strip()
+    if out.returncode == 0 and state in ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING"):
+        return None
+    if out.returncode == 0 and state:
+        return f"SLURM job {job} is {state.lower()}"
+    if out.returncode != 0 and "Invalid job id" not in out.stderr:
+        return None  # squeue could not ask the controller: no word either way
+    return f"SLURM job {job} has ended"
 
 
 class Heartbeat:

@@ -164,8 +164,19 @@ def client_and_experiment(uri: str | None, experiment: str) -> tuple[Any, str]:
         warnings.simplefilter("ignore")
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+        exp_id = exp.experiment_id if exp else client.create_experiment(experiment, _artifacts(uri))
     return client, str(exp_id)
+
+
+def _artifacts(uri: str | None) -> str | None:
+    """Where a new experiment of a SQLite MLflow store keeps its artifacts: `mlruns/` beside the
+    database file (MLflow's `./mlruns` is the working directory's, and a sweep job's working
+    directory is its own folder under `hydra.job.chdir=true`); elsewhere MLflow's choice."""
+    resolved = resolved_uri(uri)
+    path = resolved.removeprefix("sqlite:///")
+    if not resolved.startswith("sqlite:///") or not Path(path).is_absolute():
+        return None
+    return (Path(path).parent / "mlruns").as_uri()
 
 
 def check_reachable(uri: str | None, timeout: float = 5.0) -> None:

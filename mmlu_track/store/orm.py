@@ -57,6 +57,7 @@ class RunShard(Base):
     status: Mapped[str] = mapped_column(String(16))  # running | done | failed
     owner: Mapped[str | None] = mapped_column(String(255))  # sql.Owner: host, pid, start time, boot
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last beat
+    scheduler: Mapped[str | None] = mapped_column(String(255))  # liveness.scheduler(): SLURM job, Ray task
 
 
 class SubjectScore(Base):

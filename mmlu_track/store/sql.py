@@ -25,9 +25,9 @@ from mmlu_track.config import TrackingConfig, to_dict
 from mmlu_track.credentials import redact
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
-from mmlu_track.records.stored import ComparisonEntry, StoredRun
+from mmlu_track.records.stored import ComparisonEntry, StoredRun, StoredShard
 from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
-from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness
+from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness, scheduler
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
 
 UNFINISHED = ("running", "failed", "finalizing", "stopped")  # resumable
@@ -191,7 +191,8 @@ class SqlStore:
                 s.add(run)
                 s.flush()
                 s.add(RunShard(run_id=run.id, shards=shard.count, shard=shard.index, status="running",
-                               owner=str(current_owner()), heartbeat_at=now))  # fmt: skip
+                               owner=str(current_owner()), heartbeat_at=now,
+                               scheduler=scheduler()))  # fmt: skip
                 return run.id, {}
             self._take_over(s, run, shard, output_dir, now)
             done: dict[str, list[QuestionResult]] = {}
@@ -208,7 +209,7 @@ class SqlStore:
         claim = s.get(RunShard, (run.id, shard.count, shard.index))
         if claim is not None and claim.status == "running":
             last = claim.heartbeat_at or run.created_at
-            if liveness(claim.owner, last, now, self.dead_after) is None:
+            if liveness(claim.owner, last, now, self.dead_after, claim.scheduler) is None:
                 which = "" if shard.count == 1 else f" ({shard})"
                 who = Owner.parse(claim.owner or "")
                 raise RunInProgress(
@@ -225,6 +226,7 @@ class SqlStore:
             claim = RunShard(run_id=run.id, shards=shard.count, shard=shard.index)
             s.add(claim)
         claim.status, claim.owner, claim.heartbeat_at = "running", str(current_owner()), now
+        claim.scheduler = scheduler()
         if run.status != "running":  # failed, or a finalizer that died: this process takes it on
             run.status, run.owner, run.heartbeat_at = "running", str(current_owner()), now
         if shard.count == 1:
@@ -274,8 +276,15 @@ class SqlStore:
             )
         if not claims:
             return liveness(run.owner, run.heartbeat_at, now, self.dead_after)
-        reasons = [liveness(c.owner, c.heartbeat_at, now, self.dead_after) for c in claims]
+        reasons = [liveness(c.owner, c.heartbeat_at, now, self.dead_after, c.scheduler) for c in claims]
         return None if None in reasons else "; ".join(r for r in reasons if r)
+
+    def shards(self, run_id: str) -> list[StoredShard]:
+        with self._session() as s:
+            rows = s.scalars(select(RunShard).where(RunShard.run_id == run_id).order_by(RunShard.shard))
+            return [
+                StoredShard(r.shards, r.shard, r.status, r.owner, r.heartbeat_at, r.scheduler) for r in rows
+            ]
 
     def unfinished(self, identity: str) -> StoredRun | None:
         """The run a process with this identity would resume, if any."""

@@ -1,0 +1,26 @@
+"""run_shards.scheduler: the SLURM job or Ray task a shard's process runs as (liveness.scheduler)
+
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-12-02 07:40:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0009"
+down_revision = "0008"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("run_shards") as batch:
+        batch.add_column(sa.Column("scheduler", sa.String(255), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("run_shards") as batch:
+        batch.drop_column("scheduler")

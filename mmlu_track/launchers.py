@@ -1,0 +1,96 @@
+"""Where a job runs: what the entry point does so that a run launched by Hydra's launchers (joblib,
+SLURM through submitit, Ray) behaves as the same command run here.
+
+- **One store, one folder.** A job runs in a process whose working directory is not the launch's:
+  a Ray worker in its raylet's folder, any job in its own output folder with `hydra.job.chdir=true`.
+  Relative paths in the config (a SQLite store, MLflow's default `mlflow.db`, the cache, a local
+  model or dataset folder) are made absolute against the launch directory (`hydra.runtime.cwd`,
+  fixed when the driver composed the job) before anything opens them, so every shard of a run
+  writes into one store. A sweep's relative output folder is anchored the same way.
+- **Errors that cannot succeed on retry** leave a job as an ordinary exception (`JobFailed`, one
+  line), not a process exit: Hydra's job runner records it and the driver prints it and exits 2,
+  where a process exit made Ray retry the job three times and then report a crash.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import CompactHydraException
+
+SQLITE = "sqlite:///"
+
+
+def _absolute_sqlite(url: str, base: Path) -> str:
+    """`sqlite:///relative.db` against `base`; any other URL (absolute, in-memory, a server) as is."""
+    if not url.startswith(SQLITE) or url.startswith(SQLITE + "/") or ":memory:" in url:
+        return url
+    path, sep, query = url[len(SQLITE) :].partition("?")
+    if not path:
+        return url
+    return f"{SQLITE}{(base / Path(path).expanduser()).resolve()}{sep}{query}"
+
+
+def _absolute_path(value: str, base: Path, *, only_existing: bool) -> str:
+    """A relative filesystem path against `base` (when `only_existing`, only if it exists there:
+    `org/model` may be a hub id as well as a folder)."""
+    path = Path(value).expanduser()
+    if path.is_absolute() or (only_existing and not (base / path).exists()):
+        return str(path)
+    return str((base / path).resolve())
+
+
+def anchored(raw: dict[str, Any], launch_dir: Path, mlflow_default: str) -> dict[str, Any]:
+    """The composed config with its relative paths made absolute against the launch directory.
+
+    `mlflow_default` is MLflow's tracking URI when `tracking.mlflow_uri` is unset (the environment's
+    `MLFLOW_TRACKING_URI`, else `sqlite:///mlflow.db`): set explicitly, so that it too is anchored."""
+    out = {**raw}
+    tracking = {**out.get("tracking", {})}
+    if isinstance(tracking.get("db_url"), str):
+        tracking["db_url"] = _absolute_sqlite(tracking["db_url"], launch_dir)
+    if tracking.get("mlflow", True):
+        uri = tracking.get("mlflow_uri") or mlflow_default
+        if uri.startswith(SQLITE):
+            tracking["mlflow_uri"] = _absolute_sqlite(uri, launch_dir)
+        elif "://" not in uri and not uri.startswith(("file:", "databricks")):  # a folder (./mlruns)
+            tracking["mlflow_uri"] = _absolute_path(uri, launch_dir, only_existing=False)
+        else:
+            tracking["mlflow_uri"] = uri
+    out["tracking"] = tracking
+    if isinstance(out.get("cache_dir"), str) and not out["cache_dir"].startswith("~"):
+        out["cache_dir"] = _absolute_path(out["cache_dir"], launch_dir, only_existing=False)
+    data = {**out.get("data", {})}
+    if data.get("source") == "local" and isinstance(data.get("path"), str):
+        data["path"] = _absolute_path(data["path"], launch_dir, only_existing=False)
+    out["data"] = data
+    model = {**out.get("model", {})}
+    for key in ("name_or_path", "tokenizer"):
+        if isinstance(model.get(key), str):
+            model[key] = _absolute_path(model[key], launch_dir, only_existing=True)
+    out["model"] = model
+    return out
+
+
+def anchored_dir(folder: str, launch_dir: Path) -> Path:
+    """An output folder Hydra may have resolved against a job's own working directory."""
+    path = Path(folder).expanduser()
+    return path if path.is_absolute() else (launch_dir / path).resolve()
+
+
+def job_folders(hc: Any) -> tuple[str | None, Path]:
+    """The sweep's folder (None outside a sweep) and this job's output folder, Hydra's
+    `HydraConfig` given: under the launch folder, wherever the job's process runs."""
+    from hydra.types import RunMode
+
+    if hc.mode != RunMode.MULTIRUN:
+        return None, Path(hc.runtime.output_dir)
+    sweep = anchored_dir(hc.sweep.dir, Path(hc.runtime.cwd))
+    return str(sweep), sweep / hc.sweep.subdir
+
+
+class JobFailed(CompactHydraException):
+    """A sweep job's unusable input (exit 2 when run alone) as an ordinary exception: Hydra records
+    the job as failed, the driver prints the message alone (Hydra prints a compact exception as
+    its text) and exits 2 (`cli.hydra_exit_codes`), and no engine retries it."""

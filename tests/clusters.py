@@ -1,0 +1,171 @@
+"""Real schedulers for the launcher tests, started and stopped by the caller, everything in one
+folder (no /etc, no system service): a single-node SLURM cluster from Debian's packages (munged,
+slurmctld, slurmd; `apt-get install slurm-wlm munge`) and a two-node Ray cluster on 127.0.0.1 whose
+raylets run in folders of their own (as on two machines: a job's working directory is not the
+launch's).
+
+    with SlurmCluster(folder) as slurm:   # slurm.env: SLURM_CONF for sbatch/squeue/scancel
+    with RayCluster(folder) as ray:       # ray.address, ray.env: the token the cluster wants
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+import pytest
+
+from .serve import free_port
+
+SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
+
+
+def require(*tools: str) -> None:
+    """Fail in CI (where `.ci/run` installs them), skip elsewhere, when a tool is missing."""
+    missing = [t for t in tools if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()]
+    if missing:
+        why = f"{', '.join(missing)} not installed (apt-get install slurm-wlm munge)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def _wait(check: object, what: str, log: Path, timeout_s: float = 60) -> None:
+    deadline = time.time() + timeout_s
+    while not check():  # type: ignore[operator]
+        if time.time() > deadline:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(f"{what} did not come up: {tail}")
+        time.sleep(0.2)
+
+
+def _sbin(tool: str) -> str:
+    return shutil.which(tool) or f"/usr/sbin/{tool}"
+
+
+class SlurmCluster:
+    """munged + slurmctld + slurmd for this host, as root (what the CI machine runs tests as)."""
+
+    def __init__(self, folder: Path, cpus: int = 2) -> None:
+        self.dir, self.cpus = folder, cpus
+        self.host = socket.gethostname().split(".")[0]
+        self.conf = folder / "slurm.conf"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def _config(self) -> str:
+        d = self.dir
+        return f"""ClusterName=mmlutest
+SlurmctldHost={self.host}(127.0.0.1)
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={d}/munge.sock
+CredType=cred/munge
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+KillWait=30
+NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 State=UNKNOWN
+PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+"""
+
+    def __enter__(self) -> SlurmCluster:
+        d = self.dir
+        for sub in ("state", "spool"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o755)  # munged checks that its socket's folder is reachable
+        key = d / "munge.key"
+        key.write_bytes(secrets.token_bytes(1024))
+        key.chmod(0o400)
+        self.conf.write_text(self._config())
+        subprocess.run(
+            [_sbin("munged"), "--force", f"--socket={d}/munge.sock", f"--key-file={key}",
+             f"--log-file={d}/munged.log", f"--pid-file={d}/munged.pid", f"--seed-file={d}/munged.seed"],
+            check=True, timeout=30,
+        )  # fmt: skip
+        subprocess.run([_sbin("slurmctld"), "-f", str(self.conf)], check=True, timeout=30, env=self.env)
+        subprocess.run([_sbin("slurmd"), "-f", str(self.conf)], check=True, timeout=30, env=self.env)
+        _wait(self._idle, "the SLURM node", d / "slurmctld.log")
+        return self
+
+    def _idle(self) -> bool:
+        out = subprocess.run(
+            ["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=self.env, check=False
+        )
+        return out.stdout.strip() in ("idle", "mix", "alloc")
+
+    def squeue(self) -> list[tuple[str, str]]:
+        """(job id, state) of every job the controller still lists."""
+        out = subprocess.run(
+            ["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True, env=self.env, check=True
+        )
+        return [tuple(line.split()) for line in out.stdout.splitlines() if line.strip()]  # type: ignore[misc]
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        subprocess.run(["scancel", "--full", "-u", "root"], env=self.env, check=False, timeout=30)
+        for pidfile in ("slurmd.pid", "slurmctld.pid", "munged.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((self.dir / pidfile).read_text().strip()), 15)
+        time.sleep(0.5)
+
+
+class RayCluster:
+    """A head and a worker node on 127.0.0.1 (Ray picks another address by default), each raylet
+    started in its own folder, with token authentication (Ray 2.59+ turns it on for local clusters)."""
+
+    def __init__(self, folder: Path, cpus_per_node: int = 1) -> None:
+        self.dir, self.cpus = folder, cpus_per_node
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_DEDUP_LOGS": "0",
+        }
+
+    def _ray(self, *args: str, cwd: Path) -> None:
+        cwd.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["ray", *args], cwd=cwd, env=self.env, check=True, timeout=120, capture_output=True, text=True
+        )
+
+    def __enter__(self) -> RayCluster:
+        common = ["--node-ip-address=127.0.0.1", f"--num-cpus={self.cpus}"]
+        self._ray(
+            "start", "--head", f"--port={self.port}", "--include-dashboard=false",
+            f"--ray-client-server-port={free_port()}", f"--node-manager-port={free_port()}",
+            f"--object-manager-port={free_port()}", "--min-worker-port=0", "--max-worker-port=0", *common,
+            cwd=self.dir / "head",
+        )  # fmt: skip
+        self._ray(
+            "start", f"--address={self.address}", f"--node-manager-port={free_port()}",
+            f"--object-manager-port={free_port()}", "--min-worker-port=0", "--max-worker-port=0", *common,
+            cwd=self.dir / "node2",
+        )  # fmt: skip
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        subprocess.run(
+            ["ray", "stop", "--force"], env=self.env, check=False, timeout=120, capture_output=True
+        )

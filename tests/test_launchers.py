@@ -1,0 +1,82 @@
+"""What a launched job needs to know about where it runs (`mmlu_track/launchers.py`) and the
+scheduler's word on liveness (`store/liveness.py`); the real schedulers are in test_clusters.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from mmlu_track.launchers import anchored, anchored_dir
+from mmlu_track.store.liveness import Owner, liveness, scheduler, slurm_job_gone
+
+
+def test_relative_paths_are_anchored_at_the_launch_folder(tmp_path: Path) -> None:
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    raw = {
+        "tracking": {"db_url": "sqlite:///runs/mmlu_track.db?timeout=5", "mlflow": True, "mlflow_uri": None},
+        "cache_dir": "cache",
+        "data": {"source": "local", "path": "mmlu_local"},
+        "model": {"name_or_path": "models/mine", "tokenizer": "HuggingFaceTB/SmolLM2-135M"},
+    }
+    got = anchored(raw, tmp_path, "sqlite:///mlflow.db")
+    assert got["tracking"]["db_url"] == f"sqlite:///{tmp_path}/runs/mmlu_track.db?timeout=5"
+    assert got["tracking"]["mlflow_uri"] == f"sqlite:///{tmp_path}/mlflow.db"  # MLflow's default, pinned
+    assert got["cache_dir"] == str(tmp_path / "cache")
+    assert got["data"]["path"] == str(tmp_path / "mmlu_local")
+    assert got["model"]["name_or_path"] == str(tmp_path / "models" / "mine")  # a folder there
+    assert got["model"]["tokenizer"] == "HuggingFaceTB/SmolLM2-135M"  # a hub id: no such folder
+    assert raw["tracking"]["db_url"] == "sqlite:///runs/mmlu_track.db?timeout=5"  # the input is kept
+
+
+@pytest.mark.parametrize(
+    ("db_url", "mlflow_uri"),
+    [
+        ("sqlite:////abs/s.db", "http://u:pw@mlflow:5000"),
+        ("postgresql+psycopg://u:pw@db/mmlu", "file:///abs/mlruns"),
+        ("sqlite://", "databricks"),
+    ],
+)
+def test_absolute_paths_and_servers_are_left_as_given(db_url: str, mlflow_uri: str) -> None:
+    raw = {"tracking": {"db_url": db_url, "mlflow": True, "mlflow_uri": mlflow_uri},
+           "cache_dir": "~/.cache/x", "data": {"source": "hub", "path": "cais/mmlu"},
+           "model": {"name_or_path": None}}  # fmt: skip
+    got = anchored(raw, Path("/launch"), "sqlite:///mlflow.db")
+    assert got == raw
+    assert anchored_dir("multirun/x", Path("/launch")) == Path("/launch/multirun/x")
+    assert anchored_dir("/elsewhere/x", Path("/launch")) == Path("/elsewhere/x")
+
+
+def test_a_claim_by_an_earlier_attempt_of_this_very_scheduler_task_is_dead_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A SLURM requeue (or a Ray retry) runs the same job (task) again, on any node: the claim it
+    finds, made by the attempt before on another host, beat a second ago and would be waited for."""
+    for key in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    assert scheduler() is None
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    assert scheduler() == "slurm:4242.0"
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "4240")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    assert scheduler() == "slurm:4240_2.0"
+    now = datetime.now(UTC).replace(tzinfo=None)
+    other = str(Owner("node7", 1234, "555", "boot"))
+    minute = timedelta(seconds=150)
+    why = liveness(other, now, now, minute, "slurm:4240_2.0")
+    assert why is not None
+    assert "earlier attempt of slurm:4240_2.0" in why
+    assert liveness(other, now, now, minute, "slurm:4240_3.0") is None  # another task: alive by its beat
+    assert liveness(other, now, now, minute, None) is None
+    assert liveness(other, now - 2 * minute, now, minute, None) is not None
+
+
+def test_squeue_is_asked_only_for_slurm_claims_and_its_silence_decides_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert slurm_job_gone(None) is None
+    assert slurm_job_gone("ray:abc") is None
+    monkeypatch.setenv("PATH", str(tmp_path))  # no squeue: heartbeats decide
+    assert slurm_job_gone("slurm:12.0") is None
