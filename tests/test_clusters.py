@@ -14,6 +14,7 @@ here (`tests/clusters.py`). Each test starts its cluster once and walks what a u
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -60,7 +61,10 @@ def _one_run_in(launch: Path, reference: RunOutput, scheduler: str) -> None:
     (logged,) = client.search_runs([client.get_experiment_by_name("launched").experiment_id])
     assert logged.info.status == "FINISHED"
     assert logged.info.artifact_uri.startswith((launch / "mlruns").as_uri())
-    assert len(list((launch / "multirun").rglob("results.json"))) == 1
+    (results,) = (launch / "multirun").rglob("results.json")  # in the sweep's folder, not a job's
+    assert (results.parent / "multirun.yaml").is_file()
+    timing = json.loads(results.read_text())["timing"]  # both shards' work, not the finalizer's alone
+    assert timing["tokens_forwarded"] == reference.record.timing.tokens_forwarded  # type: ignore[union-attr]
 
 
 def _wait_for(what: str, check: object, timeout_s: float = 180) -> None:

@@ -92,6 +92,9 @@ def test_four_shards_in_turn_make_one_run_equal_to_the_unsharded_one(
     assert final.record is not None
     _same_as(reference, final.results)
     assert final.scores.micro == reference.scores.micro
+    assert reference.record is not None
+    assert final.record.timing.tokens_forwarded == reference.record.timing.tokens_forwarded  # all shards'
+    assert final.record.timing.scoring_s > outs[3].record.timing.scoring_s * 0  # summed, see test_clusters
     assert final.scores.subjects == reference.scores.subjects
     assert len([s for s in said if "the shard that commits the run's last unit finalizes it" in s]) == 3
     store = SqlStore(db)

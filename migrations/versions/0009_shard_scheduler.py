@@ -1,4 +1,5 @@
-"""run_shards.scheduler: the SLURM job or Ray task a shard's process runs as (liveness.scheduler)
+"""run_shards.scheduler: the SLURM job or Ray task a shard's process runs as (liveness.scheduler);
+run_shards.work_json: what its process did (records.stored.ShardWork), summed in a sharded run's timing
 
 Revision ID: 0009
 Revises: 0008
@@ -19,8 +20,10 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("run_shards") as batch:
         batch.add_column(sa.Column("scheduler", sa.String(255), nullable=True))
+        batch.add_column(sa.Column("work_json", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("run_shards") as batch:
+        batch.drop_column("work_json")
         batch.drop_column("scheduler")

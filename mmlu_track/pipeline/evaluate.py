@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,12 +45,15 @@ from mmlu_track.pipeline.outputs import (
     finish_mlflow,
     open_mlflow,
     own_folder,
+    run_record,
     sigterm_as_exit,
+    summary_line,
     write_json,
 )
 from mmlu_track.pipeline.score_units import Counts, Looks, Prepared, acc, score, score_looks
 from mmlu_track.records.results import Docs, QuestionResult, Scores, aggregate, table, write_jsonl
-from mmlu_track.records.run import DataInfo, EarlyStop, HostInfo, RunRecord, RunStart, Timing
+from mmlu_track.records.run import DataInfo, EarlyStop, HostInfo, RunRecord, RunStart
+from mmlu_track.records.stored import ShardWork
 from mmlu_track.store.liveness import Heartbeat
 from mmlu_track.store.sql import Shard, SqlStore, StoreVanished, open_store, provisional
 
@@ -342,7 +344,13 @@ def _finalize(
     finished = time.time()
     own = [r for rs in held.values() for r in rs]
     scored_now = counts.scored
-    store.end_shard(run_id, shard, "done")
+    work = ShardWork(
+        data_s=round(prep.data_s, 3), model_load_s=round(prep.model_load_s, 3),
+        scoring_s=round(finished - scoring_started, 3), total_s=round(finished - started, 3),
+        scored=counts.scored, forwarded=counts.forwarded, multi_pass=counts.multi_pass,
+        prefix_fallbacks=counts.prefix_fallbacks,
+    )  # fmt: skip
+    store.end_shard(run_id, shard, "done", work)
     if not store.claim_finalization(run_id, start.data.n_questions):
         echo(
             f"run {run_id}{sharded}: {len(held)} units ({len(own)} questions, {scored_now} scored now) "
@@ -353,67 +361,26 @@ def _finalize(
     if truncated := sum(r.truncated for r in results):
         echo(f"warning: {truncated} prompts were truncated to their last tokens (allow_truncation=true)")
     agg = aggregate(results)
-    record = _record(prep, run_id, results, agg, truncated=truncated, counts=counts, done=done,
-                     started=started, scoring_started=scoring_started, finished=finished)  # fmt: skip
-    output_dir = own_folder(output_dir, run_id)
+    if cfg.shards > 1:  # every shard's work, this one's included
+        works = [c.work for c in store.shards(run_id) if c.work is not None and c.shards == cfg.shards]
+        work = sum(works, ShardWork(0, 0, 0, 0, 0, 0, 0, 0))
+    record = run_record(
+        start, run_id, results, agg, truncated=truncated, work=work, done=done, started=started
+    )
+    # A sharded run's results are the launch's, not its finalizing job's: in the sweep's folder.
+    output_dir = own_folder(Path(start.sweep) if cfg.shards > 1 and start.sweep else output_dir, run_id)
     docs = _docs(prep)
     write_jsonl(output_dir / PREDICTIONS_FILE, results, docs)
     write_json(output_dir / RESULTS_FILE, record.to_json())
     store.finish(record, str(output_dir))
     echo(table(agg))
     seconds = finished - scoring_started
-    echo(_summary(record, len(results), scored_now, seconds, sharded=cfg.shards > 1, output_dir=output_dir))
+    echo(
+        summary_line(record, len(results), scored_now, seconds, sharded=cfg.shards > 1, output_dir=output_dir)
+    )
     if live is None and cfg.tracking.mlflow:
         live = open_mlflow(cfg, store, run_id, start)
     mlflow_id = finish_mlflow(cfg, store, record, results, live, docs=docs)
     if mlflow_id:
         echo(f"MLflow run {mlflow_id} (experiment {cfg.tracking.experiment!r})")
     return RunOutput(run_id, results, agg, record, output_dir, mlflow_id)
-
-
-def _record(
-    prep: Prepared,
-    run_id: str,
-    results: list[QuestionResult],
-    agg: Scores,
-    *,
-    truncated: int,
-    counts: Counts,
-    done: dict[str, list[QuestionResult]],
-    started: float,
-    scoring_started: float,
-    finished: float,
-) -> RunRecord:
-    """The finished run's record: `results` are all of its questions, `counts` this process's."""
-    return RunRecord(
-        run_id=run_id,
-        start=prep.start,
-        shots_used=dict(Counter(r.shots_used for r in results)),
-        truncated=truncated,
-        multi_pass=counts.multi_pass,
-        prefix_fallbacks=counts.prefix_fallbacks,
-        timing=Timing(
-            data_s=round(prep.data_s, 3),
-            model_load_s=round(prep.model_load_s, 3),
-            scoring_s=round(finished - scoring_started, 3),
-            questions_per_s=round(counts.scored / max(finished - scoring_started, 1e-9), 3),
-            resumed_subjects=len({r.subject for rs in done.values() for r in rs}),
-            tokens_forwarded=counts.forwarded,
-            total_s=round(time.time() - started, 3),
-        ),
-        scores=agg,
-    )
-
-
-def _summary(
-    record: RunRecord, n_results: int, scored_now: int, seconds: float, *, sharded: bool, output_dir: Path
-) -> str:
-    """The finalizing process's last line: how many questions it scored, how fast, and where they are."""
-    scored = f"{n_results} questions" if n_results == scored_now else f"{scored_now} questions scored now"
-    others = n_results - scored_now
-    where = "committed before or by other shards" if sharded else "resumed from the store"
-    return (
-        f"{scored} in {seconds:.1f} s ({record.timing.questions_per_s:.2f} q/s)"
-        f"{f', {others} {where}' if others else ''}; results in {output_dir}; "
-        f"run {record.run_id}"
-    )

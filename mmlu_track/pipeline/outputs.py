@@ -9,6 +9,8 @@ import json
 import os
 import signal
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import UTC
 from pathlib import Path
@@ -16,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import EvalConfig
 from mmlu_track.console import warn
-from mmlu_track.records.results import Docs, QuestionResult
-from mmlu_track.records.run import RunRecord, RunStart
+from mmlu_track.records.results import Docs, QuestionResult, Scores
+from mmlu_track.records.run import RunRecord, RunStart, Timing
+from mmlu_track.records.stored import ShardWork
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.sql import SqlStore
 
@@ -113,4 +116,51 @@ def finish_mlflow(
     t = cfg.tracking
     return sync(
         store, record, results, uri=t.mlflow_uri, experiment=t.experiment, existing=live.id, warn=warn
+    )
+
+
+def run_record(
+    start: RunStart,
+    run_id: str,
+    results: list[QuestionResult],
+    agg: Scores,
+    *,
+    truncated: int,
+    work: ShardWork,
+    done: dict[str, list[QuestionResult]],
+    started: float,
+) -> RunRecord:
+    """The finished run's record: `results` are all of its questions, `work` what this process did
+    (a sharded run: all its shards, summed)."""
+    return RunRecord(
+        run_id=run_id,
+        start=start,
+        shots_used=dict(Counter(r.shots_used for r in results)),
+        truncated=truncated,
+        multi_pass=work.multi_pass,
+        prefix_fallbacks=work.prefix_fallbacks,
+        timing=Timing(
+            data_s=round(work.data_s, 3),
+            model_load_s=round(work.model_load_s, 3),
+            scoring_s=round(work.scoring_s, 3),
+            questions_per_s=round(work.scored / max(work.scoring_s, 1e-9), 3),
+            resumed_subjects=len({r.subject for rs in done.values() for r in rs}),
+            tokens_forwarded=work.forwarded,
+            total_s=round(max(work.total_s, time.time() - started), 3),
+        ),
+        scores=agg,
+    )
+
+
+def summary_line(
+    record: RunRecord, n_results: int, scored_now: int, seconds: float, *, sharded: bool, output_dir: Path
+) -> str:
+    """The finalizing process's last line: how many questions it scored, how fast, and where they are."""
+    scored = f"{n_results} questions" if n_results == scored_now else f"{scored_now} questions scored now"
+    others = n_results - scored_now
+    where = "committed before or by other shards" if sharded else "resumed from the store"
+    return (
+        f"{scored} in {seconds:.1f} s ({scored_now / max(seconds, 1e-9):.2f} q/s)"
+        f"{f', {others} {where}' if others else ''}; results in {output_dir}; "
+        f"run {record.run_id}"
     )

@@ -7,6 +7,7 @@ stop, protocol) parsed on first use; a column this version cannot read is a one-
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,8 +118,34 @@ class ComparisonEntry:
 
 
 @dataclass(frozen=True)
+class ShardWork:
+    """What one shard's process did, recorded when its units are committed: a sharded run's
+    record sums its shards' work (`Timing`), where the finalizer's own share was all it had."""
+
+    data_s: float
+    model_load_s: float
+    scoring_s: float
+    total_s: float
+    scored: int  # questions scored by this process (not those committed before)
+    forwarded: int  # tokens forwarded
+    multi_pass: int
+    prefix_fallbacks: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ShardWork:
+        return cls(**{f.name: doc[f.name] for f in dataclasses.fields(cls)})
+
+    def __add__(self, other: ShardWork) -> ShardWork:
+        return ShardWork(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
+
+
+@dataclass(frozen=True)
 class StoredShard:
-    """One process's claim on a shard of a run (`run_shards`): who, as which scheduler task, when."""
+    """One process's claim on a shard of a run (`run_shards`): who, as which scheduler task, when,
+    and (once done) what it did."""
 
     shards: int
     shard: int
@@ -126,3 +153,4 @@ class StoredShard:
     owner: str | None  # `store.liveness.Owner`
     heartbeat_at: datetime | None
     scheduler: str | None  # `store.liveness.scheduler()`: slurm:JOB.TASK, ray:TASK_ID; None by hand
+    work: ShardWork | None

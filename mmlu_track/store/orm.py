@@ -58,6 +58,7 @@ class RunShard(Base):
     owner: Mapped[str | None] = mapped_column(String(255))  # sql.Owner: host, pid, start time, boot
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last beat
     scheduler: Mapped[str | None] = mapped_column(String(255))  # liveness.scheduler(): SLURM job, Ray task
+    work_json: Mapped[str | None] = mapped_column(Text)  # records.stored.ShardWork, once it is done
 
 
 class SubjectScore(Base):

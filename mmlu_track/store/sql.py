@@ -25,7 +25,7 @@ from mmlu_track.config import TrackingConfig, to_dict
 from mmlu_track.credentials import redact
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
-from mmlu_track.records.stored import ComparisonEntry, StoredRun, StoredShard
+from mmlu_track.records.stored import ComparisonEntry, ShardWork, StoredRun, StoredShard
 from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
 from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness, scheduler
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
@@ -283,8 +283,10 @@ class SqlStore:
         with self._session() as s:
             rows = s.scalars(select(RunShard).where(RunShard.run_id == run_id).order_by(RunShard.shard))
             return [
-                StoredShard(r.shards, r.shard, r.status, r.owner, r.heartbeat_at, r.scheduler) for r in rows
-            ]
+                StoredShard(r.shards, r.shard, r.status, r.owner, r.heartbeat_at, r.scheduler,
+                            ShardWork.from_json(json.loads(r.work_json)) if r.work_json else None)
+                for r in rows
+            ]  # fmt: skip
 
     def unfinished(self, identity: str) -> StoredRun | None:
         """The run a process with this identity would resume, if any."""
@@ -298,11 +300,13 @@ class SqlStore:
             query = select(func.count()).select_from(QuestionRow).where(QuestionRow.run_id == run_id)
             return int(s.scalar(query) or 0)
 
-    def end_shard(self, run_id: str, shard: Shard, status: str) -> None:
-        """This shard is `done` (its units committed) or `failed` (resumable)."""
+    def end_shard(self, run_id: str, shard: Shard, status: str, work: ShardWork | None = None) -> None:
+        """This shard is `done` (its units committed; `work`: what its process did) or `failed`."""
         with self._session(write=True) as s:
             if claim := s.get(RunShard, (run_id, shard.count, shard.index)):
                 claim.status = status
+                if work is not None:
+                    claim.work_json = json.dumps(work.to_json())
 
     def claim_finalization(self, run_id: str, n_questions: int) -> bool:
         """True for exactly one caller, once every question is committed: that caller finalizes.
