@@ -274,7 +274,7 @@ def _eval_config(cfg: Any) -> EvalConfig:
 
     from mmlu_track.config import eval_config_from_dict
     from mmlu_track.launchers import anchored
-    from mmlu_track.store.mlflow import resolved_uri
+    from mmlu_track.store.mlflow_client import resolved_uri
     from mmlu_track.typed import ConfigError
 
     try:

@@ -125,7 +125,7 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
 
 def _sync(store: SqlStore, args: argparse.Namespace) -> int:
     """Exit 2 when a run could not be logged (1 is the gate's verdict alone), in one line."""
-    from mmlu_track.store.mlflow import MlflowUnavailable
+    from mmlu_track.store.mlflow_client import MlflowUnavailable
     from mmlu_track.store.mlflow_sync import log_run, uri_for_sync
 
     pending = store.runs(limit=10_000, unsynced=True)

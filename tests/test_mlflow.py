@@ -151,7 +151,7 @@ def test_sync_sends_a_run_where_it_was_meant_to_go(
 def test_processes_starting_together_share_one_fresh_mlflow_store(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = (
-        "from mmlu_track.store.mlflow import client_and_experiment\n"
+        "from mmlu_track.store.mlflow_client import client_and_experiment\n"
         f"print(client_and_experiment({uri!r}, 'mmlu_track')[1])\n"
     )
     procs = [warm.Popen(["-c", code]) for _ in range(4)]

@@ -102,7 +102,7 @@ def _truncated(run: StoredRun) -> int:
 
 def _promote(cand: StoredRun, alias: str, g: GateConfig, uri: str | None) -> str:
     """Move `alias` to the candidate that passed; a promotion asked for and not done is an error."""
-    from mmlu_track.store.mlflow import MlflowUnavailable
+    from mmlu_track.store.mlflow_client import MlflowUnavailable
     from mmlu_track.store.registry import promote
 
     model = g.registered_model or cand.model_name
@@ -167,7 +167,8 @@ def _log_comparison(
     """The comparison as an MLflow run named by what it compared (the runs' own names), its report's
     head as the description, linked to both runs' own MLflow runs; None (warned) on failure:
     logging never costs the verdict."""
-    from mmlu_track.store.mlflow import MlflowUnavailable, log_comparison
+    from mmlu_track.store.mlflow import log_comparison
+    from mmlu_track.store.mlflow_client import MlflowUnavailable
     from mmlu_track.store.mlflow_pages import NOTE_TAG
 
     (base, cand), (markdown, output_dir) = runs, reports

@@ -55,7 +55,8 @@ from mmlu_track.records.results import Docs, QuestionResult, Scores, aggregate, 
 from mmlu_track.records.run import DataInfo, EarlyStop, HostInfo, RunRecord, RunStart
 from mmlu_track.records.stored import ShardWork
 from mmlu_track.store.liveness import Heartbeat
-from mmlu_track.store.sql import Shard, SqlStore, StoreVanished, open_store, provisional
+from mmlu_track.store.rows import provisional
+from mmlu_track.store.sql import Shard, SqlStore, StoreVanished, open_store
 
 if TYPE_CHECKING:
     from mmlu_track.store.mlflow import LiveRun
@@ -248,8 +249,8 @@ def _claimed(
     if done:
         n_done = sum(map(len, done.values()))
         echo(f"resuming run {run_id}{sharded}: {n_done} of {start.data.n_questions} questions were committed")
-    # One MLflow run per run: a sharded run reaches MLflow once, from the shard that finalizes it.
-    live = open_mlflow(cfg, store, run_id, start) if cfg.shards == 1 else None
+    # One MLflow run per run, open from the first shard's start; every shard logs its subjects to it.
+    live = open_mlflow(cfg, store, run_id, start)
     scoring_started = time.time()
     held: dict[Unit, list[QuestionResult]] = {}
     counts = Counts()
@@ -297,7 +298,7 @@ def _failed(
         store.end_shard(run_id, Shard(cfg.shard, cfg.shards), "failed")
         if cfg.shards == 1:
             store.mark(run_id, "failed")  # still resumable: its committed questions are kept
-    if live is not None:
+    if live is not None and cfg.shards == 1:  # a shard's end is not its run's: others may be at work
         live.end("KILLED" if isinstance(err, KeyboardInterrupt | SystemExit) else "FAILED")
     if isinstance(err, StoreVanished):
         raise _vanished(err, held, output_dir, run_id) from err
@@ -322,6 +323,18 @@ def _vanished(
     )
 
 
+def _work(
+    prep: Prepared, counts: Counts, *, started: float, scoring_started: float, finished: float
+) -> ShardWork:
+    """What this process did for the run (a shard: its part)."""
+    return ShardWork(
+        data_s=round(prep.data_s, 3), model_load_s=round(prep.model_load_s, 3),
+        scoring_s=round(finished - scoring_started, 3), total_s=round(finished - started, 3),
+        scored=counts.scored, forwarded=counts.forwarded, multi_pass=counts.multi_pass,
+        prefix_fallbacks=counts.prefix_fallbacks,
+    )  # fmt: skip
+
+
 def _finalize(
     cfg: EvalConfig,
     output_dir: Path,
@@ -344,12 +357,7 @@ def _finalize(
     finished = time.time()
     own = [r for rs in held.values() for r in rs]
     scored_now = counts.scored
-    work = ShardWork(
-        data_s=round(prep.data_s, 3), model_load_s=round(prep.model_load_s, 3),
-        scoring_s=round(finished - scoring_started, 3), total_s=round(finished - started, 3),
-        scored=counts.scored, forwarded=counts.forwarded, multi_pass=counts.multi_pass,
-        prefix_fallbacks=counts.prefix_fallbacks,
-    )  # fmt: skip
+    work = _work(prep, counts, started=started, scoring_started=scoring_started, finished=finished)
     store.end_shard(run_id, shard, "done", work)
     if not store.claim_finalization(run_id, start.data.n_questions):
         echo(
@@ -361,9 +369,8 @@ def _finalize(
     if truncated := sum(r.truncated for r in results):
         echo(f"warning: {truncated} prompts were truncated to their last tokens (allow_truncation=true)")
     agg = aggregate(results)
-    if cfg.shards > 1:  # every shard's work, this one's included
-        works = [c.work for c in store.shards(run_id) if c.work is not None and c.shards == cfg.shards]
-        work = sum(works, ShardWork(0, 0, 0, 0, 0, 0, 0, 0))
+    if cfg.shards > 1:  # the run's work: every shard's that had ended (each ends before its claim)
+        work = store.work(run_id, cfg.shards)
     record = run_record(
         start, run_id, results, agg, truncated=truncated, work=work, done=done, started=started
     )

@@ -79,7 +79,9 @@ def sigterm_as_exit() -> Iterator[None]:
 
 
 def open_mlflow(cfg: EvalConfig, store: SqlStore, run_id: str, start: RunStart) -> LiveRun | None:
-    """The run's live MLflow run (the same one when resuming), or None when tracking.mlflow=false."""
+    """The run's live MLflow run (the same one when resuming, and for every shard of a sharded run:
+    the first shard to open one records it, a shard that opened another at the same moment deletes
+    its own and joins), or None when tracking.mlflow=false."""
     if not cfg.tracking.mlflow:
         return None
     from mmlu_track.store.mlflow import LiveRun
@@ -88,9 +90,14 @@ def open_mlflow(cfg: EvalConfig, store: SqlStore, run_id: str, start: RunStart) 
     stored = store.get(run_id)
     if stored is None:
         raise StoreError(f"run {run_id} was deleted from {store.url} while this process evaluated it")
-    started = stored.created_at.replace(tzinfo=UTC)  # a sharded run's MLflow run opens at its end
-    if mlflow_id := live.open(run_id, start, stored.mlflow_run_id, started=started):
+    started = stored.created_at.replace(tzinfo=UTC)  # the run's start, whichever process opens it
+    mlflow_id = live.open(run_id, start, stored.mlflow_run_id, started=started)
+    if mlflow_id is None or mlflow_id == stored.mlflow_run_id:
+        return live
+    if stored.mlflow_run_id is not None:  # the recorded one is gone (another server): this one now
         store.set_mlflow_run(run_id, mlflow_id, synced=False)
+    elif (first := store.first_mlflow_run(run_id, mlflow_id)) != mlflow_id:
+        live.join(first)
     return live
 
 

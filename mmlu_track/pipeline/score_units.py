@@ -144,12 +144,45 @@ def score(
             store.save_unit(run_id, new, shard)
             by_position = {**found, **dict(zip(unit.positions, new, strict=True))}
             held[whole] = [by_position[i] for i in whole.positions]
-            subject_units = [u for u in everything if u.subject == unit.subject]
-            if live is not None and all(u in held for u in subject_units):
-                subject = [r for u in subject_units for r in held[u]]
-                so_far = [r for rs in held.values() for r in rs]
-                subjects = len({r.subject for r in so_far})
-                live.subject_done(unit.subject, acc(subject), subjects, acc(so_far))
+            if live is not None:
+                _log_subject(
+                    unit.subject,
+                    cfg=cfg,
+                    prep=prep,
+                    store=store,
+                    run_id=run_id,
+                    everything=everything,
+                    held=held,
+                    live=live,
+                )
+
+
+def _log_subject(
+    subject: str,
+    *,
+    cfg: EvalConfig,
+    prep: Prepared,
+    store: SqlStore,
+    run_id: str,
+    everything: list[Unit],
+    held: dict[Unit, list[QuestionResult]],
+    live: LiveRun,
+) -> None:
+    """A subject complete in this process goes to the live MLflow run, with the run's progress; in a
+    sharded run, a subject whose slices other shards scored goes there from the shard that commits
+    its last slice (the store has them all), without progress (a shard sees only its own)."""
+    units = [u for u in everything if u.subject == subject]
+    if all(u in held for u in units):
+        results = [r for u in units for r in held[u]]
+        if cfg.shards > 1:
+            live.subject_done(subject, acc(results))
+            return
+        so_far = [r for rs in held.values() for r in rs]
+        live.subject_done(subject, acc(results), len({r.subject for r in so_far}), acc(so_far))
+    elif cfg.shards > 1:
+        results = store.question_results(run_id, subject)
+        if len(results) == len(prep.plan.questions[subject]):
+            live.subject_done(subject, acc(results))
 
 
 def _scored(

@@ -138,6 +138,10 @@ class ShardWork:
     def from_json(cls, doc: dict[str, Any]) -> ShardWork:
         return cls(**{f.name: doc[f.name] for f in dataclasses.fields(cls)})
 
+    @classmethod
+    def none(cls) -> ShardWork:
+        return cls(0, 0, 0, 0, 0, 0, 0, 0)
+
     def __add__(self, other: ShardWork) -> ShardWork:
         return ShardWork(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
 

@@ -3,7 +3,9 @@
 An evaluation's MLflow run opens when scoring starts (`LiveRun.open`: params and tags from the
 `RunStart`), takes each subject's accuracy as that subject is committed (`subject_done`: a run a
 user can watch in the UI), and ends FINISHED with every metric and artifact (`finish`), or
-FAILED / KILLED (`end`). A resumed evaluation reopens the same MLflow run.
+FAILED / KILLED (`end`). A resumed evaluation reopens the same MLflow run; the shards of a sharded
+run all log to one (`join`), which the shard that finalizes the run ends. Reaching a store
+(limits, first use, reachability): `mlflow_client`.
 
 MLflow being unreachable costs nothing: the first failure is one warning, later calls are
 skipped, the SQL store keeps the run, and `python -m mmlu_track.runs sync` logs it when MLflow is
@@ -15,14 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
-import os
 import re
-import sys
 import tempfile
-import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +29,7 @@ from mmlu_track.config import to_dict
 from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
+from mmlu_track.store.mlflow_client import MlflowUnavailable, check_reachable, client_and_experiment, quiet
 from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, percent
 from mmlu_track.typed import flatten
 
@@ -43,10 +42,6 @@ GATE_TAG = "mmlu_track.gate"  # on a candidate's run: its latest comparison's ve
 # metric: a resumed run keeps them, apart from the full run's `acc_micro`).
 EARLY_STOP_TAGS = ("mmlu_track.early_stop", "mmlu_track.early_stop_reason")
 Warn = Callable[[str], None]
-
-
-class MlflowUnavailable(RuntimeError):
-    pass
 
 
 def metric_key(*parts: str) -> str:
@@ -121,102 +116,6 @@ def tags(run_id: str, start: RunStart) -> dict[str, str]:
     return out
 
 
-# An unhealthy server must cost seconds, not MLflow's default of minutes of retries (only where the
-# user has not set these MLflow environment settings).
-HTTP_LIMITS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
-}
-
-
-def resolved_uri(uri: str | None) -> str:
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"  # MLflow >= 3.7's default
-
-
-@contextlib.contextmanager
-def _first_use_lock(uri: str | None) -> Iterator[None]:
-    """Serialise first use of a SQLite MLflow store: MLflow creates its tables on first use, and
-    processes starting together race on it ("table ... already exists")."""
-    resolved = resolved_uri(uri)
-    if not resolved.startswith("sqlite:///"):
-        yield
-        return
-    import fcntl
-
-    path = Path(resolved.removeprefix("sqlite:///")).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{path}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def client_and_experiment(uri: str | None, experiment: str) -> tuple[Any, str]:
-    """An MlflowClient with bounded HTTP retries, and the experiment's id (created if missing)."""
-    for key, value in HTTP_LIMITS.items():
-        os.environ.setdefault(key, value)
-    from mlflow.tracking import MlflowClient
-
-    with _first_use_lock(uri), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        client = MlflowClient(tracking_uri=uri)
-        exp = client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp else client.create_experiment(experiment, _artifacts(uri))
-    return client, str(exp_id)
-
-
-def _artifacts(uri: str | None) -> str | None:
-    """Where a new experiment of a SQLite MLflow store keeps its artifacts: `mlruns/` beside the
-    database file (MLflow's `./mlruns` is the working directory's, and a sweep job's working
-    directory is its own folder under `hydra.job.chdir=true`); elsewhere MLflow's choice."""
-    resolved = resolved_uri(uri)
-    path = resolved.removeprefix("sqlite:///")
-    if not resolved.startswith("sqlite:///") or not Path(path).is_absolute():
-        return None
-    return (Path(path).parent / "mlruns").as_uri()
-
-
-def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
-    """Fail fast on an HTTP tracking server that does not answer (MLflow itself retries for minutes).
-
-    Asked through MLflow's own HTTP layer, once: the same credentials (the URL's `user:password@`,
-    `MLFLOW_TRACKING_USERNAME`/`_PASSWORD`, a token), TLS settings and proxies as its client."""
-    if not (uri and uri.startswith(("http://", "https://"))):
-        return
-    from mlflow.utils.credentials import get_default_host_creds
-    from mlflow.utils.rest_utils import http_request
-
-    try:
-        with quiet():
-            creds = get_default_host_creds(uri.rstrip("/"))  # type: ignore[no-untyped-call]
-            resp = http_request(  # type: ignore[no-untyped-call]
-                creds, "/health", "GET", max_retries=0, backoff_factor=0, timeout=timeout,
-                raise_on_status=False,
-            )  # fmt: skip
-    except Exception as err:  # MLflow wraps the connection error; its cause is the readable part
-        reason = str(err.__cause__ or err).splitlines()[0]
-        raise MlflowUnavailable(f"MLflow server {redact(uri)} is unreachable: {redact_text(reason)}") from err
-    if resp.status_code != 200:
-        raise MlflowUnavailable(
-            f"MLflow server {redact(uri)} is unreachable: /health answered HTTP {resp.status_code}"
-        )
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    # MLflow prints its run links ("View run ... at: URI/#/...") with the tracking URI's password.
-    printed = io.StringIO()
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
-            warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
-            yield
-    finally:
-        sys.stdout.write(redact_text(printed.getvalue()))
-
-
 class LiveRun:
     """One evaluation's MLflow run, kept in step with it. No method raises: the first failure is
     reported through `warn` and turns the rest into no-ops (`broken`)."""
@@ -284,6 +183,17 @@ class LiveRun:
         self._call("opening the run", go)
         return self.id if not self.broken else None
 
+    def join(self, other: str) -> None:
+        """A shard opened the run's MLflow run first: this one's is deleted, `other` logged to."""
+        mine = self.id
+
+        def go() -> None:
+            self.id = other
+            if mine is not None:
+                self.client.delete_run(mine)  # soft: MLflow's UI and searches leave it out
+
+        self._call("joining the run", go)
+
     def _log_metrics(self, values: Mapping[str, float], step: int = 0) -> None:
         import time
 
@@ -293,11 +203,16 @@ class LiveRun:
         self.client.log_batch(self.id, metrics=[Metric(k, float(v), ts, step) for k, v in values.items()])
         self._logged.update(values)
 
-    def subject_done(self, subject: str, acc: Accuracy, subjects_done: int, so_far: Accuracy) -> None:
-        """A subject's accuracy, and the running micro accuracy at step = subjects done."""
+    def subject_done(
+        self, subject: str, acc: Accuracy, subjects_done: int | None = None, so_far: Accuracy | None = None
+    ) -> None:
+        """A subject's accuracy, and the running micro accuracy at step = subjects done (not for a
+        shard, which knows only its own part)."""
         if self.id is None:
             return
         self._call("logging a subject", lambda: self._log_metrics(subject_metrics(subject, acc)))
+        if subjects_done is None or so_far is None:
+            return
         progress = {"progress/acc_micro": so_far.acc, "progress/questions": float(so_far.n)}
         self._call("logging progress", lambda: self._log_metrics(progress, step=subjects_done))
 
@@ -309,7 +224,8 @@ class LiveRun:
         def go() -> None:
             from mmlu_track.store.plots import subject_accuracy_png
 
-            self._log_metrics({k: v for k, v in metrics(record).items() if k not in self._logged})
+            logged = self._logged | set(self.client.get_run(self.id).data.metrics)  # by any shard
+            self._log_metrics({k: v for k, v in metrics(record).items() if k not in logged})
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp)
                 doc = record.to_json()

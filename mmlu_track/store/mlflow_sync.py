@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from mmlu_track.credentials import is_redacted, redact, refill, strip_userinfo
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunRecord
-from mmlu_track.store.mlflow import LiveRun, MlflowUnavailable, Warn, resolved_uri
+from mmlu_track.store.mlflow import LiveRun, Warn
+from mmlu_track.store.mlflow_client import MlflowUnavailable, resolved_uri
 
 if TYPE_CHECKING:
     from mmlu_track.store.sql import SqlStore

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmlu_track.store.mlflow import MlflowUnavailable, check_reachable, quiet
+from mmlu_track.store.mlflow_client import MlflowUnavailable, check_reachable, quiet
 
 
 def alias_run_id(uri: str | None, ref: str) -> str:

@@ -11,17 +11,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from mmlu_track.config import TrackingConfig, to_dict
+from mmlu_track.config import TrackingConfig
 from mmlu_track.credentials import redact
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
@@ -29,6 +28,7 @@ from mmlu_track.records.stored import ComparisonEntry, ShardWork, StoredRun, Sto
 from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
 from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness, scheduler
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
+from mmlu_track.store.rows import from_row, new_run, stored, to_row, utc_now
 
 UNFINISHED = ("running", "failed", "finalizing", "stopped")  # resumable
 ACTIVE = ("running", "finalizing")  # a process should be at work on it: alive or dead
@@ -47,58 +47,6 @@ class Shard:
 
     def __str__(self) -> str:
         return f"shard {self.index} of {self.count}"
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-def _to_row(run_id: str, r: QuestionResult) -> QuestionRow:
-    lp = r.logprobs or (None, None, None, None)
-    return QuestionRow(
-        run_id=run_id, subject=r.subject, question_index=r.index, prompt_hash=r.prompt_hash,
-        shots_used=r.shots_used, n_tokens=r.n_tokens, truncated=r.truncated,
-        logprob_a=lp[0], logprob_b=lp[1], logprob_c=lp[2], logprob_d=lp[3],
-        generated=r.generated, prediction=r.prediction, gold=r.gold, correct=r.correct, margin=r.margin,
-        scored_by=r.scored_by,
-    )  # fmt: skip
-
-
-def _from_row(row: QuestionRow) -> QuestionResult:
-    lps = (row.logprob_a, row.logprob_b, row.logprob_c, row.logprob_d)
-    return QuestionResult(
-        subject=row.subject, index=row.question_index, prompt_hash=row.prompt_hash,
-        shots_used=row.shots_used, n_tokens=row.n_tokens, truncated=row.truncated,
-        logprobs=None if lps[0] is None else (lps[0], lps[1], lps[2], lps[3]),  # type: ignore[arg-type]
-        generated=row.generated, prediction=row.prediction, gold=row.gold, margin=row.margin,
-        scored_by=row.scored_by,
-    )  # fmt: skip
-
-
-def new_run(start: RunStart, identity: str, output_dir: str | None) -> Run:
-    """The row of a new run (not added to any session): its columns, the one mapping from a run's
-    typed start to the SQL store (a new column is a field here, in `orm.Run` and a migration)."""
-    now, cfg = _now(), start.config
-    return Run(
-        id=uuid.uuid4().hex, identity=identity, status="running",
-        model_name=start.model.name, model_revision=start.model.revision or start.model.weights_sha256,
-        scoring=cfg.scoring.method, formulation=cfg.formulation, k=cfg.k,
-        data_fingerprint=start.data.fingerprint, template_hash=start.template_hash,
-        git_commit=start.git_commit, config_json=json.dumps(to_dict(cfg)),
-        n_questions=start.data.n_questions, output_dir=output_dir, sweep=start.sweep, created_at=now,
-        owner=str(current_owner()), heartbeat_at=now, protocol_json=json.dumps(start.protocol.to_json()),
-    )  # fmt: skip
-
-
-def stored(row: Run) -> StoredRun:
-    """The typed record of a run row: what every reader above the store gets."""
-    return StoredRun(**{f.name: getattr(row, f.name) for f in dataclasses.fields(StoredRun)})
-
-
-def provisional(start: RunStart, identity: str) -> StoredRun:
-    """The run about to start, as a reader would see it (the sequential gate picks its baseline
-    before the candidate is recorded)."""
-    return stored(new_run(start, identity, None))
 
 
 class StoreVanished(StoreError):
@@ -175,7 +123,7 @@ class SqlStore:
         refused (`RunInProgress`); one whose process died is taken over. Other shards of the same
         run are claimed by their own processes at the same time.
         """
-        now = _now()
+        now = utc_now()
         with self._session(write=True) as s:
             if self.engine.dialect.name == "postgresql":  # no row to lock yet when the run is new
                 s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": int(identity[:15], 16)})
@@ -200,7 +148,7 @@ class SqlStore:
                 select(QuestionRow).where(QuestionRow.run_id == run.id).order_by(QuestionRow.question_index)
             )
             for row in rows:
-                done.setdefault(row.subject, []).append(_from_row(row))
+                done.setdefault(row.subject, []).append(from_row(row))
             return run.id, done
 
     def _take_over(self, s: Session, run: Run, shard: Shard, output_dir: str | None, now: datetime) -> None:
@@ -239,7 +187,7 @@ class SqlStore:
             raise StoreError(
                 f"a unit holds one subject's questions, got {sorted({r.subject for r in results})}"
             )
-        now = _now()
+        now = utc_now()
         with self._session(write=True) as s:
             s.execute(
                 delete(QuestionRow).where(
@@ -248,14 +196,14 @@ class SqlStore:
                     QuestionRow.question_index.in_([r.index for r in results]),
                 )
             )
-            s.add_all(_to_row(run_id, r) for r in results)
+            s.add_all(to_row(run_id, r) for r in results)
             s.get_one(Run, run_id).heartbeat_at = now
             if claim := s.get(RunShard, (run_id, shard.count, shard.index)):
                 claim.heartbeat_at = now
 
     def beat(self, run_id: str, shard: Shard) -> None:
         """This process is alive and at work on `shard` of the run (and, finalizing, on the run)."""
-        now = _now()
+        now = utc_now()
         me = str(current_owner())
         with self._session(write=True) as s:
             mine = (RunShard.run_id == run_id, RunShard.shards == shard.count, RunShard.shard == shard.index)
@@ -267,7 +215,7 @@ class SqlStore:
         dead (see `liveness`); None when one is alive, or the run is in another state."""
         if run.status not in ACTIVE:
             return None
-        now = _now()
+        now = utc_now()
         if run.status == "finalizing":
             return liveness(run.owner, run.heartbeat_at, now, self.dead_after)
         with self._session() as s:
@@ -287,6 +235,10 @@ class SqlStore:
                             ShardWork.from_json(json.loads(r.work_json)) if r.work_json else None)
                 for r in rows
             ]  # fmt: skip
+
+    def work(self, run_id: str, shards: int) -> ShardWork:
+        """What the processes of the run's `shards` shards did, summed (those that recorded it)."""
+        return sum((c.work for c in self.shards(run_id) if c.work and c.shards == shards), ShardWork.none())
 
     def unfinished(self, identity: str) -> StoredRun | None:
         """The run a process with this identity would resume, if any."""
@@ -324,7 +276,7 @@ class SqlStore:
             claimed = s.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.status.in_(("running", "failed")))
-                .values(status="finalizing", owner=str(current_owner()), heartbeat_at=_now())
+                .values(status="finalizing", owner=str(current_owner()), heartbeat_at=utc_now())
             )
             return bool(claimed.rowcount == 1)  # type: ignore[attr-defined]
 
@@ -335,7 +287,7 @@ class SqlStore:
             run.status = "finished"
             if output_dir is not None:
                 run.output_dir = output_dir
-            run.finished_at = _now()
+            run.finished_at = utc_now()
             run.record_json = json.dumps(record.to_json())
             run.acc_micro = record.scores.micro.acc
             run.acc_macro = record.scores.macro.acc
@@ -362,12 +314,24 @@ class SqlStore:
             run.status, run.stop_json = "stopped", json.dumps(info.to_json())
             s.execute(update(RunShard).where(RunShard.run_id == run_id).values(status="done"))
 
+    def first_mlflow_run(self, run_id: str, mlflow_run_id: str) -> str:
+        """Record `mlflow_run_id` as the run's MLflow run unless one is already recorded (shards
+        opening theirs at once): the one recorded, which every shard then logs to."""
+        with self._session(write=True) as s:
+            s.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.mlflow_run_id.is_(None))
+                .values(mlflow_run_id=mlflow_run_id)
+            )
+        with self._session() as s:
+            return s.get_one(Run, run_id).mlflow_run_id or mlflow_run_id
+
     def set_mlflow_run(self, run_id: str, mlflow_run_id: str, *, synced: bool) -> None:
         """The MLflow run this run logs to; `synced` once everything is logged there."""
         with self._session(write=True) as s:
             run = s.get_one(Run, run_id)
             run.mlflow_run_id = mlflow_run_id
-            run.mlflow_synced_at = _now() if synced else None
+            run.mlflow_synced_at = utc_now() if synced else None
 
     def runs(self, limit: int = 50, unsynced: bool = False) -> list[StoredRun]:
         query = select(Run).order_by(Run.created_at.desc()).limit(limit)
@@ -390,14 +354,13 @@ class SqlStore:
         found = self.find(run_id)
         return found[0] if len(found) == 1 else None
 
-    def question_results(self, run_id: str) -> list[QuestionResult]:
+    def question_results(self, run_id: str, subject: str | None = None) -> list[QuestionResult]:
         with self._session() as s:
+            where = [QuestionRow.run_id == run_id] + ([QuestionRow.subject == subject] if subject else [])
             rows = s.scalars(
-                select(QuestionRow)
-                .where(QuestionRow.run_id == run_id)
-                .order_by(QuestionRow.subject, QuestionRow.question_index)
+                select(QuestionRow).where(*where).order_by(QuestionRow.subject, QuestionRow.question_index)
             )
-            return [_from_row(r) for r in rows]
+            return [from_row(r) for r in rows]
 
     def finished_runs(self, model_name: str) -> list[StoredRun]:
         """A model's finished runs, newest first (the gate picks a comparable one among them)."""

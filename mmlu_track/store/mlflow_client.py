@@ -1,0 +1,114 @@
+"""Reaching an MLflow tracking store: bounded HTTP retries, the default URI, a SQLite store's first
+use and its artifacts' folder, a server's health, and MLflow's printed links without passwords."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mmlu_track.credentials import redact, redact_text
+
+
+class MlflowUnavailable(RuntimeError):
+    pass
+
+
+# An unhealthy server must cost seconds, not MLflow's default of minutes of retries (only where the
+# user has not set these MLflow environment settings).
+HTTP_LIMITS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+}
+
+
+def resolved_uri(uri: str | None) -> str:
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"  # MLflow >= 3.7's default
+
+
+@contextlib.contextmanager
+def _first_use_lock(uri: str | None) -> Iterator[None]:
+    """Serialise first use of a SQLite MLflow store: MLflow creates its tables on first use, and
+    processes starting together race on it ("table ... already exists")."""
+    resolved = resolved_uri(uri)
+    if not resolved.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    path = Path(resolved.removeprefix("sqlite:///")).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def client_and_experiment(uri: str | None, experiment: str) -> tuple[Any, str]:
+    """An MlflowClient with bounded HTTP retries, and the experiment's id (created if missing)."""
+    for key, value in HTTP_LIMITS.items():
+        os.environ.setdefault(key, value)
+    from mlflow.tracking import MlflowClient
+
+    with _first_use_lock(uri), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        client = MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp else client.create_experiment(experiment, _artifacts(uri))
+    return client, str(exp_id)
+
+
+def _artifacts(uri: str | None) -> str | None:
+    """A new experiment's artifacts in a SQLite MLflow store: `mlruns/` beside the file (MLflow's is
+    the working directory's: a job's own folder under `hydra.job.chdir=true`); else MLflow's."""
+    resolved = resolved_uri(uri)
+    path = resolved.removeprefix("sqlite:///")
+    if not resolved.startswith("sqlite:///") or not Path(path).is_absolute():
+        return None
+    return (Path(path).parent / "mlruns").as_uri()
+
+
+def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
+    """Fail fast on an HTTP tracking server that does not answer (MLflow itself retries for minutes).
+
+    Asked through MLflow's own HTTP layer, once: the same credentials (the URL's `user:password@`,
+    `MLFLOW_TRACKING_USERNAME`/`_PASSWORD`, a token), TLS settings and proxies as its client."""
+    if not (uri and uri.startswith(("http://", "https://"))):
+        return
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    try:
+        with quiet():
+            creds = get_default_host_creds(uri.rstrip("/"))  # type: ignore[no-untyped-call]
+            resp = http_request(  # type: ignore[no-untyped-call]
+                creds, "/health", "GET", max_retries=0, backoff_factor=0, timeout=timeout,
+                raise_on_status=False,
+            )  # fmt: skip
+    except Exception as err:  # MLflow wraps the connection error; its cause is the readable part
+        reason = str(err.__cause__ or err).splitlines()[0]
+        raise MlflowUnavailable(f"MLflow server {redact(uri)} is unreachable: {redact_text(reason)}") from err
+    if resp.status_code != 200:
+        raise MlflowUnavailable(
+            f"MLflow server {redact(uri)} is unreachable: /health answered HTTP {resp.status_code}"
+        )
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    # MLflow prints its run links ("View run ... at: URI/#/...") with the tracking URI's password.
+    printed = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
+            warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
+            yield
+    finally:
+        sys.stdout.write(redact_text(printed.getvalue()))

@@ -1,0 +1,69 @@
+"""The one mapping between typed records and the SQL store's rows: a question result and its row, a
+run's typed start and its columns (a new column is a field here, in `orm.py` and a migration),
+a row and the `StoredRun` every reader above the store gets."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from datetime import UTC, datetime
+
+from mmlu_track.config import to_dict
+from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.run import RunStart
+from mmlu_track.records.stored import StoredRun
+from mmlu_track.store.liveness import current_owner
+from mmlu_track.store.orm import QuestionRow, Run
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def to_row(run_id: str, r: QuestionResult) -> QuestionRow:
+    lp = r.logprobs or (None, None, None, None)
+    return QuestionRow(
+        run_id=run_id, subject=r.subject, question_index=r.index, prompt_hash=r.prompt_hash,
+        shots_used=r.shots_used, n_tokens=r.n_tokens, truncated=r.truncated,
+        logprob_a=lp[0], logprob_b=lp[1], logprob_c=lp[2], logprob_d=lp[3],
+        generated=r.generated, prediction=r.prediction, gold=r.gold, correct=r.correct, margin=r.margin,
+        scored_by=r.scored_by,
+    )  # fmt: skip
+
+
+def from_row(row: QuestionRow) -> QuestionResult:
+    lps = (row.logprob_a, row.logprob_b, row.logprob_c, row.logprob_d)
+    return QuestionResult(
+        subject=row.subject, index=row.question_index, prompt_hash=row.prompt_hash,
+        shots_used=row.shots_used, n_tokens=row.n_tokens, truncated=row.truncated,
+        logprobs=None if lps[0] is None else (lps[0], lps[1], lps[2], lps[3]),  # type: ignore[arg-type]
+        generated=row.generated, prediction=row.prediction, gold=row.gold, margin=row.margin,
+        scored_by=row.scored_by,
+    )  # fmt: skip
+
+
+def new_run(start: RunStart, identity: str, output_dir: str | None) -> Run:
+    """The row of a new run (not added to any session): its columns, the one mapping from a run's
+    typed start to the SQL store (a new column is a field here, in `orm.Run` and a migration)."""
+    now, cfg = utc_now(), start.config
+    return Run(
+        id=uuid.uuid4().hex, identity=identity, status="running",
+        model_name=start.model.name, model_revision=start.model.revision or start.model.weights_sha256,
+        scoring=cfg.scoring.method, formulation=cfg.formulation, k=cfg.k,
+        data_fingerprint=start.data.fingerprint, template_hash=start.template_hash,
+        git_commit=start.git_commit, config_json=json.dumps(to_dict(cfg)),
+        n_questions=start.data.n_questions, output_dir=output_dir, sweep=start.sweep, created_at=now,
+        owner=str(current_owner()), heartbeat_at=now, protocol_json=json.dumps(start.protocol.to_json()),
+    )  # fmt: skip
+
+
+def stored(row: Run) -> StoredRun:
+    """The typed record of a run row: what every reader above the store gets."""
+    return StoredRun(**{f.name: getattr(row, f.name) for f in dataclasses.fields(StoredRun)})
+
+
+def provisional(start: RunStart, identity: str) -> StoredRun:
+    """The run about to start, as a reader would see it (the sequential gate picks its baseline
+    before the candidate is recorded)."""
+    return stored(new_run(start, identity, None))
