@@ -325,7 +325,7 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
 
     from mmlu_track.eval.backend import ModelError
     from mmlu_track.eval.data import DataError
-    from mmlu_track.launchers import job_folders
+    from mmlu_track.launchers import job_command, job_folders
     from mmlu_track.pipeline.evaluate import TruncationError, run
     from mmlu_track.records.run import RecordError
     from mmlu_track.store.db import StoreError
@@ -334,20 +334,21 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     eval_cfg = _eval_config(cfg)
     # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
     sweep, output_dir = job_folders(HydraConfig.get())
+    command = job_command(HydraConfig.get())
     try:
         if eval_cfg.gate is not None and eval_cfg.gate.sequential:
             from mmlu_track.gate.sequential_run import execute
             from mmlu_track.gate.stats import ComparisonError
 
             def evaluate(looks: Any) -> str | None:
-                return run(eval_cfg, output_dir, sweep=sweep, looks=looks).run_id
+                return run(eval_cfg, output_dir, sweep=sweep, looks=looks, command=command).run_id
 
             try:
                 codes.append(execute(eval_cfg, output_dir, evaluate))
             except ComparisonError as err:
                 fail(str(err))
             return None
-        out = run(eval_cfg, output_dir, sweep=sweep)
+        out = run(eval_cfg, output_dir, sweep=sweep, command=command)
     except (DataError, ModelError, StoreError, RecordError, TruncationError) as err:
         fail(str(err))
     return out.scores.micro.acc if out.scores else None

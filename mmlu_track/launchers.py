@@ -90,6 +90,17 @@ def job_folders(hc: Any) -> tuple[str | None, Path]:
     return str(sweep), sweep / hc.sweep.subdir
 
 
+def job_command(hc: Any) -> list[str] | None:
+    """The command that runs this sweep job alone (its overrides, the sweep's resolved for it: a
+    launcher's worker has its own command line, submitit's `_submit.py`, Ray's worker); None
+    outside a sweep, where the process's own command line is the user's."""
+    from hydra.types import RunMode
+
+    if hc.mode != RunMode.MULTIRUN:
+        return None
+    return ["python", "-m", "mmlu_track", *hc.overrides.hydra, *hc.overrides.task]
+
+
 class JobFailed(CompactHydraException):
     """A sweep job's unusable input (exit 2 when run alone) as an ordinary exception: Hydra records
     the job as failed, the driver prints the message alone (Hydra prints a compact exception as

@@ -63,8 +63,12 @@ def _one_run_in(launch: Path, reference: RunOutput, scheduler: str) -> None:
     assert logged.info.artifact_uri.startswith((launch / "mlruns").as_uri())
     (results,) = (launch / "multirun").rglob("results.json")  # in the sweep's folder, not a job's
     assert (results.parent / "multirun.yaml").is_file()
-    timing = json.loads(results.read_text())["timing"]  # both shards' work, not the finalizer's alone
+    record = json.loads(results.read_text())
+    timing = record["timing"]  # both shards' work, not the finalizer's alone
     assert timing["tokens_forwarded"] == reference.record.timing.tokens_forwarded  # type: ignore[union-attr]
+    argv = record["host"]["argv"]  # the job's own command, not submitit's `_submit.py` or Ray's worker
+    assert argv[:3] == ["python", "-m", "mmlu_track"]
+    assert {"shards=2", "experiment=smoke"} <= set(argv)
 
 
 def _wait_for(what: str, check: object, timeout_s: float = 180) -> None:

@@ -75,7 +75,7 @@ def git_commit(where: Path | None = None) -> str | None:
     return f"{sha}-dirty" if dirty else sha
 
 
-def host() -> dict[str, Any]:
+def host(command: list[str] | None = None) -> dict[str, Any]:
     # The command line may hold a URL with its password (tracking.db_url=...): recorded without it.
-    argv = [redact_text(a) for a in sys.argv]
+    argv = [redact_text(a) for a in (command or sys.argv)]
     return {"hostname": platform.node(), "platform": platform.platform(), "argv": argv}

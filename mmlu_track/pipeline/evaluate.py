@@ -85,9 +85,11 @@ def run(
     echo: Echo = print,
     sweep: str | None = None,
     looks: Looks | None = None,
+    command: list[str] | None = None,
 ) -> RunOutput:
     """Evaluate `cfg.model` (this process's shard of it), record the run in the SQL store and MLflow,
-    write files to `output_dir`; in `looks` when given (unsharded only)."""
+    write files to `output_dir`; in `looks` when given (unsharded only). `command`: the command line
+    recorded (default: this process's; a launched job's is the launcher's)."""
     if cfg.tracking.mlflow:
         from mmlu_track.store.mlflow_sync import effective_uri
 
@@ -98,12 +100,21 @@ def run(
     store = open_store(cfg.tracking)  # fail before any work when the database is unusable
     try:
         with sigterm_as_exit():
-            return _run(cfg, output_dir, store, progress=progress, echo=echo, sweep=sweep, looks=looks)
+            return _run(
+                cfg,
+                output_dir,
+                store,
+                progress=progress,
+                echo=echo,
+                sweep=sweep,
+                looks=looks,
+                command=command,
+            )
     finally:
         store.close()
 
 
-def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
+def _prepare(cfg: EvalConfig, sweep: str | None, command: list[str] | None) -> Prepared:
     """Everything before the run is recorded; refuses prompts that can never fit."""
     t0 = time.time()
     seeds = provenance.set_seeds(cfg.seed, torch=load.in_process(cfg))
@@ -119,7 +130,7 @@ def _prepare(cfg: EvalConfig, sweep: str | None) -> Prepared:
         lm.close()
         raise
     first = the_plan.all_questions[0]
-    host = provenance.host()
+    host = provenance.host(command)
     start = RunStart(
         config=cfg,
         model=lm.info,
@@ -188,9 +199,10 @@ def _run(
     echo: Echo,
     sweep: str | None,
     looks: Looks | None,
+    command: list[str] | None,
 ) -> RunOutput:
     started = time.time()
-    prep = _prepare(cfg, sweep)
+    prep = _prepare(cfg, sweep, command)
     try:
         return _scored_run(cfg, output_dir, store, prep, started, progress=progress, echo=echo, looks=looks)
     finally:
