@@ -14,10 +14,12 @@ SLURM through submitit, Ray) behaves as the same command run here.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from hydra.errors import CompactHydraException
+from hydra.experimental.callback import Callback
 
 SQLITE = "sqlite:///"
 
@@ -105,3 +107,25 @@ class JobFailed(CompactHydraException):
     """A sweep job's unusable input (exit 2 when run alone) as an ordinary exception: Hydra records
     the job as failed, the driver prints the message alone (Hydra prints a compact exception as
     its text) and exits 2 (`cli.hydra_exit_codes`), and no engine retries it."""
+
+
+class SweepResults(Callback):
+    """After a sweep, in its driver: the results of each sharded run it finalized (`results.json` in
+    the sweep's folder), where a launcher keeps its jobs' output in files of its own (submitit:
+    `.submitit/<job>/*_log.out`); other launchers show their jobs' output as it comes."""
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        from mmlu_track.pipeline.outputs import RESULTS_FILE
+        from mmlu_track.records.results import table
+        from mmlu_track.records.run import RecordError, RunRecord
+
+        if "submitit" not in str(config.hydra.launcher.get("_target_", "")):
+            return
+        sweep = anchored_dir(str(config.hydra.sweep.dir), Path(config.hydra.runtime.cwd))
+        for path in sorted([*sweep.glob(RESULTS_FILE), *sweep.glob(f"run-*/{RESULTS_FILE}")]):
+            try:
+                record = RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, KeyError, RecordError):
+                continue
+            print(f"run {record.run_id} ({record.start.name}):", table(record.scores), sep="\n")
+            print(f"results in {path.parent}")

@@ -105,6 +105,7 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
                               capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         _one_run_in(launch, reference, "slurm")
+        assert "micro average" in done.stdout  # the driver prints what only submitit's logs held
 
         # Cancelled midway: shard 0 by SIGKILL (its claim stays `running`), shard 1 by a plain scancel.
         big = [f"tracking.db_url=sqlite:///{tmp_path / 'big.db'}", "subjects=all", "limit=10", "k=5",
