@@ -11,8 +11,8 @@ actually computed (llama.cpp reuses the longest prefix it holds: the prompt-cach
 the ratio of lm-eval's time to mmlu_track's. lm-eval sends each choice as its own echo request
 (4 per question) sorted by length, so a subject's shared prefix is seldom the one held; mmlu_track
 sends one request per question, a subject's questions together. (On this server lm-eval's echoed
-log-probs are off by one token, see eval/openai_api.py: its accuracy here is not meaningful; and
-llama-cpp-python's perf lines undercount the tokens of echo requests: read requests and seconds.)
+log-probs are off by one token, see eval/openai_api.py: its accuracy here is not meaningful.)
+`--counts LOG` reprints the counts of a saved server log.
 """
 
 from __future__ import annotations
@@ -36,17 +36,17 @@ from bench_scoring import DEFAULT_SUBJECTS, harness_tasks  # noqa: E402
 from tests.serve import API_KEY, N_CTX, SERVED_NAME, LlamaServer  # noqa: E402
 
 _PROMPT = re.compile(r"prompt eval time =\s*[\d.]+ ms /\s*(\d+) tokens")
-_TOTAL = re.compile(r"total time =\s*[\d.]+ ms /\s*(\d+) tokens")
-_RUNS = re.compile(r"\beval time =\s*[\d.]+ ms /\s*(\d+) runs")
+_REUSED = re.compile(r"Llama\.generate: (\d+) prefix-match hit")
 
 
 def server_counts(log: str) -> dict[str, int]:
-    """Requests, prompt tokens received and prompt tokens computed, from llama-cpp-python's log."""
+    """Requests, prompt tokens received and prompt tokens computed, from llama-cpp-python's log:
+    its perf lines count the tokens it evaluated, its `prefix-match hit` lines those it reused from
+    the prompt it held (a prompt wholly cached, which it says apart, counts as none received)."""
     computed = sum(map(int, _PROMPT.findall(log)))
-    generated = sum(map(int, _RUNS.findall(log)))
     return {
         "requests": log.count('"POST /v1/completions'),
-        "prompt_tokens": sum(map(int, _TOTAL.findall(log))) - generated,
+        "prompt_tokens": computed + sum(map(int, _REUSED.findall(log))),
         "computed_tokens": computed,
     }
 
@@ -107,7 +107,11 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=4, help="mmlu_track's model.max_concurrency")
     parser.add_argument("--harness-concurrency", default="1,4", help="lm-eval num_concurrent values to try")
+    parser.add_argument("--counts", type=Path, help="print the counts of a saved server log and exit")
     args = parser.parse_args()
+    if args.counts:
+        print(server_counts(args.counts.read_text(errors="replace")))
+        return
     n = args.limit * len(args.subjects.split(","))
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmpdir:
