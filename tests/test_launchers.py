@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,3 +81,21 @@ def test_squeue_is_asked_only_for_slurm_claims_and_its_silence_decides_nothing(
     assert slurm_job_gone("ray:abc") is None
     monkeypatch.setenv("PATH", str(tmp_path))  # no squeue: heartbeats decide
     assert slurm_job_gone("slurm:12.0") is None
+
+
+def test_runs_show_lists_each_shard_with_its_process_and_scheduler_task(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
+    from mmlu_track.store.sql import Shard, SqlStore
+
+    from .conftest import synthetic_start
+
+    store = SqlStore(sqlite_url)
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    run_id, _ = store.start_or_resume(synthetic_start(), "identity-x", Shard(1, 2))
+    got = cli("runs", "--db", sqlite_url, "show", run_id, cwd=tmp_path)
+    assert got.code == 0, got.err
+    (line,) = [x for x in got.out.splitlines() if x.startswith("shard ")]
+    assert line.startswith("shard 1 of 2  running  process ")
+    assert "scheduler slurm:77.0  last beat " in line
