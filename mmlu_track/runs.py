@@ -40,7 +40,7 @@ def _dtype_and_limit(run: StoredRun) -> tuple[str, str]:
         config, record = run.config, run.record
     except RecordError:
         return "?", "?"  # recorded by an incompatible version: listed, not fatal
-    dtype = record.start.model.dtype if record else config.dtype
+    dtype = record.start.model.dtype if record else run.model_dtype or config.dtype
     return dtype, "all" if config.limit is None else str(config.limit)
 
 

@@ -99,3 +99,20 @@ def test_runs_show_lists_each_shard_with_its_process_and_scheduler_task(
     (line,) = [x for x in got.out.splitlines() if x.startswith("shard ")]
     assert line.startswith("shard 1 of 2  running  process ")
     assert "scheduler slurm:77.0  last beat " in line
+
+
+def test_an_unfinished_run_is_listed_in_the_dtype_it_was_loaded_in(
+    sqlite_url: str, tmp_path: Path, cli: Any
+) -> None:
+    """`dtype=auto` (the default) resolves as the model loads: a running or stopped run has no record
+    yet, and was listed as `auto`."""
+    from mmlu_track.store.sql import SqlStore
+
+    from .conftest import synthetic_start
+
+    SqlStore(sqlite_url).start_or_resume(synthetic_start(), "identity-y")  # loaded in float32
+    got = cli("runs", "--db", sqlite_url, "list", cwd=tmp_path)
+    assert got.code == 0, got.err
+    (row,) = [x for x in got.out.splitlines()[1:] if "running" in x]
+    assert " float32 " in row
+    assert " auto " not in row

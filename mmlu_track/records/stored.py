@@ -29,6 +29,7 @@ class StoredRun:
     status: str  # running | finalizing | finished | failed | stopped (by the sequential gate)
     model_name: str
     model_revision: str | None  # the hub revision, else the local weights' sha256
+    model_dtype: str | None  # the dtype it was loaded in (`auto` resolved); None: stored before 0009
     scoring: str
     formulation: str
     k: int

@@ -23,6 +23,7 @@ class Run(Base):
     status: Mapped[str] = mapped_column(String(16), index=True)
     model_name: Mapped[str] = mapped_column(String(255), index=True)
     model_revision: Mapped[str | None] = mapped_column(String(255))
+    model_dtype: Mapped[str | None] = mapped_column(String(16))  # as loaded (auto resolved); None before 0009
     scoring: Mapped[str] = mapped_column(String(32))
     formulation: Mapped[str] = mapped_column(String(32))
     k: Mapped[int] = mapped_column(Integer)
