@@ -30,7 +30,7 @@ from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.store.mlflow_client import MlflowUnavailable, check_reachable, client_and_experiment, quiet
-from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, percent
+from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, gate_line, percent
 from mmlu_track.typed import flatten
 
 SWEEP_TAG = "mmlu_track.sweep"
@@ -314,6 +314,12 @@ def log_comparison(
 
                 with contextlib.suppress(MlflowException):  # a run on another server: not reachable here
                     client.set_tag(candidate[0], GATE_TAG, f"{candidate[1]} (comparison run {rid})")
+                    note = client.get_run(candidate[0]).data.tags.get(NOTE_TAG, "")
+                    client.set_tag(
+                        candidate[0],
+                        NOTE_TAG,
+                        gate_line(note, candidate[1], f"#/experiments/{exp_id}/runs/{rid}"),
+                    )
         return str(rid)
     except Exception as err:
         raise MlflowUnavailable(

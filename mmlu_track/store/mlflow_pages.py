@@ -54,3 +54,13 @@ def dataset_input(start: RunStart) -> Any:
     source = redact(data.path) if data.path else f"{data.source} ({cfg.data.name})"
     dataset = Dataset(name, data.fingerprint[:12], data.source, source, profile=profile)
     return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])
+
+
+GATE_LINE = "**Latest gate:**"
+
+
+def gate_line(note: str, verdict: str, link: str) -> str:
+    """A run's description with its latest comparison's verdict as a link to that comparison's run
+    (in the comparisons' experiment: MLflow nests runs only within one), replacing the one before."""
+    kept = "\n".join(line for line in note.splitlines() if not line.startswith(GATE_LINE)).rstrip()
+    return f"{kept}\n\n{GATE_LINE} [{verdict}]({link})".lstrip()
