@@ -170,19 +170,21 @@ def _log_subject(
 ) -> None:
     """A subject complete in this process goes to the live MLflow run, with the run's progress; in a
     sharded run, a subject whose slices other shards scored goes there from the shard that commits
-    its last slice (the store has them all), without progress (a shard sees only its own)."""
+    its last slice, and the progress is the whole run's, from the store (a shard holds its own)."""
     units = [u for u in everything if u.subject == subject]
-    if all(u in held for u in units):
-        results = [r for u in units for r in held[u]]
-        if cfg.shards > 1:
-            live.subject_done(subject, acc(results))
-            return
-        so_far = [r for rs in held.values() for r in rs]
-        live.subject_done(subject, acc(results), len({r.subject for r in so_far}), acc(so_far))
-    elif cfg.shards > 1:
-        results = store.question_results(run_id, subject)
-        if len(results) == len(prep.plan.questions[subject]):
-            live.subject_done(subject, acc(results))
+    mine = [r for u in units for r in held[u]] if all(u in held for u in units) else None
+    if cfg.shards == 1:
+        if mine is not None:
+            held_now = [r for rs in held.values() for r in rs]
+            live.subject_done(subject, acc(mine), len({r.subject for r in held_now}), acc(held_now))
+        return
+    committed = store.committed_by_subject(run_id)
+    if committed.get(subject, (0, 0))[0] < len(prep.plan.questions[subject]):
+        return
+    whole = {s for s, (n, _) in committed.items() if n == len(prep.plan.questions[s])}
+    n, k = (sum(v[i] for v in committed.values()) for i in (0, 1))
+    so_far = Accuracy(n=n, correct=k, acc=k / n, stderr=None)
+    live.subject_done(subject, acc(mine or store.question_results(run_id, subject)), len(whole), so_far)
 
 
 def _scored(

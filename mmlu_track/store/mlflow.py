@@ -206,8 +206,7 @@ class LiveRun:
     def subject_done(
         self, subject: str, acc: Accuracy, subjects_done: int | None = None, so_far: Accuracy | None = None
     ) -> None:
-        """A subject's accuracy, and the running micro accuracy at step = subjects done (not for a
-        shard, which knows only its own part)."""
+        """A subject's accuracy, and the run's micro accuracy so far at step = subjects done."""
         if self.id is None:
             return
         self._call("logging a subject", lambda: self._log_metrics(subject_metrics(subject, acc)))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import case, delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -246,6 +246,16 @@ class SqlStore:
             query = select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED))
             row = s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
             return stored(row) if row is not None else None
+
+    def committed_by_subject(self, run_id: str) -> dict[str, tuple[int, int]]:
+        """Questions committed and how many of them correct, per subject (one aggregate query)."""
+        query = (
+            select(QuestionRow.subject, func.count(), func.sum(case((QuestionRow.correct, 1), else_=0)))
+            .where(QuestionRow.run_id == run_id)
+            .group_by(QuestionRow.subject)
+        )
+        with self._session() as s:
+            return {subject: (int(n), int(k or 0)) for subject, n, k in s.execute(query)}
 
     def n_committed(self, run_id: str) -> int:
         with self._session() as s:
