@@ -110,6 +110,11 @@ def test_mlflow_down_keeps_the_run_and_sync_logs_it_later(
     assert synced.mlflow_run_id is not None
     got = MlflowClient(tracking_uri=mlflow_server).get_run(synced.mlflow_run_id)
     assert got.data.metrics["acc_micro"] == pytest.approx(out.scores.micro.acc)
+    # its predictions with each question's text, as a live run's (planned again, same fingerprint)
+    logged = MlflowClient(tracking_uri=mlflow_server).download_artifacts(
+        synced.mlflow_run_id, "predictions.jsonl", str(tmp_path)
+    )
+    assert Path(logged).read_text() == (out.output_dir / "predictions.jsonl").read_text()
     assert runs_main(["--db", sqlite_url, "sync", "--mlflow-uri", mlflow_server]) == 0
     assert "0 of 0 unsynced runs" in capsys.readouterr().out
 

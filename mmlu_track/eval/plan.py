@@ -23,6 +23,7 @@ from mmlu_track.config import EvalConfig, identity_dict
 from mmlu_track.eval import prompts
 from mmlu_track.eval.backend import Backend, ModelError
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
+from mmlu_track.records.results import Docs
 from mmlu_track.records.run import ModelInfo, Protocol
 
 
@@ -105,6 +106,13 @@ class Plan:
     @property
     def all_questions(self) -> list[Question]:
         return [q for qs in self.questions.values() for q in qs]
+
+    def docs(self) -> Docs:
+        """Each planned question's text and choices, for predictions.jsonl."""
+        return {
+            (q.subject, q.index): {"question": q.question, "choices": list(q.choices)}
+            for q in self.all_questions
+        }
 
 
 def plan(cfg: EvalConfig) -> Plan:

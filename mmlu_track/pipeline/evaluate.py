@@ -154,9 +154,7 @@ def _prepare(cfg: EvalConfig, sweep: str | None, command: list[str] | None) -> P
 
 
 def _docs(prep: Prepared) -> Docs:
-    """Each planned question's text and choices, for predictions.jsonl."""
-    questions = prep.plan.all_questions
-    return {(q.subject, q.index): {"question": q.question, "choices": list(q.choices)} for q in questions}
+    return prep.plan.docs()
 
 
 def _all_results(prep: Prepared, store: SqlStore, run_id: str) -> list[QuestionResult]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from mmlu_track.credentials import is_redacted, redact, refill, strip_userinfo
-from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.results import Docs, QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.store.mlflow import LiveRun, Warn
 from mmlu_track.store.mlflow_client import MlflowUnavailable, resolved_uri
@@ -63,12 +63,13 @@ def log_run(
     uri: str | None,
     experiment: str,
     existing: str | None,
+    docs: Docs | None = None,
 ) -> str:
     """Log a finished run in one go (`runs sync`); its MLflow id. Raises `MlflowUnavailable`."""
     errors: list[str] = []
     live = LiveRun(uri, experiment, errors.append, then="")
     live.open(record.run_id, record.start, existing)
-    if not live.finish(record, results) or live.id is None:  # finished: opened, so with an id
+    if not live.finish(record, results, docs) or live.id is None:  # finished: opened, so with an id
         raise MlflowUnavailable(errors[0] if errors else "logging to MLflow failed")
     return live.id
 
