@@ -113,12 +113,15 @@ def synthetic_run(
     fingerprint: str = "f" * 64,
     formulation: str = "original",
     calibration: str = "none",
+    dtype: str | None = None,
 ) -> str:
-    """A finished run written straight into a store, with the given correctness per question."""
+    """A finished run written straight into a store, with the given correctness per question
+    (loaded in float32, or in `dtype=` asked for)."""
     from mmlu_track.records.results import QuestionResult, aggregate
 
     cfg = compose_eval(
         ["model=tiny", f"k={k}", f"formulation={formulation}", f"scoring.calibration={calibration}"]
+        + ([f"dtype={dtype}"] if dtype else [])
     )
     start = synthetic_start(cfg, model, fingerprint, sum(map(len, correct.values())))
     run_id, _ = store.start_or_resume(start, f"{model}-{k}-{fingerprint}-{os.urandom(8).hex()}")
@@ -142,7 +145,8 @@ def synthetic_start(cfg: EvalConfig | None = None, model: str = "m", fingerprint
     from mmlu_track.records.run import DataInfo, HostInfo, ModelInfo
 
     cfg = cfg or compose_eval(["model=tiny"])
-    info = ModelInfo(model, "tiny", model, "r1", None, "float32", "cpu", 2048, False, 49152, 1)
+    dtype = cfg.dtype if cfg.dtype != "auto" else "float32"
+    info = ModelInfo(model, "tiny", model, "r1", None, dtype, "cpu", 2048, False, 49152, 1)
     return RunStart(
         config=cfg, model=info, data=DataInfo("packaged", None, fingerprint, "d", n_questions),
         template_hash="t", example_prompt="?", seeds={"python": cfg.seed}, versions={}, git_commit=None,

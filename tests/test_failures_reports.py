@@ -212,3 +212,22 @@ def test_a_job_summary_that_cannot_be_written_warns_and_keeps_the_verdict(cli: C
         "device"
     ]
     assert (tmp_path / "r" / "report.md").is_file()
+
+
+def test_two_runs_of_one_model_are_titled_by_what_differs(cli: Cli, tmp_path: Path) -> None:
+    """`m vs baseline m` said nothing: the title names what differs, and the dtype once (the
+    setting and the dtype the model ran in are the same fact)."""
+    from mmlu_track.store.sql import SqlStore
+
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    store = SqlStore(db)
+    flags = {"anatomy": [True, False] * 10}
+    base = synthetic_run(store, "m", flags, dtype="float32")
+    cand = synthetic_run(store, "m", flags, dtype="bfloat16")
+    got = cli("compare", f"baseline={base}", f"candidate={cand}", f"tracking.db_url={db}",
+              "tracking.mlflow=false", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)  # fmt: skip
+    assert got.code in (0, 1), got.err
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "**m, baseline → candidate: dtype float32 → bfloat16**" in md
+    assert "What differs: dtype float32 → bfloat16." in md
+    assert "m, baseline → candidate: dtype float32 → bfloat16" in got.out

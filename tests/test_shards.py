@@ -83,6 +83,8 @@ def test_four_shards_in_turn_make_one_run_equal_to_the_unsharded_one(
         assert live.info.status == ("FINISHED" if len(outs) == 4 else "RUNNING")
         if len(outs) == 1:
             assert live.data.metrics  # the first shard's complete subjects are there already
+    assert live.data.params["shards"] == "4"
+    assert "shard" not in live.data.params  # which shard opened it is no setting of the run
     subjects = [k for k in live.data.metrics if k.startswith("acc/") and k.count("/") == 1]
     assert sorted(subjects) == ["acc/anatomy", "acc/professional_law", "acc/virology"]
     for key in subjects:  # each logged once, by whichever shard completed it (sliced ones included)

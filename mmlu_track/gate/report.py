@@ -63,8 +63,12 @@ def md_code(text: str) -> str:
 
 
 def title(base: StoredRun, cand: StoredRun, mode: str) -> str:
+    """The comparison in a line; for two runs of one model, what else differs (baseline → candidate)."""
     if mode == "fewshot_gap":
         return f"Few-shot gap of {cand.model_name}: k={cand.k} vs k={base.k}"
+    if cand.model_name == base.model_name and (differs := differences(base, cand)):
+        more = f" (+{len(differs) - 2} more)" if len(differs) > 2 else ""
+        return f"{cand.model_name}, baseline → candidate: {'; '.join(differs[:2])}{more}"
     return f"{cand.model_name} vs baseline {base.model_name}"
 
 
@@ -102,7 +106,9 @@ def differences(base: StoredRun, cand: StoredRun) -> list[str]:
         ("ran on", ma.device, mb.device),
         *((lib, a.start.versions.get(lib), b.start.versions.get(lib)) for lib in ("transformers", "torch")),
     ]
-    return [f"{name} {x} → {y}" for name, x, y in pairs if x != y]
+    said = {(x, y) for name, x, y in pairs if name == "dtype"}  # `ran in` would say it again
+    kept = [(name, x, y) for name, x, y in pairs if x != y and not (name == "ran in" and (x, y) in said)]
+    return [f"{name} {x} → {y}" for name, x, y in kept]
 
 
 def _p(p: float | None) -> str:

@@ -87,7 +87,8 @@ def params(start: RunStart) -> dict[str, str]:
     to the settings (`config.py`), to `ModelInfo` or to `DataInfo` is a param with no edit here.
     `model.*`/`data.*` are what was loaded (the resolved revision), over what was asked for."""
     cfg = start.config
-    settings = {k: v for k, v in to_dict(cfg).items() if k not in ("tracking", "gate", "subjects")}
+    # `shard`: which process opened the run, not a setting of the run (all its shards log to it)
+    settings = {k: v for k, v in to_dict(cfg).items() if k not in ("tracking", "gate", "subjects", "shard")}
     out: dict[str, object] = {
         **flatten(settings),
         **flatten({"model": dataclasses.asdict(start.model), "data": dataclasses.asdict(start.data)}),
