@@ -91,7 +91,7 @@ def _on_node2(args: list[str], cwd: Path, env: dict[str, str]) -> warm.Popen:
 
 
 def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
-    tmp_path: Path, reference: RunOutput
+    tmp_path: Path, reference: RunOutput, request: pytest.FixtureRequest
 ) -> None:
     require(*SLURM_TOOLS)
     launch = tmp_path / "launch"
@@ -112,6 +112,7 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
                "batch_size=1", "tracking=sql_only"]  # fmt: skip
         sweep = subprocess.Popen([*SWEEP, *slurm_args, *big], cwd=launch, env=env, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        request.addfinalizer(sweep.kill)  # a failed assertion below leaves no driver behind
         store = SqlStore(f"sqlite:///{tmp_path / 'big.db'}")
 
         def both_at_work() -> bool:
