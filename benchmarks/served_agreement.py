@@ -34,7 +34,9 @@ def tokenizer_dir() -> str:
 
     package, filename = models.PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
-    key_dir, gguf, _ = models._gguf_cache(gguf_cfg, Path(os.environ.get("MMLU_TRACK_CACHE", "~/.cache/mmlu_track")).expanduser())
+    key_dir, gguf, _ = models._gguf_cache(
+        gguf_cfg, Path(os.environ.get("MMLU_TRACK_CACHE", "~/.cache/mmlu_track")).expanduser()
+    )
     return str(models._converted_tokenizer(key_dir, gguf))
 
 
@@ -105,9 +107,13 @@ def main() -> None:
     )
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--generate", action="store_true", help="also greedy generation (5-shot)")
-    parser.add_argument("--chat", default="none", choices=["none", "single_turn", "multiturn"],
-                        help="prompt style (chat: served log-probs of prompts rendered here, generation "
-                        "through the server's /v1/chat/completions)")
+    parser.add_argument(
+        "--chat",
+        default="none",
+        choices=["none", "single_turn", "multiturn"],
+        help="prompt style (chat: served log-probs of prompts rendered here, generation "
+        "through the server's /v1/chat/completions)",
+    )
     args = parser.parse_args()
     os.environ["MMLU_TRACK_BENCH_KEY"] = API_KEY
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,9 +29,11 @@ def _absolute_sqlite(url: str, base: Path) -> str:
     if not url.startswith(SQLITE) or url.startswith(SQLITE + "/") or ":memory:" in url:
         return url
     path, sep, query = url[len(SQLITE) :].partition("?")
-    if not path:
+    scheme = "file:" if path.startswith("file:") else ""  # SQLite's URI form (`?mode=ro&uri=true`)
+    path = path.removeprefix(scheme)
+    if not path or Path(path).is_absolute():
         return url
-    return f"{SQLITE}{(base / Path(path).expanduser()).resolve()}{sep}{query}"
+    return f"{SQLITE}{scheme}{(base / Path(path).expanduser()).resolve()}{sep}{query}"
 
 
 def _absolute_path(value: str, base: Path, *, only_existing: bool) -> str:

@@ -29,6 +29,11 @@ def test_relative_paths_are_anchored_at_the_launch_folder(tmp_path: Path) -> Non
     assert got["model"]["name_or_path"] == str(tmp_path / "models" / "mine")  # a folder there
     assert got["model"]["tokenizer"] == "HuggingFaceTB/SmolLM2-135M"  # a hub id: no such folder
     assert raw["tracking"]["db_url"] == "sqlite:///runs/mmlu_track.db?timeout=5"  # the input is kept
+    uri_form = {**raw, "tracking": {**raw["tracking"], "db_url": "sqlite:///file:s.db?mode=ro&uri=true"}}
+    assert (
+        anchored(uri_form, tmp_path, "x")["tracking"]["db_url"]
+        == f"sqlite:///file:{tmp_path}/s.db?mode=ro&uri=true"
+    )
 
 
 @pytest.mark.parametrize(
@@ -37,6 +42,7 @@ def test_relative_paths_are_anchored_at_the_launch_folder(tmp_path: Path) -> Non
         ("sqlite:////abs/s.db", "http://u:pw@mlflow:5000"),
         ("postgresql+psycopg://u:pw@db/mmlu", "file:///abs/mlruns"),
         ("sqlite://", "databricks"),
+        ("sqlite:///file:/abs/s.db?mode=ro&uri=true", "sqlite:////abs/mlflow.db"),
     ],
 )
 def test_absolute_paths_and_servers_are_left_as_given(db_url: str, mlflow_uri: str) -> None:

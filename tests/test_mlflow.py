@@ -177,7 +177,7 @@ def test_every_setting_and_every_loaded_fact_is_a_param() -> None:
     got = params(start)
     values: dict[str, object] = {}
     for k, v in to_dict(start.config).items():
-        if k not in ("tracking", "gate", "subjects"):
+        if k not in ("tracking", "gate", "subjects", "shard"):  # shard: which process opened it
             values |= {f"{k}.{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v}
     for part, info in (("model", start.model), ("data", start.data)):
         values |= {f"{part}.{f.name}": getattr(info, f.name) for f in dataclasses.fields(info)}
