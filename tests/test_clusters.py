@@ -112,7 +112,7 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
                "batch_size=1", "tracking=sql_only"]  # fmt: skip
         sweep = subprocess.Popen([*SWEEP, *slurm_args, *big], cwd=launch, env=env, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-        request.addfinalizer(sweep.kill)  # a failed assertion below leaves no driver behind
+        request.addfinalizer(lambda: (sweep.kill(), sweep.communicate()))  # nothing left behind
         store = SqlStore(f"sqlite:///{tmp_path / 'big.db'}")
 
         def both_at_work() -> bool:
@@ -137,8 +137,8 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
         _wait_for("the cancelled shards leave the queue", lambda: not slurm.squeue(), timeout_s=60)
         assert time.time() - cancelled < 20  # SLURM's SIGKILL follows a SIGTERM after KillWait=30 s
         # Without accounting (no slurmdbd here) submitit cannot learn that a job was cancelled and
-        # waits for its result: the user's Ctrl-C.
-        sweep.send_signal(signal.SIGINT)
+        # waits for its result: the user stops it.
+        sweep.terminate()
         sweep.communicate(timeout=60)
         claims = {c.shard: c for c in store.shards(big_run.id)}
         assert claims[0].status == "running"  # SIGKILL: nothing marked

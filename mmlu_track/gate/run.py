@@ -191,12 +191,14 @@ def _log_comparison(
         return log_comparison(
             uri=cfg.tracking.mlflow_uri,
             experiment=cfg.compare_experiment,
-            name=f"{label}: {_run_name(cand)} vs {_run_name(base)}",
+            name=f"{label}: {_run_name(cand)} vs baseline {_run_name(base)}",
             run_tags={"verdict": verdict.status, NOTE_TAG: head},
             run_params=params,
             run_metrics={**metrics, **(extra or {})},
             files=[output_dir / name for name in ("report.md", "report.json", "deltas.png")],
-            candidate=(cand.mlflow_run_id, f"{label} vs {_run_name(base)}") if cand.mlflow_run_id else None,
+            candidate=(cand.mlflow_run_id, f"{label} vs baseline {_run_name(base)}")
+            if cand.mlflow_run_id
+            else None,
         )
     except MlflowUnavailable as err:
         warn(f"comparison not logged to MLflow: {err}")
