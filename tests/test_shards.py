@@ -85,6 +85,7 @@ def test_four_shards_in_turn_make_one_run_equal_to_the_unsharded_one(
             assert live.data.metrics  # the first shard's complete subjects are there already
     assert live.data.params["shards"] == "4"
     assert "shard" not in live.data.params  # which shard opened it is no setting of the run
+    assert " · 4 shards · " in live.data.tags["mlflow.note.content"]
     subjects = [k for k in live.data.metrics if k.startswith("acc/") and k.count("/") == 1]
     assert sorted(subjects) == ["acc/anatomy", "acc/professional_law", "acc/virology"]
     for key in subjects:  # each logged once, by whichever shard completed it (sliced ones included)

@@ -29,6 +29,8 @@ def description(record: RunRecord) -> str:
     cfg = start.config
     prompt = cfg.formulation if cfg.chat.style == "none" else f"{cfg.formulation}, chat {cfg.chat.style}"
     limit = "all questions" if cfg.limit is None else f"limit={cfg.limit} per subject (seed {cfg.seed})"
+    if cfg.shards > 1:
+        limit += f" · {cfg.shards} shards"
     lines = [
         f"**MMLU micro accuracy {percent(scores.micro)}**, macro {100 * scores.macro.acc:.2f} % "
         "(95 % Wilson intervals)",
