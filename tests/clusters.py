@@ -53,8 +53,9 @@ def _sbin(tool: str) -> str:
 class SlurmCluster:
     """munged + slurmctld + slurmd for this host, as root (what the CI machine runs tests as)."""
 
-    def __init__(self, folder: Path, cpus: int = 2) -> None:
-        self.dir, self.cpus = folder, cpus
+    def __init__(self, folder: Path) -> None:
+        # The node as it is (slurmd drains a node configured with more CPUs or memory than it has).
+        self.dir, self.cpus = folder, os.cpu_count() or 1
         self.host = socket.gethostname().split(".")[0]
         self.conf = folder / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
@@ -84,7 +85,7 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
 KillWait=30
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 State=UNKNOWN
+NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 """
 
