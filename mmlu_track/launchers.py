@@ -10,6 +10,9 @@ SLURM through submitit, Ray) behaves as the same command run here.
 - **Errors that cannot succeed on retry** leave a job as an ordinary exception (`JobFailed`, one
   line), not a process exit: Hydra's job runner records it and the driver prints it and exits 2,
   where a process exit made Ray retry the job three times and then report a crash.
+- **What the user sees**: a job records its own command (`job_command`: a launcher's worker runs
+  submitit's or Ray's), and after a submitit sweep the driver prints each sharded run's results
+  (`SweepResults`, a Hydra callback in conf/eval.yaml), which submitit keeps in its job logs.
 """
 
 from __future__ import annotations
