@@ -112,12 +112,12 @@ def hydra_exit_codes(then: str) -> Iterator[None]:
 
 class _RedactedStream:
     def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
         from mmlu_track.credentials import redact_text
 
-        return int(self._stream.write(redact_text(text)))
+        self._stream, self._redact = stream, redact_text
+
+    def write(self, text: str) -> int:
+        return int(self._stream.write(self._redact(text)))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -302,11 +302,11 @@ def main() -> None:
     def app(cfg: DictConfig) -> float | None:
         from mmlu_track.launchers import JobFailed
 
-        if HydraConfig.get().mode != RunMode.MULTIRUN:
-            return _eval_job(cfg, codes)
         try:
             return _eval_job(cfg, codes)
-        except Unusable as exc:  # a process exit would make Ray retry a job that cannot succeed
+        except Unusable as exc:  # in a sweep, a process exit would make Ray retry a job that cannot succeed
+            if HydraConfig.get().mode != RunMode.MULTIRUN:
+                raise
             raise JobFailed(f"mmlu_track: error: sweep job {HydraConfig.get().job.num}: {exc.line}") from None
 
     codes: list[int] = []
@@ -333,8 +333,9 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     redact_hydra_files()
     eval_cfg = _eval_config(cfg)
     # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
-    sweep, output_dir = job_folders(HydraConfig.get())
-    command = job_command(HydraConfig.get())
+    hydra_cfg = HydraConfig.get()
+    sweep, output_dir = job_folders(hydra_cfg)
+    command = job_command(hydra_cfg)
     try:
         if eval_cfg.gate is not None and eval_cfg.gate.sequential:
             from mmlu_track.gate.sequential_run import execute

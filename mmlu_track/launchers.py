@@ -42,9 +42,9 @@ def _absolute_sqlite(url: str, base: Path) -> str:
 def _absolute_path(value: str, base: Path, *, only_existing: bool) -> str:
     """A relative filesystem path against `base` (when `only_existing`, only if it exists there:
     `org/model` may be a hub id as well as a folder)."""
-    path = Path(value).expanduser()
-    if path.is_absolute() or (only_existing and not (base / path).exists()):
-        return str(path)
+    path = Path(value)
+    if value.startswith("~") or path.is_absolute() or (only_existing and not (base / path).exists()):
+        return value  # as given: `~` and absolute paths mean the same wherever a job runs
     return str((base / path).resolve())
 
 
@@ -66,7 +66,7 @@ def anchored(raw: dict[str, Any], launch_dir: Path, mlflow_default: str) -> dict
         else:
             tracking["mlflow_uri"] = uri
     out["tracking"] = tracking
-    if isinstance(out.get("cache_dir"), str) and not out["cache_dir"].startswith("~"):
+    if isinstance(out.get("cache_dir"), str):
         out["cache_dir"] = _absolute_path(out["cache_dir"], launch_dir, only_existing=False)
     data = {**out.get("data", {})}
     if data.get("source") == "local" and isinstance(data.get("path"), str):

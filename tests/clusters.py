@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -37,13 +38,14 @@ def require(*tools: str) -> None:
         pytest.skip(why)
 
 
-def _wait(check: object, what: str, log: Path, timeout_s: float = 60) -> None:
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60, log: Path | None = None) -> None:
+    """Poll `check` until it holds; past `timeout_s`, fail naming `what` (and the end of `log`)."""
     deadline = time.time() + timeout_s
-    while not check():  # type: ignore[operator]
+    while not check():
         if time.time() > deadline:
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise RuntimeError(f"{what} did not come up: {tail}")
-        time.sleep(0.2)
+            tail = log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
+            raise AssertionError(f"{what}: not within {timeout_s:g} s {tail}")
+        time.sleep(0.05)
 
 
 def _sbin(tool: str) -> str:
@@ -105,7 +107,7 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
         )  # fmt: skip
         subprocess.run([_sbin("slurmctld"), "-f", str(self.conf)], check=True, timeout=30, env=self.env)
         subprocess.run([_sbin("slurmd"), "-f", str(self.conf)], check=True, timeout=30, env=self.env)
-        _wait(self._idle, "the SLURM node", d / "slurmctld.log")
+        wait_for("the SLURM node is up", self._idle, log=d / "slurmctld.log")
         return self
 
     def _idle(self) -> bool:

@@ -30,7 +30,7 @@ from mmlu_track.store.liveness import Owner
 from mmlu_track.store.sql import SqlStore
 
 from . import warm
-from .clusters import SLURM_TOOLS, RayCluster, SlurmCluster, require
+from .clusters import SLURM_TOOLS, RayCluster, SlurmCluster, require, wait_for
 from .conftest import tiny_run_cfg
 from .test_shards import _same_as
 
@@ -69,13 +69,6 @@ def _one_run_in(launch: Path, reference: RunOutput, scheduler: str) -> None:
     argv = record["host"]["argv"]  # the job's own command, not submitit's `_submit.py` or Ray's worker
     assert argv[:3] == ["python", "-m", "mmlu_track"]
     assert {"shards=2", "experiment=smoke"} <= set(argv)
-
-
-def _wait_for(what: str, check: object, timeout_s: float = 180) -> None:
-    deadline = time.time() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert time.time() < deadline, what
-        time.sleep(0.05)
 
 
 def _on_node2(args: list[str], cwd: Path, env: dict[str, str]) -> warm.Popen:
@@ -120,7 +113,7 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
             claims = store.shards(runs[0].id) if runs else []
             return len(claims) == 2 and store.n_committed(runs[0].id) > 0
 
-        _wait_for("both shards claimed and a unit committed", both_at_work)
+        wait_for("both shards claimed and a unit committed", both_at_work, timeout_s=180)
         (big_run,) = store.runs()
         claims = {c.shard: c for c in store.shards(big_run.id)}
         # Shard 0's process dies as on a node that crashes (SLURM's own `scancel --signal=KILL` reaches
@@ -134,7 +127,7 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
         subprocess.run(["scancel", job1], env=slurm.env, check=True)
         time.sleep(0.5)
         os.kill(pid1, signal.SIGCONT)
-        _wait_for("the cancelled shards leave the queue", lambda: not slurm.squeue(), timeout_s=60)
+        wait_for("the cancelled shards leave the queue", lambda: not slurm.squeue(), timeout_s=60)
         assert time.time() - cancelled < 20  # SLURM's SIGKILL follows a SIGTERM after KillWait=30 s
         # Without accounting (no slurmdbd here) submitit cannot learn that a job was cancelled and
         # waits for its result: the user stops it.

@@ -153,10 +153,6 @@ def _prepare(cfg: EvalConfig, sweep: str | None, command: list[str] | None) -> P
     return Prepared(lm, the_plan, rendered, start, ident, t1 - t0, t2 - t1, how.answer_lead)
 
 
-def _docs(prep: Prepared) -> Docs:
-    return prep.plan.docs()
-
-
 def _all_results(prep: Prepared, store: SqlStore, run_id: str) -> list[QuestionResult]:
     """Every committed question of the run, in plan order (the finalizing shard's view)."""
     by_key = {(r.subject, r.index): r for r in store.question_results(run_id)}
@@ -276,7 +272,7 @@ def _claimed(
         ):  # fmt: skip
             return _stopped(
                 store, run_id=run_id, output_dir=output_dir, held=held, stop=stop, live=live, echo=echo,
-                name=start.name, docs=_docs(prep),
+                name=start.name, docs=prep.plan.docs(),
             )  # fmt: skip
     except BaseException as err:
         _failed(err, cfg, store, run_id, live=live, held=held, output_dir=output_dir)
@@ -386,7 +382,7 @@ def _finalize(
     )
     # A sharded run's results are the launch's, not its finalizing job's: in the sweep's folder.
     output_dir = own_folder(Path(start.sweep) if cfg.shards > 1 and start.sweep else output_dir, run_id)
-    docs = _docs(prep)
+    docs = prep.plan.docs()
     write_jsonl(output_dir / PREDICTIONS_FILE, results, docs)
     write_json(output_dir / RESULTS_FILE, record.to_json())
     store.finish(record, str(output_dir))

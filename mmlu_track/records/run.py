@@ -255,10 +255,13 @@ class RunStart:
 
 @dataclass(frozen=True)
 class Timing:
+    """Seconds and counts of the work that made the run: a sharded run's are its shards' summed
+    (`records.stored.ShardWork`), a resumed run's those of the process that finished it."""
+
     data_s: float
     model_load_s: float
     scoring_s: float
-    questions_per_s: float  # of the questions scored by this process (a resumed run's own share)
+    questions_per_s: float  # questions scored / scoring_s (not those resumed from the store)
     resumed_subjects: int
     tokens_forwarded: int
     total_s: float

@@ -137,7 +137,10 @@ class ShardWork:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ShardWork:
-        return cls(**{f.name: doc[f.name] for f in dataclasses.fields(cls)})
+        try:
+            return cls(**doc)
+        except TypeError as err:
+            raise RecordError(f"unreadable shard work record: {err}") from err
 
     @classmethod
     def none(cls) -> ShardWork:
