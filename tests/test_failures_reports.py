@@ -231,3 +231,11 @@ def test_two_runs_of_one_model_are_titled_by_what_differs(cli: Cli, tmp_path: Pa
     assert "**m, baseline → candidate: dtype float32 → bfloat16**" in md
     assert "What differs: dtype float32 → bfloat16." in md
     assert "m, baseline → candidate: dtype float32 → bfloat16" in got.out
+    # `auto` with what it resolved to, once: no `ran in float32 → bfloat16` repeating it
+    auto = synthetic_run(store, "m", flags)
+    got = cli("compare", f"baseline={auto}", f"candidate={cand}", f"tracking.db_url={db}",
+              "tracking.mlflow=false", f"hydra.run.dir={tmp_path / 'r2'}", cwd=tmp_path)  # fmt: skip
+    assert got.code in (0, 1), got.err
+    md = (tmp_path / "r2" / "report.md").read_text()
+    assert "What differs: dtype auto (float32) → bfloat16." in md
+    assert "ran in" not in md

@@ -208,8 +208,17 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
     assert logged.data.metrics["gate/delta_micro_pts"] == 0.0  # points, as the report says them
     assert logged.data.metrics["candidate/acc_micro_pct"] == 100 * doc["micro"]["candidate_acc"]
     assert logged.data.params["baseline_mlflow_run"] == mlflow_base  # a comparison leads to its runs
-    assert logged.info.run_name.startswith("PASS: ")  # the verdict, then the runs' own names
-    assert logged.data.tags["mlflow.note.content"].startswith("## MMLU release gate: ✅ PASS")
+    assert logged.info.run_name == "PASS: m-cand vs baseline m-base"  # the verdict, then what differs
+    # First line plain (the comparisons' table shows it as written), then the report's head
+    first, head = logged.data.tags["mlflow.note.content"].split("\n\n", maxsplit=1)
+    assert first == (
+        "PASS: Δ micro +0.00 pts [-0.38, +0.38], 0 lost / 0 gained · baseline 60.80 % → candidate 60.80 % "
+        "(1,000 paired questions)"
+    )
+    assert head.startswith("## MMLU release gate: ✅ PASS")
+    tags = client.get_experiment(logged.info.experiment_id).tags
+    view = json.loads(tags["mlflow.sharedViewState.mmlu_track"])
+    assert "metrics.`gate/delta_micro_pts`" in json.loads(view["state"])["selectedColumns"]
     assert "What differs: model m-base → m-cand." in logged.data.tags["mlflow.note.content"]
     zero_shot = synthetic_run(store, "m-cand", _correct(11), k=0)
     gap = _compare(cli, tmp_path, db, f"baseline={zero_shot}", f"candidate={cand}", "mode=fewshot_gap",
@@ -218,6 +227,7 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
     with Session(store.engine) as s:
         gap_id = next(r.mlflow_run_id for r in s.scalars(select(ComparisonRow)) if r.mode == "fewshot_gap")
     gap_run = client.get_run(gap_id)  # an analysis: no verdict-bearing names, no policy
+    assert gap_run.info.run_name == "Few-shot gap of m-cand: k=5 vs k=0"
     assert {k.split("/")[0] for k in gap_run.data.metrics} == {"gap", "baseline", "candidate"}
     assert "policy" not in gap_run.data.params
     assert "margin_pts" not in gap_run.data.params
@@ -243,7 +253,7 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
     assert tag.startswith("PASS vs baseline m-base-original-k5-logprob-float32 (comparison run ")
     comparison = tag.rstrip(")").rpartition(" ")[2]  # and its description links to it
     note = client.get_run(str(promoted_run.mlflow_run_id)).data.tags["mlflow.note.content"]
-    assert note.endswith(f"/runs/{comparison})")
+    assert f"/runs/{comparison})" in note
     assert (
         note.count("**Latest gate:** [PASS vs baseline m-base-original-k5-logprob-float32](#/experiments/")
         == 1

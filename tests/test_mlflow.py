@@ -13,7 +13,8 @@ from mlflow.tracking import MlflowClient
 
 from mmlu_track.pipeline.evaluate import run
 from mmlu_track.runs import main as runs_main
-from mmlu_track.store.mlflow import RUN_ID_TAG, SWEEP_TAG, metric_key
+from mmlu_track.store import mlflow_views
+from mmlu_track.store.mlflow import GATE_TAG, RUN_ID_TAG, SWEEP_TAG, metric_key
 from mmlu_track.store.sql import SqlStore
 
 from . import warm
@@ -62,7 +63,7 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
     # The run page's description opens with the headline; the questions are its dataset input.
     low, _ = out.scores.micro.interval()
     note = t["mlflow.note.content"]
-    assert note.startswith(f"**MMLU micro accuracy {100 * out.scores.micro.acc:.2f} % [{100 * low:.1f}, ")
+    assert note.startswith(f"Micro accuracy {100 * out.scores.micro.acc:.2f} % [{100 * low:.1f}, ")
     assert "tiny-random-llama (float32, cpu) · original, k=2, logprob scoring · limit=3" in note
     (used,) = got.inputs.dataset_inputs
     assert (used.dataset.name, used.dataset.digest) == ("mmlu-limit3", out.record.start.data.fingerprint[:12])
@@ -85,6 +86,18 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
         assert first["prompt_hash"]
     png = Path(client.download_artifacts(out.mlflow_run_id, "subject_accuracy.png", str(tmp_path)))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The experiment holds the `mmlu_track` runs-table view; every column it shows is one a run has.
+    view = json.loads(client.get_experiment(got.info.experiment_id).tags[mlflow_views.VIEW_TAG])
+    state = json.loads(view["state"])
+    assert (view["name"], view["mmlu_track_view"]) == ("mmlu_track", mlflow_views.VERSION)
+    # not cut: MLflow 3.17 drew 66 characters of a name in 470 px (headless Chromium)
+    assert state["columnWidths"][mlflow_views.RUN_NAME] >= 7 * len(got.info.run_name)
+    for column in state["selectedColumns"]:
+        kind, name = re.fullmatch(r"(\w+)\.`(.+)`", column).groups()  # type: ignore[union-attr]
+        have = {"metrics": m, "params": p, "attributes": {"Description", "Dataset"}, "tags": {GATE_TAG}}
+        assert name in have[kind], column
+    assert re.search(state["chartsSearchFilter"], "acc_micro")
+    assert not re.search(state["chartsSearchFilter"], "acc/anatomy")
 
 
 def test_mlflow_down_keeps_the_run_and_sync_logs_it_later(
@@ -187,3 +200,39 @@ def test_every_setting_and_every_loaded_fact_is_a_param() -> None:
     assert got["scoring"] == "logprob"
     assert got["dtype"] == start.model.dtype
     assert got["model.revision"] == "r1"  # what was loaded, over what was asked for (None)
+
+
+def test_the_view_is_ours_to_update_and_a_users_is_left_alone() -> None:
+    """`mlflow_views.needs_writing`: absent or an older layout of ours -> (re)written; a view a user
+    saved over it in the UI (no `mmlu_track_view` field) or an unreadable one -> kept."""
+    ours = mlflow_views.envelope("evaluations", now_ms=1)
+    older = json.dumps({**json.loads(ours), "mmlu_track_view": mlflow_views.VERSION - 1})
+    users = json.dumps({"name": "mine", "createdAt": 1, "updatedAt": 2, "state": "{}"})
+    assert mlflow_views.needs_writing(None)
+    assert mlflow_views.needs_writing(older)
+    assert not mlflow_views.needs_writing(ours)
+    assert not mlflow_views.needs_writing(users)
+    assert not mlflow_views.needs_writing("not json")
+    # A link to paste: never the tracking URI's password; a local store's on `mlflow ui`'s port.
+    link = mlflow_views.url("https://bob:s3cret@mlflow.example.com/", "7")
+    assert link == (
+        "https://mlflow.example.com/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=mmlu_track"
+    )
+    assert mlflow_views.url("sqlite:///mlflow.db", "1").startswith(
+        "http://127.0.0.1:5000/#/experiments/1/runs?"
+    )
+
+
+def test_the_latest_gate_sits_under_the_headline_where_mlflow_does_not_fold_it() -> None:
+    from mmlu_track.store.mlflow_pages import GATE_LINE, gate_line
+
+    note = "MMLU micro accuracy 50.00 %\n\nmodel · prompt\n\n| category | accuracy |\n|---|---|"
+    once = gate_line(note, "PASS vs baseline a", "#/experiments/2/runs/r1")
+    twice = gate_line(once, "REGRESSION vs baseline b", "#/experiments/2/runs/r2")
+    assert twice.split("\n\n") == [
+        "MMLU micro accuracy 50.00 %",
+        f"{GATE_LINE} [REGRESSION vs baseline b](#/experiments/2/runs/r2)",
+        "model · prompt",
+        "| category | accuracy |\n|---|---|",
+    ]
+    assert gate_line("", "PASS vs baseline a", "#/l") == f"{GATE_LINE} [PASS vs baseline a](#/l)"

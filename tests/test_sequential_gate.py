@@ -202,13 +202,13 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     assert seen.data.tags["mmlu_track.early_stop"] == "regression at look 1/10, 20/200 q"
     assert f"gated against run {base.run_id}" in seen.data.tags["mmlu_track.early_stop_reason"]
     assert seen.info.end_time is not None  # a duration in the runs table
-    assert seen.data.tags["mlflow.note.content"].startswith("**Stopped by the sequential gate: ")
+    assert seen.data.tags["mlflow.note.content"].startswith("Stopped by the sequential gate: ")
     assert seen.data.metrics["stopped/questions"] == 20  # apart from a full run's acc_micro
     assert "acc_micro" not in seen.data.metrics
     run(compose_eval(logged), tmp_path / "rest", progress=False, echo=lambda _: None)
     seen = client.get_run(str(stopped.mlflow_run_id))
     assert seen.info.run_name.startswith("tiny-random-llama")
-    assert seen.data.tags["mlflow.note.content"].startswith("**MMLU micro accuracy ")
+    assert seen.data.tags["mlflow.note.content"].startswith("Micro accuracy ")
     assert not {"mmlu_track.early_stop", "mmlu_track.early_stop_reason"} & set(seen.data.tags)
     assert "acc_micro" in seen.data.metrics
 

@@ -96,6 +96,9 @@ def differences(base: StoredRun, cand: StoredRun) -> list[str]:
     def engine(m: ModelInfo) -> str:
         return "served" if m.source == "openai_api" else "in-process"
 
+    def dtype(setting: object, ran: str) -> str:
+        return ran if setting == ran else f"{setting} ({ran})"  # `auto (float32)`: said once
+
     sa, sb = _settings(a.start), _settings(b.start)
     pairs: list[tuple[str, object, object]] = [("model", ma.name, mb.name)]
     pairs += [(k, sa.get(k), sb.get(k)) for k in sorted(sa.keys() | sb.keys()) if k != "model.name"]
@@ -106,9 +109,11 @@ def differences(base: StoredRun, cand: StoredRun) -> list[str]:
         ("ran on", ma.device, mb.device),
         *((lib, a.start.versions.get(lib), b.start.versions.get(lib)) for lib in ("transformers", "torch")),
     ]
-    said = {(x, y) for name, x, y in pairs if name == "dtype"}  # `ran in` would say it again
-    kept = [(name, x, y) for name, x, y in pairs if x != y and not (name == "ran in" and (x, y) in said)]
-    return [f"{name} {x} → {y}" for name, x, y in kept]
+    if sa.get("dtype") != sb.get("dtype"):  # the setting with what it resolved to; no `ran in` line
+        pairs = [(n, x, y) for n, x, y in pairs if n != "ran in"]
+        resolved = {"dtype": (dtype(sa.get("dtype"), ma.dtype), dtype(sb.get("dtype"), mb.dtype))}
+        pairs = [(n, *resolved.get(n, (x, y))) for n, x, y in pairs]
+    return [f"{name} {x} → {y}" for name, x, y in pairs if x != y]
 
 
 def _p(p: float | None) -> str:

@@ -167,6 +167,7 @@ def _log_comparison(
     """The comparison as an MLflow run named by what it compared (the runs' own names), its report's
     head as the description, linked to both runs' own MLflow runs; None (warned) on failure:
     logging never costs the verdict."""
+    from mmlu_track.gate import report
     from mmlu_track.store.mlflow import log_comparison
     from mmlu_track.store.mlflow_client import MlflowUnavailable
     from mmlu_track.store.mlflow_pages import NOTE_TAG
@@ -187,12 +188,20 @@ def _log_comparison(
     params.update({f"{side}_mlflow_run": run.mlflow_run_id for side, run in sides if run.mlflow_run_id})
     label = "few-shot gap" if gap else verdict.status.upper()
     head = markdown.split("\n### Subjects", maxsplit=1)[0]
+    heading = report.title(base, cand, cfg.mode)  # what a reviewer recognises: what differs
+    m = comp.micro
+    # Plain first line: the comparisons' runs table shows it in its Description column
+    summary = (
+        f"{label}: Δ micro {100 * m.delta:+.2f} pts [{100 * m.ci_low:+.2f}, {100 * m.ci_high:+.2f}], "
+        f"{m.lost} lost / {m.gained} gained · baseline {100 * m.baseline_acc:.2f} % → candidate "
+        f"{100 * m.candidate_acc:.2f} % ({m.n:,} paired questions)"
+    )
     try:
         return log_comparison(
             uri=cfg.tracking.mlflow_uri,
             experiment=cfg.compare_experiment,
-            name=f"{label}: {_run_name(cand)} vs baseline {_run_name(base)}",
-            run_tags={"verdict": verdict.status, NOTE_TAG: head},
+            name=heading if gap else f"{label}: {heading}",
+            run_tags={"verdict": verdict.status, NOTE_TAG: f"{summary}\n\n{head}"},
             run_params=params,
             run_metrics={**metrics, **(extra or {})},
             files=[output_dir / name for name in ("report.md", "report.json", "deltas.png")],

@@ -127,6 +127,7 @@ class LiveRun:
         self.uri, self.experiment, self._warn, self._then = uri, experiment, warn, then
         self.client: Any = None
         self.id: str | None = None
+        self.experiment_id: str | None = None
         self.broken = False
         self._logged: set[str] = set()  # metric keys this process has logged
 
@@ -153,7 +154,8 @@ class LiveRun:
 
         def go() -> None:
             check_reachable(self.uri)
-            self.client, exp_id = client_and_experiment(self.uri, self.experiment)
+            self.client, exp_id = client_and_experiment(self.uri, self.experiment, "evaluations")
+            self.experiment_id = exp_id
             from mlflow.entities import Param, RunStatus, RunTag
             from mlflow.exceptions import MlflowException
 
@@ -262,7 +264,7 @@ class LiveRun:
             self.client.set_tag(
                 self.id,
                 NOTE_TAG,
-                f"**Stopped by the sequential gate: {stop.summary()}** ({where})\n\n{stop.reason}. Gated "
+                f"Stopped by the sequential gate: {stop.summary()} ({where})\n\n{stop.reason}. Gated "
                 f"against run {stop.baseline_run_id}. Accuracy on the {so_far.n:,} questions scored: "
                 f"{percent(so_far)} (a part of the questions: not comparable with a full run's).",
             )
@@ -296,7 +298,7 @@ def log_comparison(
     try:
         from mlflow.entities import Metric, Param
 
-        client, exp_id = client_and_experiment(uri, experiment)
+        client, exp_id = client_and_experiment(uri, experiment, "comparisons")
         with quiet():
             run = client.create_run(exp_id, run_name=name, tags={KIND_TAG: "comparison", **run_tags})
             rid = run.info.run_id

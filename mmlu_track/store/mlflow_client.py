@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from mmlu_track.credentials import redact, redact_text
+from mmlu_track.store import mlflow_views
+from mmlu_track.store.mlflow_views import Kind
 
 
 class MlflowUnavailable(RuntimeError):
@@ -52,8 +54,9 @@ def _first_use_lock(uri: str | None) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def client_and_experiment(uri: str | None, experiment: str) -> tuple[Any, str]:
-    """An MlflowClient with bounded HTTP retries, and the experiment's id (created if missing)."""
+def client_and_experiment(uri: str | None, experiment: str, view: Kind | None = None) -> tuple[Any, str]:
+    """An MlflowClient with bounded HTTP retries, and the experiment's id (created if missing), with
+    mmlu_track's saved runs-table `view` of that kind (`mlflow_views`) where it is missing or old."""
     for key, value in HTTP_LIMITS.items():
         os.environ.setdefault(key, value)
     from mlflow.tracking import MlflowClient
@@ -63,6 +66,10 @@ def client_and_experiment(uri: str | None, experiment: str) -> tuple[Any, str]:
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else client.create_experiment(experiment, _artifacts(uri))
+        if view and mlflow_views.needs_writing(exp.tags.get(mlflow_views.VIEW_TAG) if exp else None):
+            # A view is a convenience: a store refusing experiment tags costs no logging.
+            with contextlib.suppress(Exception):
+                client.set_experiment_tag(exp_id, mlflow_views.VIEW_TAG, mlflow_views.envelope(view))
     return client, str(exp_id)
 
 

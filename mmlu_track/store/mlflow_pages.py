@@ -8,6 +8,7 @@ entity classes only, imported where used.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from mmlu_track.credentials import redact
@@ -32,8 +33,9 @@ def description(record: RunRecord) -> str:
     if cfg.shards > 1:
         limit += f" · {cfg.shards} shards"
     lines = [
-        f"**MMLU micro accuracy {percent(scores.micro)}**, macro {100 * scores.macro.acc:.2f} % "
-        "(95 % Wilson intervals)",
+        # Plain text: the runs table's Description column shows this first line as written
+        f"Micro accuracy {percent(scores.micro)}, macro {100 * scores.macro.acc:.2f} % "
+        "(MMLU, 95 % Wilson intervals)",
         "",
         f"{start.model.name} ({start.model.dtype}, {start.model.device}) · {prompt}, k={cfg.k}, "
         f"{cfg.scoring.method} scoring · {limit} · data {start.data.fingerprint[:12]}",
@@ -63,6 +65,8 @@ GATE_LINE = "**Latest gate:**"
 
 def gate_line(note: str, verdict: str, link: str) -> str:
     """A run's description with its latest comparison's verdict as a link to that comparison's run
-    (in the comparisons' experiment: MLflow nests runs only within one), replacing the one before."""
-    kept = "\n".join(line for line in note.splitlines() if not line.startswith(GATE_LINE)).rstrip()
-    return f"{kept}\n\n{GATE_LINE} [{verdict}]({link})".lstrip()
+    (in the comparisons' experiment: MLflow nests runs only within one), replacing the one before.
+    Second, after the headline: MLflow folds a description after its first lines."""
+    kept = "\n".join(line for line in note.splitlines() if not line.startswith(GATE_LINE)).strip()
+    head, _, rest = re.sub(r"\n{3,}", "\n\n", kept).partition("\n\n")
+    return "\n\n".join(part for part in (head, f"{GATE_LINE} [{verdict}]({link})", rest) if part)

@@ -1,0 +1,107 @@
+"""The runs table a reviewer opens: a saved view of each experiment, written by mmlu_track.
+
+MLflow's experiment page keeps named views as experiment tags (`mlflow.sharedViewState.<id>`, a
+JSON envelope `{name, createdAt, updatedAt, state}` whose `state` is the page's UI state: visible
+columns, their order and widths, the charts' search). The UI lists them under **Views** and opens
+one from `#/experiments/<id>/runs?viewStateShareKey=<id>`; `workflowType=machine_learning` skips
+MLflow 3's GenAI overview. Ours, `mmlu_track`, shows what tells runs apart and how they scored:
+
+- evaluations: the full run name (the settings that differ sit after the model name, which the
+  default column width cuts off), the description's first line (micro accuracy with its interval),
+  `acc_micro`, the dataset, the latest gate's verdict, k / dtype / formulation / scoring; the charts
+  narrowed to the micro/macro and category accuracies (not 165 per-subject bars).
+- comparisons: the full name (verdict, candidate, baseline), the description's first line (verdict,
+  Δ with its interval), Δ, both accuracies, the p-value of the drop test, the mode.
+
+A view a user saved over ours (MLflow's "Override saved view") carries no `mmlu_track_view` field:
+it is theirs and left alone; ours is rewritten only when this version's layout is newer. Pure: the
+caller writes the tag.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Literal
+
+from mmlu_track.credentials import strip_userinfo
+
+VIEW_ID = "mmlu_track"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
+VERSION = 1  # raise when the layout changes: experiments holding an older one get the new one
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
+Kind = Literal["evaluations", "comparisons"]
+
+
+def _col(kind: str, name: str) -> str:
+    return f"{kind}.`{name}`"  # MLflow's canonical column key
+
+
+RUN_NAME = _col("attributes", "Run Name")
+DESCRIPTION = _col("attributes", "Description")
+# (column, width in px): the order the table shows them in, after the pinned run name and date
+COLUMNS: dict[Kind, tuple[tuple[str, int], ...]] = {
+    "evaluations": (
+        (RUN_NAME, 440),
+        (DESCRIPTION, 360),
+        (_col("metrics", "acc_micro"), 100),
+        (_col("attributes", "Dataset"), 260),
+        (_col("tags", "mmlu_track.gate"), 300),
+        (_col("params", "k"), 60),
+        (_col("params", "dtype"), 90),
+        (_col("params", "formulation"), 100),
+        (_col("params", "scoring"), 90),
+    ),
+    "comparisons": (
+        (RUN_NAME, 600),
+        (DESCRIPTION, 420),
+        (_col("metrics", "gate/delta_micro_pts"), 110),
+        (_col("metrics", "gap/delta_micro_pts"), 110),
+        (_col("metrics", "baseline/acc_micro_pct"), 110),
+        (_col("metrics", "candidate/acc_micro_pct"), 110),
+        (_col("metrics", "gate/p_regression"), 110),
+        (_col("params", "mode"), 90),
+    ),
+}
+# The charts view's search (a regular expression over metric names)
+CHARTS: dict[Kind, str] = {
+    "evaluations": r"^acc_m(icro|acro)$|^acc/category/",
+    "comparisons": r"^(gate|gap)/delta_micro_pts$|_acc_micro_pct$",
+}
+
+
+def envelope(kind: Kind, now_ms: int | None = None) -> str:
+    """The tag value of the `mmlu_track` view of an experiment of `kind`."""
+    columns = COLUMNS[kind]
+    state = {
+        "selectedColumns": [key for key, _ in columns if key != RUN_NAME],
+        "columnOrder": [key for key, _ in columns],  # MLflow applies widths only to ordered columns
+        "columnWidths": dict(columns),
+        "runsHiddenMode": "SHOW_ALL",  # charts take every run, not MLflow's first ten
+        "chartsSearchFilter": CHARTS[kind],
+    }
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    envelope = {"name": VIEW_ID, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
+    return json.dumps({**envelope, "mmlu_track_view": VERSION})
+
+
+def needs_writing(current: str | None) -> bool:
+    """Whether the experiment's view tag (its value, None when absent) should be (re)written: absent,
+    or ours from an older layout. A view without our field is a user's: kept."""
+    if current is None:
+        return True
+    try:
+        version = json.loads(current).get("mmlu_track_view")
+    except (ValueError, AttributeError):
+        return False  # not ours to repair
+    return isinstance(version, int) and version < VERSION
+
+
+def url(tracking_uri: str | None, experiment_id: str) -> str:
+    """The view's address: on the tracking server, or on `mlflow ui`'s default for a local store.
+    Without the URI's credentials (a link is printed and pasted)."""
+    base = tracking_uri if tracking_uri and tracking_uri.startswith(("http://", "https://")) else LOCAL_UI
+    return (
+        f"{strip_userinfo(base).rstrip('/')}/#/experiments/{experiment_id}/runs"
+        f"?workflowType=machine_learning&viewStateShareKey={VIEW_ID}"
+    )
