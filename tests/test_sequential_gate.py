@@ -205,6 +205,8 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     assert seen.data.tags["mlflow.note.content"].startswith("Stopped by the sequential gate: ")
     assert seen.data.metrics["stopped/questions"] == 20  # apart from a full run's acc_micro
     assert "acc_micro" not in seen.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(seen.info.run_id)}
+    assert artifacts == {"predictions.jsonl", "early_stop.json"}
     run(compose_eval(logged), tmp_path / "rest", progress=False, echo=lambda _: None)
     seen = client.get_run(str(stopped.mlflow_run_id))
     assert seen.info.run_name.startswith("tiny-random-llama")

@@ -242,10 +242,11 @@ class LiveRun:
 
         return self._call("logging the results", go)
 
-    def stopped(self, stop: EarlyStop, so_far: Accuracy, name: str) -> None:
+    def stopped(self, stop: EarlyStop, so_far: Accuracy, name: str, files: Sequence[Path] = ()) -> None:
         """The sequential gate stopped the evaluation: FINISHED with its end time, its name starting
         with where it stopped, tags and the description saying where and why, its accuracy on the
-        questions scored under `stopped/` (a part of the questions, never charted as a run's)."""
+        questions scored under `stopped/` (a part of the questions, never charted as a run's), and
+        `files` (its questions so far, the stop's record) as artifacts."""
         if self.id is None:
             return
 
@@ -270,6 +271,8 @@ class LiveRun:
             )
             # `stopped/`: never mixed with a full run's acc_micro in a chart across runs
             self._log_metrics({"stopped/acc_micro": so_far.acc, "stopped/questions": float(so_far.n)})
+            for path in files:
+                self.client.log_artifact(self.id, str(path))
             self.client.update_run(self.id, name=f"stopped ({where}) {name}")
             self.client.set_terminated(self.id, status="FINISHED")  # with its end time: a duration
 
