@@ -175,16 +175,29 @@ class LiveRun:
                 tags=tags(run_id, start),
                 start_time=int(started.timestamp() * 1000) if started else None,
             )
+            try:
+                self.client.log_batch(
+                    str(new.info.run_id),
+                    params=[Param(k, v) for k, v in params(start).items()],
+                    tags=[RunTag(k, v) for k, v in tags(run_id, start).items()],
+                )
+                self._log_dataset(str(new.info.run_id), start)
+            except Exception:
+                with contextlib.suppress(Exception):  # no half-made run left RUNNING for ever
+                    self.client.delete_run(new.info.run_id)
+                raise
             self.id = str(new.info.run_id)
-            self.client.log_batch(
-                self.id,
-                params=[Param(k, v) for k, v in params(start).items()],
-                tags=[RunTag(k, v) for k, v in tags(run_id, start).items()],
-            )
-            self.client.log_inputs(self.id, datasets=[dataset_input(start)])
 
         self._call("opening the run", go)
         return self.id if not self.broken else None
+
+    def _log_dataset(self, mlflow_id: str, start: RunStart) -> None:
+        """Shards starting together race to create the experiment's dataset row (unique by name and
+        digest: one store refused the loser with an IntegrityError); the second try finds it made."""
+        try:
+            self.client.log_inputs(mlflow_id, datasets=[dataset_input(start)])
+        except Exception:
+            self.client.log_inputs(mlflow_id, datasets=[dataset_input(start)])
 
     def join(self, other: str) -> None:
         """A shard opened the run's MLflow run first: this one's is deleted, `other` logged to."""
