@@ -236,3 +236,20 @@ def test_the_latest_gate_sits_under_the_headline_where_mlflow_does_not_fold_it()
         "| category | accuracy |\n|---|---|",
     ]
     assert gate_line("", "PASS vs baseline a", "#/l") == f"{GATE_LINE} [PASS vs baseline a](#/l)"
+
+
+def test_a_run_mlflow_no_longer_has_is_reopened_as_a_new_one_and_only_then(tmp_path: Path) -> None:
+    """Resuming: the recorded MLflow run deleted, or not on this server, gets a new run (MLflow's
+    answers, `RUN_GONE`, as this MLflow gives them). Any other failure (a store locked for 20 s, tried
+    by hand) breaks logging with one warning and never replaces the recorded run."""
+    from mmlu_track.store.mlflow import LiveRun
+
+    uri, start, warned = f"sqlite:///{tmp_path / 'm.db'}", synthetic_start(), list[str]()
+    first = LiveRun(uri, "e", warned.append).open("r1", start)
+    assert first is not None
+    client = MlflowClient(tracking_uri=uri)
+    client.delete_run(first)
+    for gone in (first, "0" * 32):  # deleted; never on this server
+        again = LiveRun(uri, "e", warned.append).open("r1", start, existing=gone)
+        assert again not in (None, first, "0" * 32)
+    assert warned == []

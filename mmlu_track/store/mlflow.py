@@ -42,6 +42,8 @@ GATE_TAG = "mmlu_track.gate"  # on a candidate's run: its latest comparison's ve
 # metric: a resumed run keeps them, apart from the full run's `acc_micro`).
 EARLY_STOP_TAGS = ("mmlu_track.early_stop", "mmlu_track.early_stop_reason")
 Warn = Callable[[str], None]
+# MLflow's answers to reopening a run that is not there (another server) or deleted
+RUN_GONE = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
 
 
 def metric_key(*parts: str) -> str:
@@ -160,10 +162,16 @@ class LiveRun:
             from mlflow.exceptions import MlflowException
 
             if existing:
-                with contextlib.suppress(MlflowException):  # gone, or another server: a new run then
+                try:
                     self.client.update_run(
                         existing, status=RunStatus.to_string(RunStatus.RUNNING), name=start.name
                     )  # the name back, if an early stop had changed it
+                except MlflowException as err:
+                    # Gone (another server) or deleted: a new run then. Anything else (a locked or
+                    # failing store) is not a reason to replace the run the SQL store records.
+                    if err.error_code not in RUN_GONE:
+                        raise
+                else:
                     self.id = existing
                     for tag in EARLY_STOP_TAGS:  # resumed after an early stop: no longer one
                         with contextlib.suppress(MlflowException):
