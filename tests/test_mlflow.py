@@ -218,9 +218,9 @@ def test_the_view_is_ours_to_update_and_a_users_is_left_alone() -> None:
     assert link == (
         "https://mlflow.example.com/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=mmlu_track"
     )
-    assert mlflow_views.url("sqlite:///mlflow.db", "1").startswith(
-        "http://127.0.0.1:5000/#/experiments/1/runs?"
-    )
+    for local in ("sqlite:///mlflow.db", None, "mlruns", "postgresql+psycopg://u:p@db/mlflow"):
+        assert str(mlflow_views.url(local, "1")).startswith("http://127.0.0.1:5000/#/experiments/1/runs?")
+    assert mlflow_views.url("databricks", "1") is None  # its workspace has its own UI: no made-up link
 
 
 def test_the_latest_gate_sits_under_the_headline_where_mlflow_does_not_fold_it() -> None:

@@ -400,5 +400,6 @@ def _finalize(
         if live is not None and live.experiment_id:
             from mmlu_track.store import mlflow_views
 
-            echo(f"compare runs: {mlflow_views.url(cfg.tracking.mlflow_uri, live.experiment_id)}")
+            if link := mlflow_views.url(cfg.tracking.mlflow_uri, live.experiment_id):
+                echo(f"compare runs: {link}")
     return RunOutput(run_id, results, agg, record, output_dir, mlflow_id)

@@ -30,6 +30,7 @@ VIEW_ID = "mmlu_track"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
 VERSION = 1  # raise when the layout changes: experiments holding an older one get the new one
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
+SERVED_BY_MLFLOW_UI = ("file", "sqlite", "postgresql", "mysql", "mssql")  # `mlflow ui --backend-store-uri`
 Kind = Literal["evaluations", "comparisons"]
 
 
@@ -97,10 +98,24 @@ def needs_writing(current: str | None) -> bool:
     return isinstance(version, int) and version < VERSION
 
 
-def url(tracking_uri: str | None, experiment_id: str) -> str:
-    """The view's address: on the tracking server, or on `mlflow ui`'s default for a local store.
-    Without the URI's credentials (a link is printed and pasted)."""
-    base = tracking_uri if tracking_uri and tracking_uri.startswith(("http://", "https://")) else LOCAL_UI
+def _scheme(uri: str) -> str:
+    """`postgresql+psycopg://…` -> postgresql; a bare path is a file store; `databricks[-uc]` is not."""
+    if "://" in uri:
+        return uri.partition("://")[0].partition("+")[0]
+    return "databricks" if uri.startswith("databricks") else "file"
+
+
+def url(tracking_uri: str | None, experiment_id: str) -> str | None:
+    """The view's address: on the tracking server, or on `mlflow ui`'s default for a store it serves
+    (a file or a database); None where neither (Databricks: its own workspace UI). Without the URI's
+    credentials (a link is printed and pasted)."""
+    uri = tracking_uri or "sqlite:///mlflow.db"
+    if uri.startswith(("http://", "https://")):
+        base = uri
+    elif _scheme(uri) in SERVED_BY_MLFLOW_UI:
+        base = LOCAL_UI
+    else:
+        return None
     return (
         f"{strip_userinfo(base).rstrip('/')}/#/experiments/{experiment_id}/runs"
         f"?workflowType=machine_learning&viewStateShareKey={VIEW_ID}"
