@@ -27,7 +27,8 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
     cfg = tiny_run_cfg(
         sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_server}", "tracking.experiment=t1"
     )
-    out = run(cfg, tmp_path / "out", progress=False, echo=lambda _: None, sweep="/sweeps/s1")
+    said: list[str] = []
+    out = run(cfg, tmp_path / "out", progress=False, echo=said.append, sweep="/sweeps/s1")
     assert out.mlflow_run_id is not None
     stored = SqlStore(sqlite_url).get(out.run_id)
     assert stored is not None
@@ -88,6 +89,7 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The experiment holds the `mmlu_track` runs-table view; every column it shows is one a run has.
     view = json.loads(client.get_experiment(got.info.experiment_id).tags[mlflow_views.VIEW_TAG])
+    assert f"compare runs: {mlflow_views.url(mlflow_server, got.info.experiment_id)}" in said  # printed
     state = json.loads(view["state"])
     assert (view["name"], view["mmlu_track_view"]) == ("mmlu_track", mlflow_views.VERSION)
     # not cut: MLflow 3.17 drew 66 characters of a name in 470 px (headless Chromium)

@@ -397,9 +397,6 @@ def _finalize(
     mlflow_id = finish_mlflow(cfg, store, record, results, live, docs=docs)
     if mlflow_id:
         echo(f"MLflow run {mlflow_id} (experiment {cfg.tracking.experiment!r})")
-        if live is not None and live.experiment_id:
-            from mmlu_track.store import mlflow_views
-
-            if link := mlflow_views.url(cfg.tracking.mlflow_uri, live.experiment_id):
-                echo(f"compare runs: {link}")
+        if live is not None and (link := live.view_url()):
+            echo(f"compare runs: {link}")
     return RunOutput(run_id, results, agg, record, output_dir, mlflow_id)

@@ -29,6 +29,7 @@ from mmlu_track.config import to_dict
 from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
+from mmlu_track.store import mlflow_views
 from mmlu_track.store.mlflow_client import MlflowUnavailable, check_reachable, client_and_experiment, quiet
 from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, gate_line, percent
 from mmlu_track.typed import flatten
@@ -206,6 +207,10 @@ class LiveRun:
             self.client.log_inputs(mlflow_id, datasets=[dataset_input(start)])
         except Exception:
             self.client.log_inputs(mlflow_id, datasets=[dataset_input(start)])
+
+    def view_url(self) -> str | None:
+        """The address of the experiment's `mmlu_track` runs-table view (`mlflow_views`), once open."""
+        return mlflow_views.url(self.uri, self.experiment_id) if self.experiment_id else None
 
     def join(self, other: str) -> None:
         """A shard opened the run's MLflow run first: this one's is deleted, `other` logged to."""
