@@ -204,7 +204,7 @@ def test_every_setting_and_every_loaded_fact_is_a_param() -> None:
     assert got["model.revision"] == "r1"  # what was loaded, over what was asked for (None)
 
 
-def test_the_view_is_ours_to_update_and_a_users_is_left_alone() -> None:
+def test_the_view_is_ours_to_update_and_a_users_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """`mlflow_views.needs_writing`: absent or an older layout of ours -> (re)written; a view a user
     saved over it in the UI (no `mmlu_track_view` field) or an unreadable one -> kept."""
     ours = mlflow_views.envelope("evaluations", now_ms=1)
@@ -220,9 +220,16 @@ def test_the_view_is_ours_to_update_and_a_users_is_left_alone() -> None:
     assert link == (
         "https://mlflow.example.com/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=mmlu_track"
     )
-    for local in ("sqlite:///mlflow.db", None, "mlruns", "postgresql+psycopg://u:p@db/mlflow"):
+    for local in ("sqlite:///mlflow.db", "mlruns", "postgresql+psycopg://u:p@db/mlflow"):
         assert str(mlflow_views.url(local, "1")).startswith("http://127.0.0.1:5000/#/experiments/1/runs?")
     assert mlflow_views.url("databricks", "1") is None  # its workspace has its own UI: no made-up link
+    # No tracking.mlflow_uri: MLflow's own MLFLOW_TRACKING_URI is where the run went, so the link too
+    from mmlu_track.store.mlflow import LiveRun
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://bob:s3cret@mlflow.example.com:5000")
+    live = LiveRun(None, "e", print)
+    live.experiment_id = "3"
+    assert str(live.view_url()).startswith("http://mlflow.example.com:5000/#/experiments/3/runs?")
 
 
 def test_the_latest_gate_sits_under_the_headline_where_mlflow_does_not_fold_it() -> None:

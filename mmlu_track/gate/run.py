@@ -164,9 +164,9 @@ def _log_comparison(
     reports: tuple[str, Path],
     extra: dict[str, float] | None = None,
 ) -> str | None:
-    """The comparison as an MLflow run named by what it compared (the runs' own names), its report's
-    head as the description, linked to both runs' own MLflow runs; None (warned) on failure:
-    logging never costs the verdict."""
+    """The comparison as an MLflow run named by its verdict and what differs (the report's title),
+    described by a plain line (verdict, Δ, both accuracies) and the report's head, linked to both
+    runs' own MLflow runs; None (warned) on failure: logging never costs the verdict."""
     from mmlu_track.gate import report
     from mmlu_track.store.mlflow import log_comparison
     from mmlu_track.store.mlflow_client import MlflowUnavailable

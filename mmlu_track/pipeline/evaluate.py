@@ -176,11 +176,11 @@ def _stopped(
     store.stop(run_id, stop)
     results = [r for rs in held.values() for r in rs]
     output_dir = own_folder(output_dir, run_id)
-    files = (output_dir / PREDICTIONS_FILE, output_dir / EARLY_STOP_FILE)
-    write_jsonl(files[0], results, docs)
-    write_json(files[1], stop.to_json())
+    predictions, why = output_dir / PREDICTIONS_FILE, output_dir / EARLY_STOP_FILE
+    write_jsonl(predictions, results, docs)
+    write_json(why, stop.to_json())
     if live is not None:
-        live.stopped(stop, acc(results), name, files=files)
+        live.stopped(stop, acc(results), name, files=(predictions, why))
     echo(f"run {run_id} {stop.summary()}; results in {output_dir}")
     return RunOutput(run_id, results, aggregate(results), None, output_dir, live.id if live else None, stop)
 

@@ -30,7 +30,13 @@ from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.store import mlflow_views
-from mmlu_track.store.mlflow_client import MlflowUnavailable, check_reachable, client_and_experiment, quiet
+from mmlu_track.store.mlflow_client import (
+    MlflowUnavailable,
+    check_reachable,
+    client_and_experiment,
+    quiet,
+    resolved_uri,
+)
 from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, gate_line, percent
 from mmlu_track.typed import flatten
 
@@ -184,18 +190,19 @@ class LiveRun:
                 tags=tags(run_id, start),
                 start_time=int(started.timestamp() * 1000) if started else None,
             )
+            mlflow_id = str(new.info.run_id)
             try:
                 self.client.log_batch(
-                    str(new.info.run_id),
+                    mlflow_id,
                     params=[Param(k, v) for k, v in params(start).items()],
                     tags=[RunTag(k, v) for k, v in tags(run_id, start).items()],
                 )
-                self._log_dataset(str(new.info.run_id), start)
+                self._log_dataset(mlflow_id, start)
             except Exception:
                 with contextlib.suppress(Exception):  # no half-made run left RUNNING for ever
-                    self.client.delete_run(new.info.run_id)
+                    self.client.delete_run(mlflow_id)
                 raise
-            self.id = str(new.info.run_id)
+            self.id = mlflow_id
 
         self._call("opening the run", go)
         return self.id if not self.broken else None
@@ -203,14 +210,15 @@ class LiveRun:
     def _log_dataset(self, mlflow_id: str, start: RunStart) -> None:
         """Shards starting together race to create the experiment's dataset row (unique by name and
         digest: one store refused the loser with an IntegrityError); the second try finds it made."""
+        datasets = [dataset_input(start)]
         try:
-            self.client.log_inputs(mlflow_id, datasets=[dataset_input(start)])
+            self.client.log_inputs(mlflow_id, datasets=datasets)
         except Exception:
-            self.client.log_inputs(mlflow_id, datasets=[dataset_input(start)])
+            self.client.log_inputs(mlflow_id, datasets=datasets)
 
     def view_url(self) -> str | None:
         """The address of the experiment's `mmlu_track` runs-table view (`mlflow_views`), once open."""
-        return mlflow_views.url(self.uri, self.experiment_id) if self.experiment_id else None
+        return mlflow_views.url(resolved_uri(self.uri), self.experiment_id) if self.experiment_id else None
 
     def join(self, other: str) -> None:
         """A shard opened the run's MLflow run first: this one's is deleted, `other` logged to."""

@@ -10,7 +10,7 @@ MLflow 3's GenAI overview. Ours, `mmlu_track`, shows what tells runs apart and h
   default column width cuts off), the description's first line (micro accuracy with its interval),
   `acc_micro`, the dataset, the latest gate's verdict, k / dtype / formulation / scoring; the charts
   narrowed to the micro/macro and category accuracies (not 165 per-subject bars).
-- comparisons: the full name (verdict, candidate, baseline), the description's first line (verdict,
+- comparisons: the full name (verdict, then what differs), the description's first line (verdict,
   Δ with its interval), Δ, both accuracies, the p-value of the drop test, the mode.
 
 A view a user saved over ours (MLflow's "Override saved view") carries no `mmlu_track_view` field:
@@ -105,11 +105,11 @@ def _scheme(uri: str) -> str:
     return "databricks" if uri.startswith("databricks") else "file"
 
 
-def url(tracking_uri: str | None, experiment_id: str) -> str | None:
-    """The view's address: on the tracking server, or on `mlflow ui`'s default for a store it serves
-    (a file or a database); None where neither (Databricks: its own workspace UI). Without the URI's
-    credentials (a link is printed and pasted)."""
-    uri = tracking_uri or "sqlite:///mlflow.db"
+def url(uri: str, experiment_id: str) -> str | None:
+    """The view's address for a resolved tracking URI (`mlflow_client.resolved_uri`): on the
+    tracking server, or on `mlflow ui`'s default for a store it serves (a file or a database); None
+    where neither (Databricks: its own workspace UI). Without the URI's credentials (a link is
+    printed and pasted)."""
     if uri.startswith(("http://", "https://")):
         base = uri
     elif _scheme(uri) in SERVED_BY_MLFLOW_UI:
