@@ -274,7 +274,6 @@ def _eval_config(cfg: Any) -> EvalConfig:
 
     from mmlu_track.config import eval_config_from_dict
     from mmlu_track.launchers import anchored
-    from mmlu_track.store.mlflow_client import resolved_uri
     from mmlu_track.typed import ConfigError
 
     try:
@@ -283,7 +282,7 @@ def _eval_config(cfg: Any) -> EvalConfig:
             raw["gate"] = _raw_refs(
                 raw["gate"], _sub_overrides(list(HydraConfig.get().overrides.task), "gate")
             )
-        return eval_config_from_dict(anchored(raw, Path(HydraConfig.get().runtime.cwd), resolved_uri(None)))
+        return eval_config_from_dict(anchored(raw, Path(HydraConfig.get().runtime.cwd)))
     except (ConfigError, OmegaConfBaseException) as err:
         fail(config_message(err))
 
@@ -326,7 +325,7 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     from mmlu_track.eval.backend import ModelError
     from mmlu_track.eval.data import DataError
     from mmlu_track.launchers import job_command, job_folders
-    from mmlu_track.pipeline.evaluate import TruncationError, run
+    from mmlu_track.pipeline.evaluate import Origin, TruncationError, run
     from mmlu_track.records.run import RecordError
     from mmlu_track.store.db import StoreError
 
@@ -335,21 +334,20 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
     hydra_cfg = HydraConfig.get()
     sweep, output_dir = job_folders(hydra_cfg)
-    command = job_command(hydra_cfg)
+    origin = Origin(sweep, job_command(hydra_cfg))
     try:
         if eval_cfg.gate is not None and eval_cfg.gate.sequential:
-            from mmlu_track.gate.sequential_run import execute
+            from mmlu_track.gate.sequential_run import sequential_gate
             from mmlu_track.gate.stats import ComparisonError
 
-            def evaluate(looks: Any) -> str | None:
-                return run(eval_cfg, output_dir, sweep=sweep, looks=looks, command=command).run_id
-
-            try:
-                codes.append(execute(eval_cfg, output_dir, evaluate))
+            try:  # the gate observes the evaluation's committed looks, then gives its verdict
+                with sequential_gate(eval_cfg) as gate:
+                    gated = run(eval_cfg, output_dir, looks=gate, origin=origin)
+                    codes.append(gate.conclude(gated.run_id, output_dir))
             except ComparisonError as err:
                 fail(str(err))
             return None
-        out = run(eval_cfg, output_dir, sweep=sweep, command=command)
+        out = run(eval_cfg, output_dir, origin=origin)
     except (DataError, ModelError, StoreError, RecordError, TruncationError) as err:
         fail(str(err))
     return out.scores.micro.acc if out.scores else None

@@ -78,7 +78,7 @@ SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_r
 
 
 # How `scoring.extract=pattern` reads a letter: the first of these that matches, its one group the
-# letter (`eval/backend.read_answer`). In order, with where each comes from:
+# letter (`eval/answers.read_answer`). In order, with where each comes from:
 ANSWER_PATTERNS = (
     r"(?i:answer is)\s*\(?([ABCD])\b",  # lm-eval 0.4.13 mmlu_pro's filter `answer is \(?([ABCDEFGHIJ])\)?`
     r"(?i:answer)[ \t]*:[ \t]*\(?\$?([ABCD])\b",  # OpenAI simple-evals ANSWER_PATTERN_MULTICHOICE

@@ -24,58 +24,30 @@ from typing import Any
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 
-SQLITE = "sqlite:///"
+from mmlu_track.store.locations import absolute_path, absolute_sqlite, mlflow_uri
 
 
-def _absolute_sqlite(url: str, base: Path) -> str:
-    """`sqlite:///relative.db` against `base`; any other URL (absolute, in-memory, a server) as is."""
-    if not url.startswith(SQLITE) or url.startswith(SQLITE + "/") or ":memory:" in url:
-        return url
-    path, sep, query = url[len(SQLITE) :].partition("?")
-    scheme = "file:" if path.startswith("file:") else ""  # SQLite's URI form (`?mode=ro&uri=true`)
-    path = path.removeprefix(scheme)
-    if not path or Path(path).is_absolute():
-        return url
-    return f"{SQLITE}{scheme}{(base / Path(path).expanduser()).resolve()}{sep}{query}"
-
-
-def _absolute_path(value: str, base: Path, *, only_existing: bool) -> str:
-    """A relative filesystem path against `base` (when `only_existing`, only if it exists there:
-    `org/model` may be a hub id as well as a folder)."""
-    path = Path(value)
-    if value.startswith("~") or path.is_absolute() or (only_existing and not (base / path).exists()):
-        return value  # as given: `~` and absolute paths mean the same wherever a job runs
-    return str((base / path).resolve())
-
-
-def anchored(raw: dict[str, Any], launch_dir: Path, mlflow_default: str) -> dict[str, Any]:
-    """The composed config with its relative paths made absolute against the launch directory.
-
-    `mlflow_default` is MLflow's tracking URI when `tracking.mlflow_uri` is unset (the environment's
-    `MLFLOW_TRACKING_URI`, else `sqlite:///mlflow.db`): set explicitly, so that it too is anchored."""
+def anchored(raw: dict[str, Any], launch_dir: Path) -> dict[str, Any]:
+    """The composed config with its relative paths made absolute against the launch directory; the
+    MLflow URI set explicitly (`locations.mlflow_uri`: unset means the environment's or MLflow's
+    default), so that it too is anchored."""
     out = {**raw}
     tracking = {**out.get("tracking", {})}
     if isinstance(tracking.get("db_url"), str):
-        tracking["db_url"] = _absolute_sqlite(tracking["db_url"], launch_dir)
+        tracking["db_url"] = absolute_sqlite(tracking["db_url"], launch_dir)
     if tracking.get("mlflow", True):
-        uri = tracking.get("mlflow_uri") or mlflow_default
-        if uri.startswith(SQLITE):
-            tracking["mlflow_uri"] = _absolute_sqlite(uri, launch_dir)
-        elif "://" not in uri and not uri.startswith(("file:", "databricks")):  # a folder (./mlruns)
-            tracking["mlflow_uri"] = _absolute_path(uri, launch_dir, only_existing=False)
-        else:
-            tracking["mlflow_uri"] = uri
+        tracking["mlflow_uri"] = mlflow_uri(tracking.get("mlflow_uri"), launch_dir)
     out["tracking"] = tracking
     if isinstance(out.get("cache_dir"), str):
-        out["cache_dir"] = _absolute_path(out["cache_dir"], launch_dir, only_existing=False)
+        out["cache_dir"] = absolute_path(out["cache_dir"], launch_dir)
     data = {**out.get("data", {})}
     if data.get("source") == "local" and isinstance(data.get("path"), str):
-        data["path"] = _absolute_path(data["path"], launch_dir, only_existing=False)
+        data["path"] = absolute_path(data["path"], launch_dir)
     out["data"] = data
     model = {**out.get("model", {})}
     for key in ("name_or_path", "tokenizer"):
         if isinstance(model.get(key), str):
-            model[key] = _absolute_path(model[key], launch_dir, only_existing=True)
+            model[key] = absolute_path(model[key], launch_dir, only_existing=True)
     out["model"] = model
     return out
 

@@ -18,6 +18,7 @@ from mmlu_track.config import DB_URL_ENV, DEFAULT_DB_URL
 from mmlu_track.console import reader_gone
 from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.run import RecordError, RunRecord
+from mmlu_track.records.stored import RunStatus
 from mmlu_track.store.db import StoreError
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
             f"scheduler {claim.scheduler or '-'}  {beat}"
         )
     if stop := run.early_stop:
-        resumed = "" if run.status == "stopped" else " (since resumed)"
+        resumed = "" if run.status == RunStatus.STOPPED else " (since resumed)"
         print(f"{stop.summary()}{resumed}: {stop.reason}; baseline {stop.baseline_run_id}")
     if record := run.record:
         from mmlu_track.records.results import table

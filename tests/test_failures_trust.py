@@ -383,7 +383,7 @@ def test_a_sequential_run_resumes_only_with_its_own_settings(cli: Cli, tmp_path:
 
 
 def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> None:
-    from mmlu_track.gate.sequential_run import execute
+    from mmlu_track.gate.sequential_run import sequential_gate
     from mmlu_track.gate.stats import ComparisonError
     from mmlu_track.pipeline.evaluate import run
 
@@ -398,8 +398,8 @@ def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> N
         [*SEQ, f"tracking.db_url={db}", "gate.sequential=true", f"gate.baseline={base.run_id}"]
     )
 
-    def evaluate(looks: Any) -> str | None:
-        decide = looks.look
+    with sequential_gate(cfg) as gate:
+        decide = gate.look
 
         def look(number: int, results: Any) -> Any:
             if number == 2:  # someone deletes the baseline while the candidate is evaluated
@@ -407,13 +407,10 @@ def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> N
                     s.execute(delete(Run).where(Run.id == base.run_id))
             return decide(number, results)
 
-        looks.look = look
-        return run(cfg, tmp_path / "cand", progress=False, echo=lambda _: None, looks=looks).run_id
-
-    with pytest.raises(
-        ComparisonError, match=f"the baseline run {base.run_id[:12]} was deleted from the store"
-    ):
-        execute(cfg, tmp_path / "cand", evaluate, echo=lambda _: None)
+        gate.look = look  # type: ignore[method-assign]
+        deleted = f"the baseline run {base.run_id[:12]} was deleted from the store"
+        with pytest.raises(ComparisonError, match=deleted):  # at look 3, before any verdict
+            run(cfg, tmp_path / "cand", progress=False, echo=lambda _: None, looks=gate)
     with Session(_store(tmp_path).engine) as s:
         assert s.scalar(select(func.count()).select_from(Run)) == 1  # the candidate is kept
 

@@ -11,7 +11,7 @@ import torch
 
 from mmlu_track.config import DataConfig, ScoringConfig
 from mmlu_track.eval import generate, prefix_cache, prompts
-from mmlu_track.eval.backend import parse_generation, read_answer
+from mmlu_track.eval.answers import parse_generation, read_answer
 from mmlu_track.eval.batching import Score
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.generate import decided, score_generate

@@ -11,9 +11,13 @@ import pytest
 
 from mmlu_track.launchers import anchored, anchored_dir
 from mmlu_track.store.liveness import Owner, liveness, scheduler, slurm_job_gone
+from mmlu_track.store.locations import mlflow_uri
 
 
-def test_relative_paths_are_anchored_at_the_launch_folder(tmp_path: Path) -> None:
+def test_relative_paths_are_anchored_at_the_launch_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     (tmp_path / "models" / "mine").mkdir(parents=True)
     raw = {
         "tracking": {"db_url": "sqlite:///runs/mmlu_track.db?timeout=5", "mlflow": True, "mlflow_uri": None},
@@ -21,7 +25,7 @@ def test_relative_paths_are_anchored_at_the_launch_folder(tmp_path: Path) -> Non
         "data": {"source": "local", "path": "mmlu_local"},
         "model": {"name_or_path": "models/mine", "tokenizer": "HuggingFaceTB/SmolLM2-135M"},
     }
-    got = anchored(raw, tmp_path, "sqlite:///mlflow.db")
+    got = anchored(raw, tmp_path)
     assert got["tracking"]["db_url"] == f"sqlite:///{tmp_path}/runs/mmlu_track.db?timeout=5"
     assert got["tracking"]["mlflow_uri"] == f"sqlite:///{tmp_path}/mlflow.db"  # MLflow's default, pinned
     assert got["cache_dir"] == str(tmp_path / "cache")
@@ -31,7 +35,7 @@ def test_relative_paths_are_anchored_at_the_launch_folder(tmp_path: Path) -> Non
     assert raw["tracking"]["db_url"] == "sqlite:///runs/mmlu_track.db?timeout=5"  # the input is kept
     uri_form = {**raw, "tracking": {**raw["tracking"], "db_url": "sqlite:///file:s.db?mode=ro&uri=true"}}
     assert (
-        anchored(uri_form, tmp_path, "x")["tracking"]["db_url"]
+        anchored(uri_form, tmp_path)["tracking"]["db_url"]
         == f"sqlite:///file:{tmp_path}/s.db?mode=ro&uri=true"
     )
 
@@ -49,10 +53,24 @@ def test_absolute_paths_and_servers_are_left_as_given(db_url: str, mlflow_uri: s
     raw = {"tracking": {"db_url": db_url, "mlflow": True, "mlflow_uri": mlflow_uri},
            "cache_dir": "~/.cache/x", "data": {"source": "hub", "path": "cais/mmlu"},
            "model": {"name_or_path": None}}  # fmt: skip
-    got = anchored(raw, Path("/launch"), "sqlite:///mlflow.db")
+    got = anchored(raw, Path("/launch"))
     assert got == raw
     assert anchored_dir("multirun/x", Path("/launch")) == Path("/launch/multirun/x")
     assert anchored_dir("/elsewhere/x", Path("/launch")) == Path("/elsewhere/x")
+
+
+def test_the_mlflow_uri_is_resolved_in_one_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Configured, else the environment's, else MLflow's default; relative stores anchored."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert mlflow_uri(None, tmp_path) == f"sqlite:///{tmp_path}/mlflow.db"
+    assert mlflow_uri("runs/ml.db", tmp_path) == str(tmp_path / "runs" / "ml.db")  # a folder store
+    assert mlflow_uri("sqlite:///x/ml.db", tmp_path) == f"sqlite:///{tmp_path}/x/ml.db"
+    assert mlflow_uri("https://u:p@host/", tmp_path) == "https://u:p@host/"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///env.db")
+    assert mlflow_uri(None, tmp_path) == f"sqlite:///{tmp_path}/env.db"
+    assert mlflow_uri("databricks", tmp_path) == "databricks"
+    monkeypatch.chdir(tmp_path)
+    assert mlflow_uri(None) == f"sqlite:///{tmp_path}/env.db"  # default base: the working directory
 
 
 def test_a_claim_by_an_earlier_attempt_of_this_very_scheduler_task_is_dead_at_once(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mmlu_track.pipeline.evaluate import run
+from mmlu_track.pipeline.evaluate import Origin, run
 from mmlu_track.runs import main as runs_main
 from mmlu_track.store import mlflow_views
 from mmlu_track.store.mlflow import GATE_TAG, RUN_ID_TAG, SWEEP_TAG, metric_key
@@ -28,7 +28,7 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
         sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_server}", "tracking.experiment=t1"
     )
     said: list[str] = []
-    out = run(cfg, tmp_path / "out", progress=False, echo=said.append, sweep="/sweeps/s1")
+    out = run(cfg, tmp_path / "out", progress=False, echo=said.append, origin=Origin(sweep="/sweeps/s1"))
     assert out.mlflow_run_id is not None
     stored = SqlStore(sqlite_url).get(out.run_id)
     assert stored is not None

@@ -11,13 +11,12 @@ import torch
 
 from mmlu_track.config import DataConfig, ScoringConfig
 from mmlu_track.eval import prompts
+from mmlu_track.eval.answers import calibrate, parse_generation
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.scoring import (
     _letter_sequences,
     _score_sequences,
     _shared_prefix,
-    calibrate,
-    parse_generation,
     run_batches,
     score_generate,
     score_logprob,

@@ -8,7 +8,6 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from sqlalchemy import select, update
@@ -17,7 +16,7 @@ from sqlalchemy.orm import Session
 from mmlu_track.config import CompareConfig, EvalConfig, GateConfig, TrackingConfig
 from mmlu_track.eval import plan
 from mmlu_track.gate.run import execute as compare_execute
-from mmlu_track.gate.sequential_run import execute
+from mmlu_track.gate.sequential_run import sequential_gate
 from mmlu_track.gate.stats import ComparisonError
 from mmlu_track.pipeline.evaluate import run
 from mmlu_track.records.subjects import SUBJECTS as SUBJECT_NAMES
@@ -133,10 +132,9 @@ def test_stops_early_reports_and_resumes_to_completion(
 
 
 def _sequential(cfg: EvalConfig, out: Path, lines: list[str]) -> int:
-    def evaluate(looks: Any) -> str | None:
-        return run(cfg, out, progress=False, echo=lines.append, looks=looks).run_id
-
-    return execute(cfg, out, evaluate, echo=lines.append)
+    with sequential_gate(cfg) as gate:
+        gated = run(cfg, out, progress=False, echo=lines.append, looks=gate)
+        return gate.conclude(gated.run_id, out, echo=lines.append)
 
 
 def test_the_fixed_sample_reading_is_called_invalid_only_after_an_early_stop() -> None:

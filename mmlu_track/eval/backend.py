@@ -13,17 +13,13 @@ pipeline) imports only this.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
-from mmlu_track.records.subjects import LETTERS
 
 Progress = Callable[[int], None]
 
@@ -102,36 +98,3 @@ class Backend(Protocol):
     def close(self) -> None:
         """Let go of what the backend holds open (a server's connections); the run is over."""
         ...
-
-
-def parse_generation(text: str) -> int | None:
-    """The answer index from a generation: its first non-whitespace character, if A-D."""
-    stripped = text.lstrip()
-    if stripped and stripped[0] in LETTERS:
-        return LETTERS.index(stripped[0])
-    return None
-
-
-def read_answer(text: str, cfg: ScoringConfig) -> int | None:
-    """The answer index a generation gives by `cfg.extract`: `first_char` (`parse_generation`), or
-    `pattern`, the group of the first of `cfg.patterns` that matches anywhere in the text (a
-    pattern's own anchors and flags apply); None when nothing reads as a letter A-D."""
-    if cfg.extract == "first_char":
-        return parse_generation(text)
-    for pattern in cfg.patterns:
-        if (found := re.search(pattern, text)) and found.group(1) in LETTERS:
-            return LETTERS.index(found.group(1))
-    return None
-
-
-def calibrate(logprobs: np.ndarray, method: str) -> np.ndarray:
-    """One subject's (n, 4) log-prob matrix as the argmax should see it.
-
-    `none`: unchanged. `mean`: each letter's mean log-prob over the subject's questions subtracted,
-    which removes a model's constant preference for some letters.
-    """
-    if method == "none":
-        return logprobs
-    if method == "mean":
-        return np.asarray(logprobs - logprobs.mean(axis=0, keepdims=True))
-    raise ValueError(f"unknown calibration {method!r}")

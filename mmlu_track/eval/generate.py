@@ -1,5 +1,5 @@
 """Generation scoring: greedy decoding; the answer is read by `ScoringConfig.extract`
-(`backend.read_answer`): the first non-whitespace character (A-D, else invalid and wrong), or the
+(`answers.read_answer`): the first non-whitespace character (A-D, else invalid and wrong), or the
 first answer pattern that matches.
 
 With `first_char`, a row's answer is decided once its decoded text has a non-whitespace character
@@ -34,7 +34,7 @@ import torch
 
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import prefix_cache
-from mmlu_track.eval.backend import read_answer
+from mmlu_track.eval.answers import read_answer
 from mmlu_track.eval.batching import Progress, Score, fit, left_pad, run_batches
 from mmlu_track.eval.models import LoadedModel
 

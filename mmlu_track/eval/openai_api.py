@@ -15,7 +15,7 @@ distribution *after* it: there a question whose letters are not among the top al
 one-line error asking for a larger `model.top_logprobs`).
 
 Generation is greedy `/v1/completions` (temperature 0, `max_tokens=scoring.max_new_tokens`, no stop
-sequence: it could cut the text before the letter), read as in-process (`backend.read_answer`).
+sequence: it could cut the text before the letter), read as in-process (`answers.read_answer`).
 
 Chat prompts (`chat` not `none`) need `model.tokenizer`, whose chat template renders them here (it
 is the template the run's hash records). Log-probs: the rendered text goes to `/v1/completions` as
@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmlu_track.config import EvalConfig, ScoringConfig
-from mmlu_track.eval.backend import ModelError, Progress, PromptError, Score, read_answer
+from mmlu_track.eval.answers import argmax, four, read_answer
+from mmlu_track.eval.backend import ModelError, Progress, PromptError, Score
 from mmlu_track.eval.chat_template import render as render_chat
 from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.http_api import Client, PermanentError
@@ -71,15 +72,6 @@ def logprobs_of(choice: dict[str, Any]) -> dict[str, Any]:
 def _usage(doc: dict[str, Any]) -> int:
     usage = doc.get("usage") or {}
     return int(usage.get("prompt_tokens") or 0)
-
-
-def _argmax(values: tuple[float, ...]) -> int:
-    return max(range(len(values)), key=values.__getitem__)  # the first of equal values, as np.argmax
-
-
-def _four(values: list[float]) -> tuple[float, float, float, float]:
-    a, b, c, d = values
-    return a, b, c, d
 
 
 @dataclass(frozen=True)
@@ -198,9 +190,9 @@ class Served:
                 break
             k = wider
         if first is not None and all(c in first for c in continuations):
-            values = _four([float(first[c]) for c in continuations])
+            values = four([float(first[c]) for c in continuations])
             return Score(
-                _argmax(values), values, n_tokens=n_tokens, forwarded=n_tokens, scored_by="top_logprobs"
+                argmax(values), values, n_tokens=n_tokens, forwarded=n_tokens, scored_by="top_logprobs"
             )
         if not self.echo_ok:
             raise PromptError(
@@ -212,10 +204,10 @@ class Served:
         for c in continuations:
             doc = self.complete(text + c, max_tokens=1, logprobs=1, echo=True)
             echoes.append(echo_logprob(logprobs_of(one_choice(doc)), len(text), len(c)))
-        values4 = _four([e.logprob for e in echoes])
+        values4 = four([e.logprob for e in echoes])
         multi = any(e.tokens > 1 for e in echoes)
         return Score(
-            _argmax(values4),
+            argmax(values4),
             values4,
             n_tokens=n_tokens,
             forwarded=n_tokens * 5,

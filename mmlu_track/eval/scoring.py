@@ -26,19 +26,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-import numpy as np
 import torch
 
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import prefix_cache
-from mmlu_track.eval.backend import Progress, Score, calibrate, parse_generation
+from mmlu_track.eval.answers import argmax, four
+from mmlu_track.eval.backend import Progress, Score
 from mmlu_track.eval.batching import fit, left_pad, run_batches
 from mmlu_track.eval.generate import score_generate
 from mmlu_track.eval.models import LoadedModel
 from mmlu_track.records.subjects import LETTERS
 
-__all__ = ["SCORERS", "Score", "Scorer", "calibrate", "parse_generation", "run_batches", "score_generate",
-           "score_logprob"]  # fmt: skip
+__all__ = ["SCORERS", "Score", "Scorer", "run_batches", "score_generate", "score_logprob"]
 
 
 def _letter_sequences(lm: LoadedModel, text: str, lead: str) -> tuple[list[int], list[list[int]], bool]:
@@ -53,10 +52,6 @@ def _shared_prefix(a: list[int], b: list[int]) -> int:
     while n < min(len(a), len(b) - 1) and a[n] == b[n]:
         n += 1
     return n
-
-
-def _as_tuple(vals: list[float]) -> tuple[float, float, float, float]:
-    return (vals[0], vals[1], vals[2], vals[3])
 
 
 Encoded = list[tuple[list[int], bool]]
@@ -100,7 +95,7 @@ def score_logprob(
 
     def take(rows: Sequence[int], lp: torch.Tensor) -> None:
         for r, i in enumerate(rows):
-            logprobs[i] = _as_tuple(lp[r, letter_ids[i]].tolist())
+            logprobs[i] = four(lp[r, letter_ids[i]].tolist())
         progress(len(rows))
 
     def with_prefix(prefix_ids: list[int], rows: list[int]) -> str | None:
@@ -127,7 +122,7 @@ def score_logprob(
     fallback = set(left) if cfg.prefix_cache else set()
     return [
         Score(
-            prediction=int(np.argmax(lps)),
+            prediction=argmax(lps),
             logprobs=lps,
             n_tokens=len(encoded[i][0]),
             truncated=encoded[i][1],

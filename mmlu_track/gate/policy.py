@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from mmlu_track.config import CompareMode, GateConfig
 from mmlu_track.gate.stats import Comparison, ComparisonError, pts
 from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.stored import RunStatus
 
 if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
@@ -53,9 +54,8 @@ def decide(comp: Comparison, gate: GateConfig) -> Verdict:
             f"significant overall drop: Δ micro {pts(micro.delta)} pts, {micro.lost} lost vs {micro.gained} "
             f"gained (exact McNemar p = {micro.p_regression:.3g})"
         )
-    flagged = [s.name for s in comp.subjects if s.flagged]
-    if flagged and gate.fail_on_flagged_subjects:
-        drops.append(f"{len(flagged)} subject(s) regressed significantly: {', '.join(flagged)}")
+    if flagged := flagged_drop(comp, gate):
+        drops.append(flagged)
     fail = EXIT_PASS if gate.warn_only else EXIT_REGRESSION
     if drops:
         return Verdict("regression", drops[0], (*drops, ni_line), fail)
@@ -69,6 +69,15 @@ def decide(comp: Comparison, gate: GateConfig) -> Verdict:
     )
     headline = f"too few questions to tell: neither non-inferiority at {delta_txt} nor a drop is shown"
     return Verdict("inconclusive", headline, (ni_line, need), fail)
+
+
+def flagged_drop(comp: Comparison, gate: GateConfig) -> str | None:
+    """The regression a policy that fails on flagged subjects sees (`gate.fail_on_flagged_subjects`):
+    the subjects whose own drop is significant after the multiplicity correction; None if none."""
+    flagged = [s.name for s in comp.subjects if s.flagged]
+    if not (flagged and gate.fail_on_flagged_subjects):
+        return None
+    return f"{len(flagged)} subject(s) regressed significantly: {', '.join(flagged)}"
 
 
 def analysis(comp: Comparison) -> Verdict:
@@ -149,13 +158,13 @@ def same_prompts(base: Sequence[QuestionResult], cand: Sequence[QuestionResult])
 
 def require_finished(run: StoredRun, side: str, store: SqlStore) -> StoredRun:
     """The run, if finished; else one line saying what it is and what to do."""
-    if run.status == "finished":
+    if run.status == RunStatus.FINISHED:
         return run
     if stopped := run.early_stop:  # the sequential gate's: it holds part of the questions
         why = f" ({stopped.summary()}; its own command without gate.sequential resumes it)"
     elif dead := store.dead(run):
         why = f": it is dead ({dead}); rerun its command to resume it"
-    elif run.status == "failed":
+    elif run.status == RunStatus.FAILED:
         why = ": rerun its command to resume it"
     else:
         why = ": wait for it to finish"

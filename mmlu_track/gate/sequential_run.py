@@ -18,7 +18,8 @@ Exit codes as the compare command's: 0 pass, 1 regression or inconclusive, 2 unu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from mmlu_track.gate.policy import (
     EXIT_REGRESSION,
     Verdict,
     differences,
+    flagged_drop,
     require_finished,
     same_prompts,
 )
@@ -37,6 +39,7 @@ from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair, pts
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop
+from mmlu_track.records.stored import RunStatus
 from mmlu_track.store.sql import open_store
 
 if TYPE_CHECKING:
@@ -44,14 +47,30 @@ if TYPE_CHECKING:
     from mmlu_track.store.sql import SqlStore
 
 
-class SequentialLooks:
-    """The pipeline's `Looks`: pairs each committed look with the baseline and decides."""
+@contextlib.contextmanager
+def sequential_gate(cfg: EvalConfig) -> Iterator[SequentialLooks]:
+    """The sequential gate of the evaluation `cfg` (gate.sequential=true), over its store: pass it
+    to the evaluation as its `looks`, then `conclude` with the run the evaluation recorded."""
+    store = open_store(cfg.tracking)
+    try:
+        yield SequentialLooks(store, cfg)
+    finally:
+        store.close()
 
-    def __init__(self, store: SqlStore, gate: GateConfig, uri: str | None) -> None:
-        self.store, self.gate, self.uri, self.count = store, gate, uri, gate.looks
+
+class SequentialLooks:
+    """The pipeline's `Looks`: observes each committed look, pairs it with the baseline, decides."""
+
+    def __init__(self, store: SqlStore, cfg: EvalConfig) -> None:
+        if cfg.gate is None:
+            raise ComparisonError("the sequential gate needs gate.sequential=true gate.baseline=RUN")
+        gate = cfg.gate
+        self.cfg, self.store, self.gate, self.count = cfg, store, gate, gate.looks
+        self.uri = cfg.tracking.mlflow_uri
         self.reference = _baseline(gate)
         # Fail before the model loads when the reference names nothing.
-        self.base = require_finished(resolve(store, self.reference, None, "gate", uri), "baseline", store)
+        found = resolve(store, self.reference, None, "gate", self.uri)
+        self.base = require_finished(found, "baseline", store)
         self.candidate: StoredRun | None = None
         self.baseline: dict[tuple[str, int], QuestionResult] = {}
         self.counts: list[LookCounts] = []
@@ -130,6 +149,34 @@ class SequentialLooks:
             baseline_run_id=self.base.id,
         )
 
+    def conclude(self, run_id: str | None, output_dir: Path, echo: Any = print) -> int:
+        """The evaluation recorded `run_id` in looks: report the verdict; its exit code."""
+        gate, store = self.gate, self.store
+        if run_id is None or self.result is None:
+            raise RuntimeError("the gated evaluation scored no look (a bug: an unsharded run has units)")
+        cand = store.get(run_id)
+        if cand is None:
+            raise ComparisonError(f"the candidate run {run_id[:12]} was deleted from the store while gated")
+        res, base = self.result, self.base
+        if store.get(base.id) is None:
+            raise ComparisonError(
+                f"the baseline run {base.id[:12]} was deleted from the store during the evaluation; the "
+                f"candidate run {cand.id[:12]} is kept ({cand.status}): compare it with another baseline"
+            )
+        base_used = [self.baseline[(r.subject, r.index)] for r in self.used]
+        comp = compare(pair(base_used, self.used), gate)
+        verdict = _verdict(res, gate, self.count, cand.n_questions)
+        verdict = _say_needed(verdict, comp, cand.n_questions, self.cfg.limit is not None)
+        if (drop := flagged_drop(comp, gate)) and verdict.status != "regression":
+            verdict = replace(verdict, status="regression", headline=drop, exit_code=EXIT_REGRESSION,
+                              reasons=(drop, *verdict.reasons))  # fmt: skip
+        compare_cfg = CompareConfig(base.id, cand.id, gate, self.cfg.tracking, "gate")
+        publish(
+            store, comp, verdict, base=base, cand=cand, cfg=compare_cfg, output_dir=output_dir / "gate",
+            echo=echo, extra=_extra(res, self.count, cand),
+        )  # fmt: skip
+        return verdict.exit_code
+
 
 def _baseline(gate: GateConfig) -> str:
     if gate.baseline is None:
@@ -185,62 +232,23 @@ def _say_needed(verdict: Verdict, comp: Comparison, total: int, limited: bool) -
     return replace(verdict, reasons=(*verdict.reasons, needed))
 
 
-def execute(
-    cfg: EvalConfig, output_dir: Path, evaluate: Callable[[SequentialLooks], str | None], echo: Any = print
-) -> int:
-    """Evaluate `cfg` in looks against `cfg.gate.baseline`; report; return the exit code.
-
-    `evaluate(looks)` runs the evaluation in those looks and returns its run id (the entry point
-    passes the pipeline's `run`: the gate never imports the evaluation)."""
-    gate = cfg.gate
-    if gate is None:
-        raise ComparisonError("the sequential gate needs gate.sequential=true gate.baseline=RUN")
-    store = open_store(cfg.tracking)
-    try:
-        looks = SequentialLooks(store, gate, cfg.tracking.mlflow_uri)
-        run_id = evaluate(looks)
-        if run_id is None or looks.result is None:
-            raise RuntimeError("the gated evaluation scored no look (a bug: an unsharded run has units)")
-        cand = store.get(run_id)
-        if cand is None:
-            raise ComparisonError(f"the candidate run {run_id[:12]} was deleted from the store while gated")
-        res, base = looks.result, looks.base
-        if store.get(base.id) is None:
-            raise ComparisonError(
-                f"the baseline run {base.id[:12]} was deleted from the store during the evaluation; the "
-                f"candidate run {cand.id[:12]} is kept ({cand.status}): compare it with another baseline"
-            )
-        base_used = [looks.baseline[(r.subject, r.index)] for r in looks.used]
-        comp = compare(pair(base_used, looks.used), gate)
-        verdict = _verdict(res, gate, looks.count, cand.n_questions)
-        verdict = _say_needed(verdict, comp, cand.n_questions, cfg.limit is not None)
-        flagged = [s.name for s in comp.subjects if s.flagged]
-        if flagged and gate.fail_on_flagged_subjects and verdict.status != "regression":
-            drop = f"{len(flagged)} subject(s) regressed significantly: {', '.join(flagged)}"
-            verdict = replace(verdict, status="regression", headline=drop, exit_code=EXIT_REGRESSION,
-                              reasons=(drop, *verdict.reasons))  # fmt: skip
-        section = {
-            "sequential": {
-                "look": res.look, "looks": looks.count, "questions_used": res.n,
-                "questions_total": cand.n_questions, "questions_saved": cand.n_questions - res.n,
-                "decision": res.decision, "lower": res.lower, "upper": res.upper,
-                "lost": res.lost, "gained": res.gained, "stopped_early": cand.status == "stopped",
-                "log_wealth_pass": res.log_wealth_pass, "log_wealth_regression": res.log_wealth_regression,
-                "method": "betting (Waudby-Smith & Ramdas 2024): Kelly bets one margin past the null",
-            }
-        }  # fmt: skip
-        metrics = {
-            "sequential/look": float(res.look),
-            "sequential/questions_used": float(res.n),
-            "sequential/questions_saved": float(cand.n_questions - res.n),
-            "sequential/ci_low": res.lower,
-            "sequential/ci_high": res.upper,
+def _extra(res: SequentialResult, looks: int, cand: StoredRun) -> tuple[dict[str, Any], dict[str, float]]:
+    """The sequential test's own section of report.json and its MLflow metrics."""
+    section = {
+        "sequential": {
+            "look": res.look, "looks": looks, "questions_used": res.n,
+            "questions_total": cand.n_questions, "questions_saved": cand.n_questions - res.n,
+            "decision": res.decision, "lower": res.lower, "upper": res.upper,
+            "lost": res.lost, "gained": res.gained, "stopped_early": cand.status == RunStatus.STOPPED,
+            "log_wealth_pass": res.log_wealth_pass, "log_wealth_regression": res.log_wealth_regression,
+            "method": "betting (Waudby-Smith & Ramdas 2024): Kelly bets one margin past the null",
         }
-        compare_cfg = CompareConfig(base.id, cand.id, gate, cfg.tracking, "gate")
-        publish(
-            store, comp, verdict, base=base, cand=cand, cfg=compare_cfg, output_dir=output_dir / "gate",
-            echo=echo, extra=(section, metrics),
-        )  # fmt: skip
-        return verdict.exit_code
-    finally:
-        store.close()
+    }  # fmt: skip
+    metrics = {
+        "sequential/look": float(res.look),
+        "sequential/questions_used": float(res.n),
+        "sequential/questions_saved": float(cand.n_questions - res.n),
+        "sequential/ci_low": res.lower,
+        "sequential/ci_high": res.upper,
+    }
+    return section, metrics

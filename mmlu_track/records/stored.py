@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -22,11 +23,33 @@ from mmlu_track.typed import ConfigError
 T = TypeVar("T")
 
 
+class RunStatus(StrEnum):
+    """A run's status in the SQL store (`runs.status`)."""
+
+    RUNNING = "running"
+    FINALIZING = "finalizing"  # one process claimed it and aggregates (`SqlStore.claim_finalization`)
+    FINISHED = "finished"
+    FAILED = "failed"  # resumable: its committed questions are kept
+    STOPPED = "stopped"  # by the sequential gate; resumable, never a finished baseline
+
+
+UNFINISHED = (RunStatus.RUNNING, RunStatus.FAILED, RunStatus.FINALIZING, RunStatus.STOPPED)  # resumable
+ACTIVE = (RunStatus.RUNNING, RunStatus.FINALIZING)  # a process should be at work on it: alive or dead
+
+
+class ShardStatus(StrEnum):
+    """One process's claim on its shard of a run (`run_shards.status`)."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
 @dataclass(frozen=True)
 class StoredRun:
     id: str
     identity: str
-    status: str  # running | finalizing | finished | failed | stopped (by the sequential gate)
+    status: RunStatus
     model_name: str
     model_revision: str | None  # the hub revision, else the local weights' sha256
     model_dtype: str | None  # the dtype it was loaded in (`auto` resolved); None: stored before 0009
@@ -157,7 +180,7 @@ class StoredShard:
 
     shards: int
     shard: int
-    status: str  # running | done | failed
+    status: ShardStatus
     owner: str | None  # `store.liveness.Owner`
     heartbeat_at: datetime | None
     scheduler: str | None  # `store.liveness.scheduler()`: slurm:JOB.TASK, ray:TASK_ID; None by hand

@@ -30,12 +30,12 @@ from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.store import mlflow_views
+from mmlu_track.store.locations import mlflow_uri
 from mmlu_track.store.mlflow_client import (
     MlflowUnavailable,
     check_reachable,
     client_and_experiment,
     quiet,
-    resolved_uri,
 )
 from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, gate_line, percent
 from mmlu_track.typed import flatten
@@ -218,7 +218,7 @@ class LiveRun:
 
     def view_url(self) -> str | None:
         """The address of the experiment's `mmlu_track` runs-table view (`mlflow_views`), once open."""
-        return mlflow_views.url(resolved_uri(self.uri), self.experiment_id) if self.experiment_id else None
+        return mlflow_views.url(mlflow_uri(self.uri), self.experiment_id) if self.experiment_id else None
 
     def join(self, other: str) -> None:
         """A shard opened the run's MLflow run first: this one's is deleted, `other` logged to."""

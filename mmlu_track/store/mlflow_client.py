@@ -9,11 +9,11 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from mmlu_track.credentials import redact, redact_text
 from mmlu_track.store import mlflow_views
+from mmlu_track.store.locations import mlflow_uri, sqlite_path
 from mmlu_track.store.mlflow_views import Kind
 
 
@@ -30,21 +30,16 @@ HTTP_LIMITS = {
 }
 
 
-def resolved_uri(uri: str | None) -> str:
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"  # MLflow >= 3.7's default
-
-
 @contextlib.contextmanager
 def _first_use_lock(uri: str | None) -> Iterator[None]:
     """Serialise first use of a SQLite MLflow store: MLflow creates its tables on first use, and
     processes starting together race on it ("table ... already exists")."""
-    resolved = resolved_uri(uri)
-    if not resolved.startswith("sqlite:///"):
+    path = sqlite_path(mlflow_uri(uri))
+    if path is None:
         yield
         return
     import fcntl
 
-    path = Path(resolved.removeprefix("sqlite:///")).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -63,7 +58,7 @@ def client_and_experiment(uri: str | None, experiment: str, view: Kind | None = 
 
     with _first_use_lock(uri), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        client = MlflowClient(tracking_uri=uri)
+        client = MlflowClient(tracking_uri=mlflow_uri(uri))
         exp = client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else client.create_experiment(experiment, _artifacts(uri))
         if view and mlflow_views.needs_writing(exp.tags.get(mlflow_views.VIEW_TAG) if exp else None):
@@ -76,11 +71,8 @@ def client_and_experiment(uri: str | None, experiment: str, view: Kind | None = 
 def _artifacts(uri: str | None) -> str | None:
     """A new experiment's artifacts in a SQLite MLflow store: `mlruns/` beside the file (MLflow's is
     the working directory's: a job's own folder under `hydra.job.chdir=true`); else MLflow's."""
-    resolved = resolved_uri(uri)
-    path = resolved.removeprefix("sqlite:///")
-    if not resolved.startswith("sqlite:///") or not Path(path).is_absolute():
-        return None
-    return (Path(path).parent / "mlruns").as_uri()
+    path = sqlite_path(mlflow_uri(uri))
+    return (path.parent / "mlruns").as_uri() if path is not None and path.is_absolute() else None
 
 
 def check_reachable(uri: str | None, timeout: float = 5.0) -> None:

@@ -1,7 +1,6 @@
 """Which MLflow a run belongs to, and logging a finished run there in one go.
 
-A run records into one MLflow URI, fixed when it starts (`effective_uri`: `tracking.mlflow_uri`,
-else `MLFLOW_TRACKING_URI`, else MLflow's default `./mlflow.db` made absolute), never "whatever
+A run records into one MLflow URI, fixed when it starts (`locations.mlflow_uri`), never "whatever
 MLflow's default is" in the shell that syncs it later. An evaluation whose MLflow failed makes one
 last try (`sync`) and otherwise warns with the command that logs it later, naming that URI;
 `python -m mmlu_track.runs sync` sends each run there (`uri_for_sync`: the stored URI has `***`
@@ -19,24 +18,10 @@ from mmlu_track.credentials import is_redacted, redact, refill, strip_userinfo
 from mmlu_track.records.results import Docs, QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.store.mlflow import LiveRun, Warn
-from mmlu_track.store.mlflow_client import MlflowUnavailable, resolved_uri
+from mmlu_track.store.mlflow_client import MlflowUnavailable
 
 if TYPE_CHECKING:
     from mmlu_track.store.sql import SqlStore
-
-
-def effective_uri(uri: str | None) -> str:
-    """The MLflow URI a run records into: `uri` (tracking.mlflow_uri), else `MLFLOW_TRACKING_URI`,
-    else MLflow's default `./mlflow.db`; a relative SQLite file or local path made absolute against
-    the working directory, so that `runs sync`, from another shell or folder, reaches the same one."""
-    resolved = resolved_uri(uri)
-    if resolved.startswith("sqlite:///"):
-        path, sep, query = resolved.removeprefix("sqlite:///").partition("?")
-        if path and not path.startswith(("/", ":memory:", "file:")):
-            return f"sqlite:///{os.path.abspath(path)}{sep}{query}"
-    elif "://" not in resolved and ":" not in resolved[:2]:  # a bare path: MLflow's file store
-        return os.path.abspath(resolved)
-    return resolved
 
 
 def uri_for_sync(recorded: str | None) -> str | None:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from mmlu_track.config import to_dict
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunStart
-from mmlu_track.records.stored import StoredRun
+from mmlu_track.records.stored import RunStatus, StoredRun
 from mmlu_track.store.liveness import current_owner
 from mmlu_track.store.orm import QuestionRow, Run
 
@@ -48,7 +48,7 @@ def new_run(start: RunStart, identity: str, output_dir: str | None) -> Run:
     typed start to the SQL store (a new column is a field here, in `orm.Run` and a migration)."""
     now, cfg = utc_now(), start.config
     return Run(
-        id=uuid.uuid4().hex, identity=identity, status="running",
+        id=uuid.uuid4().hex, identity=identity, status=RunStatus.RUNNING,
         model_name=start.model.name, model_revision=start.model.revision or start.model.weights_sha256,
         model_dtype=start.model.dtype,
         scoring=cfg.scoring.method, formulation=cfg.formulation, k=cfg.k,
@@ -61,7 +61,8 @@ def new_run(start: RunStart, identity: str, output_dir: str | None) -> Run:
 
 def stored(row: Run) -> StoredRun:
     """The typed record of a run row: what every reader above the store gets."""
-    return StoredRun(**{f.name: getattr(row, f.name) for f in dataclasses.fields(StoredRun)})
+    values = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredRun)}
+    return StoredRun(**{**values, "status": RunStatus(row.status)})
 
 
 def provisional(start: RunStart, identity: str) -> StoredRun:

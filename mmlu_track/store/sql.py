@@ -24,14 +24,20 @@ from mmlu_track.config import TrackingConfig
 from mmlu_track.credentials import redact
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
-from mmlu_track.records.stored import ComparisonEntry, ShardWork, StoredRun, StoredShard
+from mmlu_track.records.stored import (
+    ACTIVE,
+    UNFINISHED,
+    ComparisonEntry,
+    RunStatus,
+    ShardStatus,
+    ShardWork,
+    StoredRun,
+    StoredShard,
+)
 from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
 from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness, scheduler
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
 from mmlu_track.store.rows import from_row, new_run, stored, to_row, utc_now
-
-UNFINISHED = ("running", "failed", "finalizing", "stopped")  # resumable
-ACTIVE = ("running", "finalizing")  # a process should be at work on it: alive or dead
 
 
 class RunInProgress(StoreError):
@@ -138,9 +144,10 @@ class SqlStore:
                 run = new_run(start, identity, output_dir)
                 s.add(run)
                 s.flush()
-                s.add(RunShard(run_id=run.id, shards=shard.count, shard=shard.index, status="running",
-                               owner=str(current_owner()), heartbeat_at=now,
-                               scheduler=scheduler()))  # fmt: skip
+                claim = RunShard(run_id=run.id, shards=shard.count, shard=shard.index)
+                claim.status, claim.owner, claim.heartbeat_at = ShardStatus.RUNNING, str(current_owner()), now
+                claim.scheduler = scheduler()
+                s.add(claim)
                 return run.id, {}
             self._take_over(s, run, shard, output_dir, now)
             done: dict[str, list[QuestionResult]] = {}
@@ -155,7 +162,7 @@ class SqlStore:
         """Claim `shard` of an unfinished `run` for this process (`start_or_resume`'s transaction);
         `RunInProgress` while a live process holds the shard or finalizes the run."""
         claim = s.get(RunShard, (run.id, shard.count, shard.index))
-        if claim is not None and claim.status == "running":
+        if claim is not None and claim.status == ShardStatus.RUNNING:
             last = claim.heartbeat_at or run.created_at
             if liveness(claim.owner, last, now, self.dead_after, claim.scheduler) is None:
                 which = "" if shard.count == 1 else f" ({shard})"
@@ -166,17 +173,20 @@ class SqlStore:
                     "wait for it, or stop it and run the same command again to resume; "
                     "tracking.resume=false starts a separate run"
                 )
-        if run.status == "finalizing" and liveness(run.owner, run.heartbeat_at, now, self.dead_after) is None:
+        if (
+            run.status == RunStatus.FINALIZING
+            and liveness(run.owner, run.heartbeat_at, now, self.dead_after) is None
+        ):
             who = Owner.parse(run.owner or "")
             by = who.short if who else run.owner
             raise RunInProgress(f"run {run.id} is being finalized by process {by}: wait for it")
         if claim is None:
             claim = RunShard(run_id=run.id, shards=shard.count, shard=shard.index)
             s.add(claim)
-        claim.status, claim.owner, claim.heartbeat_at = "running", str(current_owner()), now
+        claim.status, claim.owner, claim.heartbeat_at = ShardStatus.RUNNING, str(current_owner()), now
         claim.scheduler = scheduler()
-        if run.status != "running":  # failed, or a finalizer that died: this process takes it on
-            run.status, run.owner, run.heartbeat_at = "running", str(current_owner()), now
+        if run.status != RunStatus.RUNNING:  # failed, or a finalizer that died: this process takes it on
+            run.status, run.owner, run.heartbeat_at = RunStatus.RUNNING, str(current_owner()), now
         if shard.count == 1:
             run.output_dir = output_dir
 
@@ -216,11 +226,13 @@ class SqlStore:
         if run.status not in ACTIVE:
             return None
         now = utc_now()
-        if run.status == "finalizing":
+        if run.status == RunStatus.FINALIZING:
             return liveness(run.owner, run.heartbeat_at, now, self.dead_after)
         with self._session() as s:
             claims = list(
-                s.scalars(select(RunShard).where(RunShard.run_id == run.id, RunShard.status == "running"))
+                s.scalars(
+                    select(RunShard).where(RunShard.run_id == run.id, RunShard.status == ShardStatus.RUNNING)
+                )
             )
         if not claims:
             return liveness(run.owner, run.heartbeat_at, now, self.dead_after)
@@ -231,7 +243,7 @@ class SqlStore:
         with self._session() as s:
             rows = s.scalars(select(RunShard).where(RunShard.run_id == run_id).order_by(RunShard.shard))
             return [
-                StoredShard(r.shards, r.shard, r.status, r.owner, r.heartbeat_at, r.scheduler,
+                StoredShard(r.shards, r.shard, ShardStatus(r.status), r.owner, r.heartbeat_at, r.scheduler,
                             ShardWork.from_json(json.loads(r.work_json)) if r.work_json else None)
                 for r in rows
             ]  # fmt: skip
@@ -262,7 +274,9 @@ class SqlStore:
             query = select(func.count()).select_from(QuestionRow).where(QuestionRow.run_id == run_id)
             return int(s.scalar(query) or 0)
 
-    def end_shard(self, run_id: str, shard: Shard, status: str, work: ShardWork | None = None) -> None:
+    def end_shard(
+        self, run_id: str, shard: Shard, status: ShardStatus, work: ShardWork | None = None
+    ) -> None:
         """This shard is `done` (its units committed; `work`: what its process did) or `failed`."""
         with self._session(write=True) as s:
             if claim := s.get(RunShard, (run_id, shard.count, shard.index)):
@@ -285,8 +299,8 @@ class SqlStore:
                 return False
             claimed = s.execute(
                 update(Run)
-                .where(Run.id == run_id, Run.status.in_(("running", "failed")))
-                .values(status="finalizing", owner=str(current_owner()), heartbeat_at=utc_now())
+                .where(Run.id == run_id, Run.status.in_((RunStatus.RUNNING, RunStatus.FAILED)))
+                .values(status=RunStatus.FINALIZING, owner=str(current_owner()), heartbeat_at=utc_now())
             )
             return bool(claimed.rowcount == 1)  # type: ignore[attr-defined]
 
@@ -294,7 +308,7 @@ class SqlStore:
         """The run is finished: its record, its subjects' scores, every shard done."""
         with self._session(write=True) as s:
             run = s.get_one(Run, record.run_id)
-            run.status = "finished"
+            run.status = RunStatus.FINISHED
             if output_dir is not None:
                 run.output_dir = output_dir
             run.finished_at = utc_now()
@@ -308,21 +322,23 @@ class SqlStore:
                 )
                 for name, a in record.scores.subjects.items()
             )
-            s.execute(update(RunShard).where(RunShard.run_id == record.run_id).values(status="done"))
+            s.execute(
+                update(RunShard).where(RunShard.run_id == record.run_id).values(status=ShardStatus.DONE)
+            )
 
-    def mark(self, run_id: str, status: str) -> None:
+    def mark(self, run_id: str, status: RunStatus) -> None:
         """The whole run's status (`failed`: every shard of it too, so any process resumes it)."""
         with self._session(write=True) as s:
             s.get_one(Run, run_id).status = status
-            if status == "failed":
-                s.execute(update(RunShard).where(RunShard.run_id == run_id).values(status="failed"))
+            if status == RunStatus.FAILED:
+                s.execute(update(RunShard).where(RunShard.run_id == run_id).values(status=ShardStatus.FAILED))
 
     def stop(self, run_id: str, info: EarlyStop) -> None:
         """The sequential gate stopped the run: `stopped` (resumable; never a finished baseline)."""
         with self._session(write=True) as s:
             run = s.get_one(Run, run_id)
-            run.status, run.stop_json = "stopped", json.dumps(info.to_json())
-            s.execute(update(RunShard).where(RunShard.run_id == run_id).values(status="done"))
+            run.status, run.stop_json = RunStatus.STOPPED, json.dumps(info.to_json())
+            s.execute(update(RunShard).where(RunShard.run_id == run_id).values(status=ShardStatus.DONE))
 
     def first_mlflow_run(self, run_id: str, mlflow_run_id: str) -> str:
         """Record `mlflow_run_id` as the run's MLflow run unless one is already recorded (shards
@@ -346,7 +362,7 @@ class SqlStore:
     def runs(self, limit: int = 50, unsynced: bool = False) -> list[StoredRun]:
         query = select(Run).order_by(Run.created_at.desc()).limit(limit)
         if unsynced:
-            query = query.where(Run.status == "finished", Run.mlflow_synced_at.is_(None))
+            query = query.where(Run.status == RunStatus.FINISHED, Run.mlflow_synced_at.is_(None))
         with self._session() as s:
             return [stored(r) for r in s.scalars(query)]
 
@@ -374,7 +390,7 @@ class SqlStore:
 
     def finished_runs(self, model_name: str) -> list[StoredRun]:
         """A model's finished runs, newest first (the gate picks a comparable one among them)."""
-        query = select(Run).where(Run.model_name == model_name, Run.status == "finished")
+        query = select(Run).where(Run.model_name == model_name, Run.status == RunStatus.FINISHED)
         with self._session() as s:
             return [stored(r) for r in s.scalars(query.order_by(Run.created_at.desc()))]
 

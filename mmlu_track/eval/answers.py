@@ -1,0 +1,106 @@
+"""Reading the answer: the one home of how a score becomes a predicted letter.
+
+- log-prob scoring: the argmax over the four letters' log-probs (`argmax`: the first of equal
+  values, as numpy's), after the subject's letter-bias calibration (`calibrate`); the margin is the
+  gap between the top two (calibrated) values.
+- generation scoring: `read_answer` by `scoring.extract` (`first_char`: the first non-whitespace
+  character, `parse_generation`; `pattern`: the first of `scoring.patterns` that matches). The
+  in-process greedy decoder also asks it when a row's answer is decided (`generate.decided`).
+
+Backends report what the model said (`Score`); `to_results` turns one unit's scores into the
+`QuestionResult`s the stores keep. No torch here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from mmlu_track.config import ScoringConfig
+from mmlu_track.eval.backend import Score
+from mmlu_track.eval.prompts import Prompt
+from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.subjects import LETTERS
+
+Four = tuple[float, float, float, float]
+
+
+def four(values: Sequence[float]) -> Four:
+    """Exactly four values (one per letter) as a tuple; anything else is a bug upstream."""
+    a, b, c, d = values
+    return float(a), float(b), float(c), float(d)
+
+
+def argmax(values: Sequence[float]) -> int:
+    """The index of the largest value, the first of equal ones."""
+    return int(np.argmax(np.asarray(values, dtype=np.float64)))
+
+
+def parse_generation(text: str) -> int | None:
+    """The answer index from a generation: its first non-whitespace character, if A-D."""
+    stripped = text.lstrip()
+    if stripped and stripped[0] in LETTERS:
+        return LETTERS.index(stripped[0])
+    return None
+
+
+def read_answer(text: str, cfg: ScoringConfig) -> int | None:
+    """The answer index a generation gives by `cfg.extract`: `first_char` (`parse_generation`), or
+    `pattern`, the group of the first of `cfg.patterns` that matches anywhere in the text (a
+    pattern's own anchors and flags apply); None when nothing reads as a letter A-D."""
+    if cfg.extract == "first_char":
+        return parse_generation(text)
+    for pattern in cfg.patterns:
+        if (found := re.search(pattern, text)) and found.group(1) in LETTERS:
+            return LETTERS.index(found.group(1))
+    return None
+
+
+def calibrate(logprobs: np.ndarray, method: str) -> np.ndarray:
+    """One subject's (n, 4) log-prob matrix as the argmax should see it.
+
+    `none`: unchanged. `mean`: each letter's mean log-prob over the subject's questions subtracted,
+    which removes a model's constant preference for some letters.
+    """
+    if method == "none":
+        return logprobs
+    if method == "mean":
+        return np.asarray(logprobs - logprobs.mean(axis=0, keepdims=True))
+    raise ValueError(f"unknown calibration {method!r}")
+
+
+def predict(logprobs: Sequence[Four], calibration: str) -> tuple[list[int], list[float]]:
+    """Each row's predicted letter and its margin (top value minus the second), calibrated."""
+    matrix = calibrate(np.array(logprobs, dtype=np.float64), calibration)
+    top2 = np.sort(matrix, axis=1)[:, -2:]
+    return [argmax(row) for row in matrix], [float(m) for m in top2[:, 1] - top2[:, 0]]
+
+
+def to_results(batch: Sequence[Prompt], scores: Sequence[Score], calibration: str) -> list[QuestionResult]:
+    """One unit's prompts and their scores as results: log-prob rows predicted here (calibrated
+    over the unit's subject), generations as their backend read them (`read_answer`)."""
+    predictions: list[int | None] = [s.prediction for s in scores]
+    margins: list[float | None] = [None] * len(scores)
+    logprobs = [s.logprobs for s in scores if s.logprobs is not None]
+    if scores and len(logprobs) == len(scores):
+        predicted, gaps = predict(logprobs, calibration)
+        predictions, margins = list(predicted), list(gaps)
+    return [
+        QuestionResult(
+            subject=p.question.subject,
+            index=p.question.index,
+            prompt_hash=p.sha,
+            shots_used=p.shots_used,
+            n_tokens=s.n_tokens,
+            truncated=s.truncated,
+            logprobs=s.logprobs,
+            generated=s.generated,
+            prediction=pred,
+            gold=p.question.answer,
+            margin=margin,
+            scored_by=s.scored_by,
+        )
+        for p, s, pred, margin in zip(batch, scores, predictions, margins, strict=True)
+    ]

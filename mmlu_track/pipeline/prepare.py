@@ -1,0 +1,74 @@
+"""Everything before a run is recorded: seeds, the plan (questions, shots), the model, every prompt
+rendered to fit it, and the run's start record and identity (`Prepared`). Refuses prompts that can
+never fit (`plan.TruncationError`) before anything is written."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from mmlu_track.config import EvalConfig
+from mmlu_track.eval import load, prompts, provenance
+from mmlu_track.eval.backend import Backend
+from mmlu_track.eval.plan import Plan, fits_check, identity, plan, render, style
+from mmlu_track.records.run import DataInfo, HostInfo, RunStart
+
+
+@dataclass(frozen=True)
+class Origin:
+    """How this process was started: the sweep it is a job of, the command line it records."""
+
+    sweep: str | None = None  # the sweep's folder (a launched job); None outside a sweep
+    command: list[str] | None = None  # the command recorded (default: this process's own)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    lm: Backend
+    plan: Plan
+    rendered: dict[str, list[prompts.Prompt]]
+    start: RunStart
+    identity: str
+    started: float  # when this process began preparing the run (time.time())
+    data_s: float
+    model_load_s: float
+    answer_lead: str = " "  # what precedes an answer letter (`prompts.Style.answer_lead`)
+
+
+def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
+    """The run about to be scored; the caller closes its `lm`."""
+    t0 = time.time()
+    seeds = provenance.set_seeds(cfg.seed, torch=load.in_process(cfg))
+    the_plan = plan(cfg)
+    t1 = time.time()
+    lm = load.load(cfg)
+    t2 = time.time()
+    fits = fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
+    try:
+        how = style(cfg, lm)
+        rendered = render(cfg, the_plan, lm, fits, how)
+    except BaseException:
+        lm.close()
+        raise
+    first = the_plan.all_questions[0]
+    host = provenance.host(origin.command)
+    start = RunStart(
+        config=cfg,
+        model=lm.info,
+        data=DataInfo(
+            source=cfg.data.source,
+            path=cfg.data.path,
+            fingerprint=the_plan.fingerprint,
+            dev_fingerprint=the_plan.dev_fingerprint,
+            n_questions=len(the_plan.all_questions),
+        ),
+        template_hash=prompts.template_hash(cfg.formulation, how),
+        example_prompt=rendered[first.subject][0].text,
+        seeds=seeds,
+        versions=provenance.versions(),
+        git_commit=provenance.git_commit(),
+        host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"])),
+        sweep=origin.sweep,
+    )
+    ident = identity(cfg, lm.info, start.protocol, fresh=not cfg.tracking.resume)
+    return Prepared(lm, the_plan, rendered, start, ident, t0, t1 - t0, t2 - t1, how.answer_lead)

@@ -1,0 +1,196 @@
+"""The run recorder: the only object an evaluation talks to about persistence.
+
+It owns the SQL store (the source of truth) and the run's MLflow run (a mirror kept in step), for
+one process's shard of one run:
+
+- `claim(start, identity, output_dir)`: start the run or resume the newest unfinished one with its
+  identity (atomic, `SqlStore.start_or_resume`), taking this process's shard; its committed
+  questions back. `beating()`: the heartbeat that tells other processes this one is alive.
+- `open_mirror()`: the run's MLflow run, opened from the first shard's start; every shard of a run
+  logs to one (the first recorded wins, a shard that opened another at the same moment joins it).
+- `commit(results)`: a unit's questions, committed at once (a kill loses at most the unit at work);
+  `subject_done(...)`: a finished subject's accuracy to MLflow.
+- `finish(record, output_dir)` then `mirror_finished(record, results, docs)`, `stop(...)`,
+  `fail(err)`: the run's three ends.
+  `end_shard(work)` and `claim_finalization(n)` decide which process finalizes (exactly one).
+
+MLflow down costs nothing: the SQL store is finished either way, and `runs sync` catches MLflow up.
+The MLflow URI is fixed here, once, when the recorder is made (`locations.mlflow_uri`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mmlu_track.config import TrackingConfig
+from mmlu_track.console import warn
+from mmlu_track.records.results import Accuracy, Docs, QuestionResult
+from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
+from mmlu_track.records.stored import RunStatus, ShardStatus, ShardWork
+from mmlu_track.store.db import StoreError
+from mmlu_track.store.liveness import Heartbeat
+from mmlu_track.store.locations import mlflow_uri
+from mmlu_track.store.sql import Shard, open_store
+
+if TYPE_CHECKING:
+    from mmlu_track.store.mlflow import LiveRun
+
+Done = dict[str, list[QuestionResult]]  # committed questions by subject
+
+
+def resolved(tracking: TrackingConfig) -> TrackingConfig:
+    """The tracking settings a run records: its MLflow URI fixed from the start, so its hint and
+    `runs sync` name that server, not whatever MLflow's default is in the shell that syncs later."""
+    if not tracking.mlflow:
+        return tracking
+    return replace(tracking, mlflow_uri=mlflow_uri(tracking.mlflow_uri))
+
+
+class RunRecorder:
+    """One process's side of one run in the SQL store and MLflow (see the module's docstring)."""
+
+    def __init__(self, tracking: TrackingConfig, shard: Shard | None = None) -> None:
+        self.tracking = resolved(tracking)
+        self.shard = shard or Shard()
+        self.store = open_store(self.tracking)  # fails before any work when the database is unusable
+        self._run_id: str | None = None
+        self._start: RunStart | None = None
+        self.live: LiveRun | None = None
+
+    def close(self) -> None:
+        self.store.close()
+
+    @property
+    def run_id(self) -> str:
+        if self._run_id is None:
+            raise RuntimeError("the recorder has no run yet (a bug: claim comes first)")
+        return self._run_id
+
+    @property
+    def mirrored(self) -> bool:
+        """Whether the run has an MLflow run this process logs to."""
+        return self.live is not None
+
+    @property
+    def mlflow_id(self) -> str | None:
+        return self.live.id if self.live is not None else None
+
+    # -- claiming ---------------------------------------------------------------------------------
+
+    def claim(self, start: RunStart, identity: str, output_dir: Path) -> Done:
+        """Start or resume the run of `identity`, taking this shard; its committed questions."""
+        self._run_id, done = self.store.start_or_resume(start, identity, self.shard, str(output_dir))
+        self._start = start
+        return done
+
+    def beating(self) -> Heartbeat:
+        """Beats while this process works on the run (`with recorder.beating(): ...`)."""
+        run_id = self.run_id
+        return Heartbeat(lambda: self.store.beat(run_id, self.shard), self.tracking.heartbeat_s)
+
+    def open_mirror(self) -> None:
+        """The run's live MLflow run (the same one when resuming, and for every shard of a sharded
+        run), or none when tracking.mlflow=false."""
+        if not self.tracking.mlflow or self._start is None:
+            return
+        from mmlu_track.store.mlflow import LiveRun
+
+        live = LiveRun(self.tracking.mlflow_uri, self.tracking.experiment, warn)
+        self.live = live
+        stored = self.store.get(self.run_id)
+        if stored is None:
+            raise StoreError(
+                f"run {self.run_id} was deleted from {self.store.url} while this process evaluated it"
+            )
+        started = stored.created_at.replace(tzinfo=UTC)  # the run's start, whichever process opens it
+        mlflow_id = live.open(self.run_id, self._start, stored.mlflow_run_id, started=started)
+        if mlflow_id is None or mlflow_id == stored.mlflow_run_id:
+            return
+        if stored.mlflow_run_id is not None:  # the recorded one is gone (another server): this one now
+            self.store.set_mlflow_run(self.run_id, mlflow_id, synced=False)
+        elif (first := self.store.first_mlflow_run(self.run_id, mlflow_id)) != mlflow_id:
+            live.join(first)
+
+    # -- while scoring ----------------------------------------------------------------------------
+
+    def commit(self, results: Sequence[QuestionResult]) -> None:
+        self.store.save_unit(self.run_id, results, self.shard)
+
+    def subject_done(self, subject: str, acc: Accuracy, subjects_done: int, so_far: Accuracy) -> None:
+        """A finished subject's accuracy, and the run's so far at step = subjects done, to MLflow."""
+        if self.live is not None:
+            self.live.subject_done(subject, acc, subjects_done, so_far)
+
+    def committed_by_subject(self) -> dict[str, tuple[int, int]]:
+        """(committed, correct) by subject, over every shard of the run."""
+        return self.store.committed_by_subject(self.run_id)
+
+    def question_results(self, subject: str | None = None) -> list[QuestionResult]:
+        return self.store.question_results(self.run_id, subject)
+
+    # -- ending -----------------------------------------------------------------------------------
+
+    def end_shard(self, work: ShardWork) -> None:
+        self.store.end_shard(self.run_id, self.shard, ShardStatus.DONE, work)
+
+    def claim_finalization(self, n_questions: int) -> bool:
+        """True for exactly one process of the run, once every question is committed."""
+        return self.store.claim_finalization(self.run_id, n_questions)
+
+    def work(self) -> ShardWork:
+        """What every shard of the run did, summed (each ends before it claims the finalization)."""
+        return self.store.work(self.run_id, self.shard.count)
+
+    def finish(self, record: RunRecord, output_dir: Path) -> None:
+        """The run is finished in the SQL store (the source of truth): its record and scores."""
+        self.store.finish(record, str(output_dir))
+
+    def mirror_finished(self, record: RunRecord, results: Sequence[QuestionResult], docs: Docs) -> str | None:
+        """The finished run in MLflow (opened now if it was not): its MLflow id, or None (MLflow
+        off, or down: then a warning naming the `runs sync` command that logs it later)."""
+        if self.live is None:
+            self.open_mirror()
+        live = self.live
+        if live is None:
+            return None
+        if live.finish(record, results, docs) and (mlflow_id := live.id) is not None:
+            self.store.set_mlflow_run(record.run_id, mlflow_id, synced=True)
+            return mlflow_id
+        from mmlu_track.store.mlflow_sync import sync
+
+        t = self.tracking
+        return sync(
+            self.store,
+            record,
+            results,
+            uri=t.mlflow_uri,
+            experiment=t.experiment,
+            existing=live.id,
+            warn=warn,
+        )
+
+    def stop(self, stop: EarlyStop, so_far: Accuracy, files: Sequence[Path]) -> None:
+        """The sequential gate stopped the run: `stopped` (resumable), its MLflow run ended with why."""
+        self.store.stop(self.run_id, stop)
+        if self.live is not None and self._start is not None:
+            self.live.stopped(stop, so_far, self._start.name, files=files)
+
+    def fail(self, err: BaseException) -> None:
+        """Scoring failed with `err`: this shard (and an unsharded run) failed, still resumable; the
+        MLflow run ended. Never raises for the store: the database may be what failed."""
+        if self._run_id is None:
+            return
+        with contextlib.suppress(StoreError):
+            self.store.end_shard(self.run_id, self.shard, ShardStatus.FAILED)
+            if self.shard.count == 1:
+                self.store.mark(self.run_id, RunStatus.FAILED)  # its committed questions are kept
+        if self.live is not None and self.shard.count == 1:  # a shard's end is not its run's
+            self.live.end("KILLED" if isinstance(err, KeyboardInterrupt | SystemExit) else "FAILED")
+
+    def view_url(self) -> str | None:
+        return self.live.view_url() if self.live is not None else None
