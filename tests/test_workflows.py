@@ -1,8 +1,11 @@
-"""The gate workflow's `run:` steps, run here with a simulated GITHUB_OUTPUT and GITHUB_STEP_SUMMARY."""
+"""The workflows: the gate's `run:` steps, run here with a simulated GITHUB_OUTPUT and
+GITHUB_STEP_SUMMARY; the test workflow, which is `.ci/run` and nothing else; actionlint over all."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -118,3 +121,71 @@ def test_evaluate_step_runs_a_sharded_evaluation_and_the_sequential_gate(tmp_pat
     assert summary.startswith("## MMLU release gate: ✅ PASS: non-inferiority shown at δ = 50.0 pts at look")
     assert (tmp_path / "compare-report" / "report.json").is_file()
     assert sorted(r.status for r in SqlStore(db).runs()) == ["finished", "stopped"]
+
+
+def test_workflows_pass_actionlint() -> None:
+    exe = shutil.which("actionlint")
+    if exe is None:
+        if os.environ.get("CI"):  # the dev extra installs it: in CI a skip would hide a missing step
+            pytest.fail("actionlint is not installed: pip install -e '.[dev]'")
+        pytest.skip("actionlint is not installed (pip install -e '.[dev]' brings it)")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    assert {p.rsplit("/", 1)[1] for p in workflows} >= {"test.yml", "release-gate.yml", "mmlu-gate.yml"}
+    proc = subprocess.run(
+        [exe, *workflows], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+CI_RUN = ROOT / ".ci" / "run"
+
+
+def _test_job() -> dict[str, Any]:
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "test.yml").read_text())
+    (job,) = doc["jobs"].values()
+    return dict(job)
+
+
+def test_the_test_workflow_is_ci_run_and_nothing_else() -> None:
+    """One definition of the test job: test.yml gives .ci/run a Python 3.11 and root, and installs,
+    starts and runs nothing itself (its own copy of the steps installed none of the services that
+    GitHub's CI=true turns from skips into failures)."""
+    job = _test_job()
+    steps = job["steps"]
+    python = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python@"))
+    assert python["with"]["python-version"] == "3.11"
+    script = "\n".join(s["run"] for s in steps if "run" in s)
+    assert re.search(r'^sudo -E env "PATH=\$PATH" bash \.ci/run$', script, flags=re.M)
+    for own in ("pip install", "pytest", "ruff", "mypy", "apt-get", "useradd"):
+        assert own not in script, f"test.yml runs {own} itself: it belongs in .ci/run"
+    # PyTorch's CPU index beside PyPI: .ci/run's plain torch==2.13.0 resolves to 2.13.0+cpu there.
+    assert job["env"]["PIP_EXTRA_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    assert "PIP_INDEX_URL" not in job["env"]  # PyPI stays the index for everything else
+    ci = CI_RUN.read_text()
+    assert re.search(r"^python -m pip install torch==2\.13\.0 ", ci, flags=re.M)
+    assert "--index-url" not in ci  # it runs offline on the project's CI machine (the wheel is on disk)
+    assert re.search(r"apt-get install .*postgresql slurm-wlm munge", ci)
+    assert "useradd --system --no-create-home postgres" in ci
+    for line in ("ruff check .", "mypy", "python -m pytest"):
+        assert re.search(rf"^{re.escape(line)}$", ci, flags=re.M), line
+
+
+def test_the_test_workflow_step_runs_ci_run_as_root_with_the_runner_python(tmp_path: Path) -> None:
+    """The step's script, run with a `sudo` that only records its arguments: .ci/run is started by
+    bash as root with the environment kept and setup-python's PATH first; git is told the checkout
+    is safe for root."""
+    (step,) = [s for s in _test_job()["steps"] if "run" in s]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "sudo_calls"
+    fake = bin_dir / "sudo"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{calls}"\n')
+    fake.chmod(0o755)
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    env = {"PATH": path, "GITHUB_WORKSPACE": str(ROOT)}
+    rc, _, _ = _run_step(step, tmp_path, env)
+    assert rc == 0
+    assert calls.read_text().splitlines() == [
+        f"git config --system --add safe.directory {ROOT}",
+        f"-E env PATH={path} bash .ci/run",
+    ]
