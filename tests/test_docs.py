@@ -565,3 +565,14 @@ def test_named_settings_exist(page: Path) -> None:
     setting = re.compile(r"(?<![\w./-])((?:model|scoring|data|chat|tracking|gate)\.[a-z_]+)\b(?![./])")
     named = {m for code in _inline_code(page) for m in setting.findall(code)}
     assert named <= known, f"{page.name}: no such setting {sorted(named - known)}"
+
+
+def test_the_backend_members_are_the_protocols() -> None:
+    """docs/architecture.md lists what a new backend implements: the `Backend` protocol's members
+    (it said four when there were six)."""
+    from mmlu_track.eval.backend import Backend
+
+    text = " ".join((DOCS / "architecture.md").read_text(encoding="utf-8").split())
+    (listed,) = re.findall(r"Its members \(`eval/backend.py`'s `Backend`\): (.+?)\.", text)
+    members = {name for name in vars(Backend) if not name.startswith("_")}
+    assert set(re.findall(r"`(\w+)`", listed)) == members
