@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from mmlu_track.gate.sequential import simulate
+from mmlu_track.gate.sequential import Design, simulate
 
 DISCORDANCE = (0.02, 0.06, 0.10, 0.20)
 
@@ -46,8 +46,8 @@ def main() -> None:
         for delta in deltas:
             if abs(delta) > disc:
                 continue  # a change of Δ needs at least |Δ| of the answers to change
-            c = simulate(args.n, args.looks, discordance=disc, delta=delta, margin=args.margin,
-                         alpha=args.alpha, reps=args.reps, rng=rng)  # fmt: skip
+            design = Design(args.n, args.looks, args.margin, args.alpha)
+            c = simulate(design, discordance=disc, delta=delta, reps=args.reps, rng=rng)
             mark = " ←" if (delta == -args.margin and c.p_pass > args.alpha + 3 * mc) or (
                 delta == 0 and c.p_regression > args.alpha + 3 * mc) else ""  # fmt: skip
             print(

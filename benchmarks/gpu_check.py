@@ -58,8 +58,9 @@ import torch
 
 from mmlu_track.config import DataConfig, EvalConfig, ModelConfig, ModelSource, ScoringConfig, ScoringMethod
 from mmlu_track.eval import models, plan
+from mmlu_track.eval.ask import ask
 from mmlu_track.eval.backend import Score
-from mmlu_track.eval.in_process import InProcess
+from mmlu_track.eval.in_process import Batching, InProcess
 from mmlu_track.eval.prompts import Prompt
 from mmlu_track.records.subjects import SUBJECTS
 
@@ -151,11 +152,10 @@ def score_all(
     backend: InProcess, rendered: Rendered, method: ScoringMethod, prefix: bool, batch: tuple[int, int]
 ) -> list[Score]:
     """Each subject's prompts in one call, as an evaluation scores a unit."""
-    cfg = ScoringConfig(method, prefix_cache=prefix)
+    batched = replace(backend, batching=Batching(ScoringConfig(method, prefix_cache=prefix), *batch))
     out: list[Score] = []
     for ps in rendered.values():
-        texts, prefixes = [p.text for p in ps], [p.prefix for p in ps]
-        out += backend.score(texts, cfg, batch[0], lambda _: None, prefixes=prefixes, max_tokens=batch[1])
+        out += ask(batched, ps, method, " ", lambda _: None)
     return out
 
 

@@ -71,6 +71,7 @@ def config(served: str | None, k: int, limit: int, method: str, chat: str) -> An
 def scores(cfg: Any) -> dict[tuple[str, int], Any]:
     """Each question's Score and prompt hash, scored by the configured backend (no store)."""
     from mmlu_track.eval import load, plan
+    from mmlu_track.eval.ask import ask
 
     lm = load.load(cfg)
     the_plan = plan.plan(cfg)
@@ -79,9 +80,7 @@ def scores(cfg: Any) -> dict[tuple[str, int], Any]:
     rendered = plan.render(cfg, the_plan, lm, plan.fits_check(lm, reserve), how)
     out = {}
     for ps in rendered.values():
-        chats = [p.messages for p in ps if p.messages] or None
-        got = lm.score([p.text for p in ps], cfg.scoring, 64, lambda n: None, prefixes=[p.prefix for p in ps],
-                       max_tokens=1024, answer_lead=how.answer_lead, messages=chats)  # fmt: skip
+        got = ask(lm, ps, cfg.scoring.method, how.answer_lead, lambda n: None)
         for p, s in zip(ps, got, strict=True):
             out[(p.question.subject, p.question.index)] = (s, p.sha)
     return out

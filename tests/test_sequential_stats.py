@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mmlu_track.gate import sequential as sq
-from mmlu_track.gate.sequential import LookCounts, decide, simulate
+from mmlu_track.gate.sequential import Design, LookCounts, decide, simulate
 
 N_MMLU, LOOKS, ALPHA, MARGIN = 14_042, 20, 0.05, 0.01
 
@@ -73,23 +73,21 @@ def test_decisions_agree_with_the_interval_and_stop_at_the_first_rejection() -> 
 def test_error_rates_hold_at_every_sample_size(n: int, looks: int, reps: int, discordance: float) -> None:
     rng = np.random.default_rng(int(discordance * 1000) + n)
     mc = 3 * math.sqrt(ALPHA * (1 - ALPHA) / reps)  # three Monte Carlo standard errors
-    at_margin = simulate(n, looks, discordance=discordance, delta=-MARGIN, margin=MARGIN, alpha=ALPHA,
-                         reps=reps, rng=rng)  # fmt: skip
+    design = Design(n, looks, MARGIN, ALPHA)
+    at_margin = simulate(design, discordance=discordance, delta=-MARGIN, reps=reps, rng=rng)
     assert at_margin.p_pass <= ALPHA + mc
-    unchanged = simulate(n, looks, discordance=discordance, delta=0.0, margin=MARGIN, alpha=ALPHA,
-                         reps=reps, rng=rng)  # fmt: skip
+    unchanged = simulate(design, discordance=discordance, delta=0.0, reps=reps, rng=rng)
     assert unchanged.p_regression <= ALPHA + mc
 
 
 def test_targets_on_full_mmlu() -> None:
     """A clearly fine candidate passes on <= 40 % of the questions, a 3-point drop is caught on <= 25 %."""
     rng = np.random.default_rng(2)
-    fine = simulate(N_MMLU, LOOKS, discordance=0.06, delta=0.0, margin=MARGIN, alpha=ALPHA, reps=20_000,
-                    rng=rng)  # fmt: skip
+    mmlu = Design(N_MMLU, LOOKS, MARGIN, ALPHA)
+    fine = simulate(mmlu, discordance=0.06, delta=0.0, reps=20_000, rng=rng)
     assert fine.p_pass > 0.9
     assert fine.share_used <= 0.40
-    broken = simulate(N_MMLU, LOOKS, discordance=0.06, delta=-0.03, margin=MARGIN, alpha=ALPHA, reps=20_000,
-                      rng=rng)  # fmt: skip
+    broken = simulate(mmlu, discordance=0.06, delta=-0.03, reps=20_000, rng=rng)
     assert broken.p_regression > 0.99
     assert broken.share_used <= 0.25
 
@@ -110,6 +108,11 @@ def test_bad_inputs() -> None:
     with pytest.raises(ValueError, match="margin"):
         decide([LookCounts(10, 0, 0)], 0.0, ALPHA)
     with pytest.raises(ValueError, match="cannot hold"):
-        simulate(100, 5, discordance=0.02, delta=-0.03, margin=MARGIN, alpha=ALPHA, reps=10,
-                 rng=np.random.default_rng(0))  # fmt: skip
+        simulate(
+            Design(100, 5, MARGIN, ALPHA),
+            discordance=0.02,
+            delta=-0.03,
+            reps=10,
+            rng=np.random.default_rng(0),
+        )
     assert sq.look_sizes(10, 4) == [2, 3, 2, 3]

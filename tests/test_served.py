@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from mmlu_track.config import eval_config_from_dict
 from mmlu_track.eval import openai_api, openai_connect
-from mmlu_track.eval.backend import PromptError
+from mmlu_track.eval.backend import LetterRequest, PromptError
 from mmlu_track.eval.http_api import backoff_s
 from mmlu_track.store.sql import SqlStore
 
@@ -35,6 +35,11 @@ URL_SECRET = "urlpw-5Tk"
 # predictions 97.5 % and 95 %. The bounds sit ~1.5x above the maxima; 6 questions per k here.
 BOUNDS = {0: (1.25, 0.35), 5: (0.3, 0.08)}  # k -> (max, mean |Δ log-prob|)
 MIN_SAME_PREDICTIONS = 5 / 6
+
+
+def _asked(texts: list[str]) -> list[LetterRequest]:
+    """Raw prompts as logprob requests (" A".." D" after each)."""
+    return [LetterRequest(t) for t in texts]
 
 
 def _served(base_url: str, *extra: str, subjects: str = "[anatomy,virology]", limit: int = 3) -> list[str]:
@@ -223,11 +228,11 @@ def test_this_servers_echo_is_refused_and_letters_outside_the_top_are_one_line(
     # llama-cpp-python echoes each token's log-prob under the distribution after it (checked at load)
     assert served.echo_ok is False
     texts = ["Question: 2 + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:"] * 2
-    widened = served.score(texts, served.cfg.scoring, 1, lambda n: None)  # top 1 widened to 10, 100, ...
+    widened = served.score_letters(_asked(texts), lambda n: None)  # top 1 widened to 10, 100, ...
     assert [s.scored_by for s in widened] == ["top_logprobs"] * 2
     served.cap = 1  # a server that gives one alternative at most (vLLM: --max-logprobs=1)
     with pytest.raises(PromptError, match="letters are not all among the server's top 1 next tokens") as err:
-        served.score(texts, served.cfg.scoring, 1, lambda n: None)
+        served.score_letters(_asked(texts), lambda n: None)
     assert err.value.position == 0
 
 
@@ -271,7 +276,7 @@ def test_forcing_one_token_leaves_the_log_probs_raw(connect: Callable[..., opena
     assert top(ending) == []  # the end token came first: this server then reports nothing
     (forced,) = top(ending, min_tokens=1)
     assert forced[""] > -1.0  # the end token, with its own (raw) log-prob: nothing was masked first
-    assert served.score([ending], served.cfg.scoring, 1, lambda n: None)[0].scored_by == "top_logprobs"
+    assert served.score_letters(_asked([ending]), lambda n: None)[0].scored_by == "top_logprobs"
 
 
 def test_answers_that_break_the_protocol_are_refused_never_scored(
@@ -296,14 +301,14 @@ def test_answers_that_break_the_protocol_are_refused_never_scored(
     texts = ["Question: 2 + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:"]
     try:
         served = openai_connect.load(_config(proxy.base_url))  # type: ignore[arg-type]
-        assert served.score(texts, served.cfg.scoring, 1, lambda n: None)[0].scored_by == "top_logprobs"
+        assert served.score_letters(_asked(texts), lambda n: None)[0].scored_by == "top_logprobs"
         for fault, message in [
             ("two choices", "answered with 2 choices, not 1"),
             ("no logprobs", "has no log-probs"),
         ]:
             broken[:] = [fault]
             with pytest.raises(PromptError, match=message):
-                served.score(texts, served.cfg.scoring, 1, lambda n: None)
+                served.score_letters(_asked(texts), lambda n: None)
         served.close()
         with pytest.raises(
             ModelError, match="gives no next-token log-probs"
@@ -337,11 +342,11 @@ def test_ctrl_c_does_not_wait_out_the_retries_in_flight(
     try:
         started = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
-            served.score(texts, served.cfg.scoring, 1, progress)
+            served.score_letters(_asked(texts), progress)
         assert time.monotonic() - started < 10
         assert proxy.seen[("/v1/completions", 503)] >= 4  # the others were waiting to retry
         proxy.fail_first = 0
-        assert len(served.score(texts[:2], served.cfg.scoring, 1, lambda n: None)) == 2
+        assert len(served.score_letters(_asked(texts[:2]), lambda n: None)) == 2
     finally:
         ctrl_c.cancel()  # never a stray SIGINT into the rest of the session
         served.close()

@@ -1,7 +1,8 @@
 """The model-backend seam: what the plan, the scorers' callers and the pipeline may ask of a model.
 
-A `Backend` tokenizes (prompt fitting, the letter-token check) and scores one subject's prompts
-by a scoring method, returning one `Score` per prompt in order; `info` is the `ModelInfo` that
+A `Backend` tokenizes (prompt fitting, the letter-token check) and answers one subject's requests
+of one kind — `score_letters` (`LetterRequest`s, logprob scoring) or `generate`
+(`GenerationRequest`s) — with one `Score` per request in order; `info` is the `ModelInfo` that
 goes into the run record and its identity. How it computes is its own business: the in-process
 transformers backend (`in_process.py`: batching by tokens, the prefix cache, two-part attention,
 the out-of-memory back-off) is one; a served model is another. `load.BACKENDS` maps a model's
@@ -17,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from mmlu_track.config import ScoringConfig
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
+from mmlu_track.records.subjects import LETTERS
 
 Progress = Callable[[int], None]
 
@@ -30,7 +31,7 @@ class ModelError(RuntimeError):
 
 class PromptError(ModelError):
     """A backend's answer for one prompt cannot be scored exactly (never a guessed score instead).
-    `position`: the prompt's place in `score`'s texts, set by the backend; the caller names the
+    `position`: the prompt's place in the requests, set by the backend; the caller names the
     question."""
 
     position: int | None = None
@@ -56,8 +57,33 @@ class Score:
     scored_by: str | None = None
 
 
+@dataclass(frozen=True)
+class LetterRequest:
+    """`logprob` scoring: the log-probs of the four answer letters as continuations of a prompt."""
+
+    text: str  # the prompt as the model reads it (a chat prompt: rendered by the model's template)
+    prefix: str = ""  # its start that other prompts share (the in-process prefix cache runs it once)
+    answer_lead: str = " "  # before a letter: " " after a raw prompt, "" after a chat generation prompt
+
+    @property
+    def continuations(self) -> tuple[str, ...]:
+        return tuple(f"{self.answer_lead}{letter}" for letter in LETTERS)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """`generate` scoring: a greedy continuation of a prompt, up to where its answer is decided."""
+
+    text: str  # the prompt as the model reads it
+    prefix: str = ""  # its start that other prompts share (the in-process prefix cache runs it once)
+    messages: Messages | None = None  # a chat prompt's messages: a server generates through its template
+
+
 class Backend(Protocol):
-    """A loaded (or reachable) model, as the layers above the seam see it."""
+    """A loaded (or reachable) model, as the layers above the seam see it. It is made complete
+    from the evaluation's settings (scoring, batching, the server's limits): a request carries only
+    what differs from prompt to prompt, and each backend reads the fields it uses (the in-process
+    one a request's `prefix`, a server a chat request's `messages`)."""
 
     @property
     def info(self) -> ModelInfo: ...
@@ -75,24 +101,12 @@ class Backend(Protocol):
         """Chat messages rendered by the model's template, with its generation prompt."""
         ...
 
-    def score(
-        self,
-        texts: Sequence[str],
-        cfg: ScoringConfig,
-        batch_size: int,
-        progress: Progress,
-        *,
-        prefixes: Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        answer_lead: str = " ",
-        messages: Sequence[Messages] | None = None,
-    ) -> list[Score]:
-        """One subject's prompts scored by `cfg.method`, in order; `prefixes[i]` is the start text
-        prompt i shares with others; `answer_lead` what precedes an answer letter (`" "` after a
-        raw prompt, `""` after a chat template's generation prompt); `messages[i]` the chat
-        messages text i renders (chat prompts: a server may apply its own template to them). A batch
-        holds at most `batch_size` prompts and, unless `max_tokens` is None, at most `max_tokens`
-        padded tokens (never fewer than one prompt); `progress(n)` after each n prompts scored."""
+    def score_letters(self, requests: Sequence[LetterRequest], progress: Progress) -> list[Score]:
+        """One subject's prompts' letter log-probs, in order; `progress(n)` after each n scored."""
+        ...
+
+    def generate(self, requests: Sequence[GenerationRequest], progress: Progress) -> list[Score]:
+        """One subject's prompts' greedy answers, in order; `progress(n)` after each n scored."""
         ...
 
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""The in-process transformers backend: a model loaded by `models.load`, scored by `SCORERS`.
+"""The in-process transformers backend: a model loaded by `models.load`, its requests scored by
+`scoring.SCORERS` (a request kind: its scorer) with the run's `Batching`.
 
 Everything that needs torch sits behind this module (batching by tokens, the prefix cache and
 two-part attention, the out-of-memory back-off); it satisfies `backend.Backend` and changes
@@ -12,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from mmlu_track.config import EvalConfig, ScoringConfig
 from mmlu_track.eval import models
-from mmlu_track.eval.backend import Progress, Score
+from mmlu_track.eval.backend import GenerationRequest, LetterRequest, Progress, Score
 from mmlu_track.eval.chat_template import render as render_chat
 from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.prompts import Messages
@@ -21,8 +22,28 @@ from mmlu_track.records.run import ModelInfo
 
 
 @dataclass(frozen=True)
+class Batching:
+    """How the in-process backend scores: the scoring settings, the most prompts per forward pass
+    (`batch_size`) and, unless None, the most padded tokens per pass (`batch_tokens`)."""
+
+    scoring: ScoringConfig
+    batch_size: int
+    batch_tokens: int | None
+
+    @classmethod
+    def of(cls, cfg: EvalConfig) -> Batching:
+        return cls(cfg.scoring, cfg.batch_size, cfg.batch_tokens)
+
+
+@dataclass(frozen=True)
 class InProcess:
     lm: models.LoadedModel
+    batching: Batching | None = None  # None: a backend that only tokenizes and renders (tests)
+
+    def _batching(self) -> Batching:
+        if self.batching is None:
+            raise RuntimeError("an in-process backend without its Batching cannot score (a bug)")
+        return self.batching
 
     @property
     def info(self) -> ModelInfo:
@@ -38,32 +59,30 @@ class InProcess:
     def apply_chat_template(self, messages: Messages) -> str:
         return render_chat(self.lm.tokenizer, messages)[0]
 
-    def score(
-        self,
-        texts: Sequence[str],
-        cfg: ScoringConfig,
-        batch_size: int,
-        progress: Progress,
-        *,
-        prefixes: Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        answer_lead: str = " ",
-        messages: Sequence[Messages] | None = None,  # rendered here already: `texts` is what is scored
-    ) -> list[Score]:
-        scorer = SCORERS[cfg.method]
-        scores = scorer(
-            self.lm, texts, cfg, batch_size, progress, prefixes=prefixes, max_tokens=max_tokens,
-            answer_lead=answer_lead,
+    def score_letters(self, requests: Sequence[LetterRequest], progress: Progress) -> list[Score]:
+        leads = {r.answer_lead for r in requests}
+        if len(leads) > 1:
+            raise ValueError(f"one subject's prompts with different answer leads {sorted(leads)} (a bug)")
+        b = self._batching()
+        scores = SCORERS["logprob"](
+            self.lm, [r.text for r in requests], b.scoring, b.batch_size, progress,
+            prefixes=[r.prefix for r in requests], max_tokens=b.batch_tokens,
+            answer_lead=leads.pop() if leads else " ",
         )  # fmt: skip
-        how = SCORED_BY[cfg.method]
-        return [replace(s, scored_by=how) for s in scores]
+        return [replace(s, scored_by="logits") for s in scores]  # the model's own logits
+
+    def generate(self, requests: Sequence[GenerationRequest], progress: Progress) -> list[Score]:
+        # A chat request's `messages` are rendered already: `text` is what the model reads.
+        b = self._batching()
+        scores = SCORERS["generate"](
+            self.lm, [r.text for r in requests], b.scoring, b.batch_size, progress,
+            prefixes=[r.prefix for r in requests], max_tokens=b.batch_tokens,
+        )  # fmt: skip
+        return [replace(s, scored_by="greedy") for s in scores]
 
     def close(self) -> None:
         pass  # the weights go with the process (or with the last reference)
 
 
-SCORED_BY = {"logprob": "logits", "generate": "greedy"}  # the model's own logits; its greedy decoding
-
-
 def load(cfg: EvalConfig) -> InProcess:
-    return InProcess(models.load(cfg))
+    return InProcess(models.load(cfg), Batching.of(cfg))

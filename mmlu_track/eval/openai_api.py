@@ -41,15 +41,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.config import EvalConfig, ScoringConfig
+from mmlu_track.config import EvalConfig
 from mmlu_track.eval.answers import argmax, four, read_answer
-from mmlu_track.eval.backend import ModelError, Progress, PromptError, Score
+from mmlu_track.eval.backend import GenerationRequest, LetterRequest, ModelError, Progress, PromptError, Score
 from mmlu_track.eval.chat_template import render as render_chat
 from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.http_api import Client, PermanentError
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
-from mmlu_track.records.subjects import LETTERS
 
 
 def one_choice(doc: Any) -> dict[str, Any]:
@@ -104,51 +103,25 @@ def echo_logprob(lp: dict[str, Any], prompt_chars: int, letter_chars: int) -> _E
     return _Echo(float(sum(got)), len(got))
 
 
-class Served:
-    """A model served over the OpenAI-compatible API (`backend.Backend`)."""
+class Wire:
+    """The server as the load-time probes and the backend speak to it: completions, the next
+    token's top log-probs, chat completions (no scoring)."""
 
     def __init__(
-        self,
-        cfg: EvalConfig,
-        client: Client,
-        encoder: Callable[[str], list[int]],
-        info: ModelInfo,
-        *,
-        echo_ok: bool,
-        tokenizer: Any = None,
+        self, cfg: EvalConfig, client: Client, encoder: Callable[[str], list[int]], tokenizer: Any = None
     ) -> None:
         self.cfg = cfg
         self.client = client
         self._encode = encoder
-        self._info = info
-        self.echo_ok = echo_ok
         self.tokenizer = tokenizer  # model.tokenizer's, when given: its chat template renders chat prompts
         # A template that renders the BOS token itself loses it on the wire when the tokenizer adds its
         # own (as the server then does): one BOS, as in-process (`models.LoadedModel.encode_many`).
         bos = None if tokenizer is None else tokenizer.bos_token_id
         adds_bos = bos is not None and encoder("a")[:1] == [bos]
         self.bos_text: str | None = tokenizer.bos_token if adds_bos else None
-        # The most alternatives asked for per token: the vocabulary, lowered to what the server allows.
-        self.cap = max(info.vocab_size, cfg.model.top_logprobs) if info.vocab_size else 1_000_000
-
-    @property
-    def info(self) -> ModelInfo:
-        return self._info
 
     def encode(self, text: str) -> list[int]:
         return self._encode(text)
-
-    @property
-    def chat_template(self) -> str | None:
-        return None if self.tokenizer is None else template_source(self.tokenizer)
-
-    def apply_chat_template(self, messages: Messages) -> str:
-        if self.tokenizer is None:  # config validation asks for model.tokenizer with a chat prompt
-            raise ModelError("a served model's chat prompts are rendered by model.tokenizer's template")
-        return render_chat(self.tokenizer, messages)[0]
-
-    def close(self) -> None:
-        self.client.close()
 
     def complete(self, prompt: str, **params: Any) -> dict[str, Any]:
         body = {"model": self.cfg.model.served_name, "prompt": prompt, "temperature": 0, **params}
@@ -173,6 +146,63 @@ class Served:
     def _wire(self, text: str) -> str:
         """A chat prompt as sent: without a BOS token the server adds itself."""
         return text[len(self.bos_text) :] if self.bos_text and text.startswith(self.bos_text) else text
+
+    def chat_prompt_tokens(self, messages: Messages) -> tuple[int, int]:
+        """(the prompt tokens the server reports for the chat's local rendering (0: none), those of
+        `model.tokenizer`), as log-prob scoring sends a chat prompt."""
+        text = self._wire(render_chat(self.tokenizer, messages)[0])
+        return self.top(text, 1)[1], len(self._encode(text))
+
+    def chat_completion(self, messages: Messages, max_tokens: int) -> tuple[object, int, str]:
+        """(the assistant's text, the prompt tokens the server reports (0: none), the local
+        rendering as it would be sent) of greedy generation through the server's own chat template."""
+        text, sent = render_chat(self.tokenizer, messages)  # folded as the local rendering was
+        body = {"model": self.cfg.model.served_name, "messages": sent, "temperature": 0}
+        doc = self.client.post("/chat/completions", {**body, "max_tokens": max_tokens})
+        if not isinstance(doc, dict):
+            raise ModelError("POST /chat/completions: the answer is not a JSON object")
+        message = one_choice(doc).get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        return content, _usage(doc), self._wire(text)
+
+
+RESUME = " the questions committed so far are kept: run the same command to resume"
+
+
+class Served(Wire):
+    """A model served over the OpenAI-compatible API (`backend.Backend`), complete when made:
+    `openai_connect.load` probes the server through a `Wire` first and then builds this with what
+    it found (`echo_ok`: whether echoed log-probs can be trusted)."""
+
+    def __init__(self, wire: Wire, info: ModelInfo, *, echo_ok: bool) -> None:
+        super().__init__(wire.cfg, wire.client, wire._encode, wire.tokenizer)
+        self._info = info
+        self.echo_ok = echo_ok
+        # The most alternatives asked for per token: the vocabulary, lowered to what the server allows.
+        # The one thing learned while scoring (vLLM answers a wider request than its --max-logprobs
+        # with a 400): kept, so later questions do not ask again.
+        self.cap = max(info.vocab_size, wire.cfg.model.top_logprobs) if info.vocab_size else 1_000_000
+        # From here on a request that fails for good fails a run, which the same command resumes.
+        self.client.after_failure = RESUME
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._info
+
+    def encode(self, text: str) -> list[int]:
+        return self._encode(text)
+
+    @property
+    def chat_template(self) -> str | None:
+        return None if self.tokenizer is None else template_source(self.tokenizer)
+
+    def apply_chat_template(self, messages: Messages) -> str:
+        if self.tokenizer is None:  # config validation asks for model.tokenizer with a chat prompt
+            raise ModelError("a served model's chat prompts are rendered by model.tokenizer's template")
+        return render_chat(self.tokenizer, messages)[0]
+
+    def close(self) -> None:
+        self.client.close()
 
     def _logprob(self, text: str, continuations: tuple[str, ...]) -> Score:
         k = self.cfg.model.top_logprobs
@@ -219,24 +249,6 @@ class Served:
         doc = self.complete(text, max_tokens=self.cfg.scoring.max_new_tokens)
         return self._read(one_choice(doc).get("text"), _usage(doc), "completion")
 
-    def chat_prompt_tokens(self, messages: Messages) -> tuple[int, int]:
-        """(the prompt tokens the server reports for the chat's local rendering (0: none), those of
-        `model.tokenizer`), as log-prob scoring sends a chat prompt."""
-        text = self._wire(render_chat(self.tokenizer, messages)[0])
-        return self.top(text, 1)[1], len(self._encode(text))
-
-    def chat_completion(self, messages: Messages, max_tokens: int) -> tuple[object, int, str]:
-        """(the assistant's text, the prompt tokens the server reports (0: none), the local
-        rendering as it would be sent) of greedy generation through the server's own chat template."""
-        text, sent = render_chat(self.tokenizer, messages)  # folded as the local rendering was
-        body = {"model": self.cfg.model.served_name, "messages": sent, "temperature": 0}
-        doc = self.client.post("/chat/completions", {**body, "max_tokens": max_tokens})
-        if not isinstance(doc, dict):
-            raise ModelError("POST /chat/completions: the answer is not a JSON object")
-        message = one_choice(doc).get("message")
-        content = message.get("content") if isinstance(message, dict) else None
-        return content, _usage(doc), self._wire(text)
-
     def _chat(self, messages: Messages) -> Score:
         content, theirs, text = self.chat_completion(messages, self.cfg.scoring.max_new_tokens)
         # The server's own count; the local one only for a server that reports none.
@@ -256,47 +268,47 @@ class Served:
             scored_by=how,
         )
 
-    def score(
-        self,
-        texts: Sequence[str],
-        cfg: ScoringConfig,
-        batch_size: int,
-        progress: Progress,
-        *,
-        prefixes: Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        answer_lead: str = " ",
-        messages: Sequence[Messages] | None = None,
-    ) -> list[Score]:
-        """One subject's prompts, `model.max_concurrency` requests in flight; the first alone (it
-        fills the server's prefix cache for the rest). Batching settings do not apply to a server.
-        Chat prompts (`messages` given) generate through the server's chat endpoint."""
-        continuations = tuple(f"{answer_lead}{letter}" for letter in LETTERS)
+    def score_letters(self, requests: Sequence[LetterRequest], progress: Progress) -> list[Score]:
+        """Each prompt's letters by their top log-probs (else echo); a chat prompt is sent as
+        rendered here (without a BOS token the server adds itself). A request's `prefix` is the
+        server's own business (its prefix cache)."""
+        chat = self.cfg.chat.style != "none"
 
-        def how(i: int) -> Score:
-            if cfg.method == "logprob" and messages is not None:
-                return self._logprob(self._wire(texts[i]), continuations)
-            if cfg.method == "logprob":
-                return self._logprob(texts[i], continuations)
-            if messages is not None:
-                return self._chat(messages[i])
-            return self._generate(texts[i])
+        def job(r: LetterRequest) -> Callable[[], Score]:
+            return lambda: self._logprob(self._wire(r.text) if chat else r.text, r.continuations)
+
+        return self._each([job(r) for r in requests], progress)
+
+    def generate(self, requests: Sequence[GenerationRequest], progress: Progress) -> list[Score]:
+        """Greedy completions; a chat prompt through the server's chat endpoint (its template)."""
+
+        def job(r: GenerationRequest) -> Callable[[], Score]:
+            messages = r.messages
+            return (
+                (lambda: self._chat(messages)) if messages is not None else (lambda: self._generate(r.text))
+            )
+
+        return self._each([job(r) for r in requests], progress)
+
+    def _each(self, jobs: Sequence[Callable[[], Score]], progress: Progress) -> list[Score]:
+        """One subject's requests, `model.max_concurrency` in flight; the first alone (it fills the
+        server's prefix cache for the rest). Batching settings do not apply to a server."""
 
         def one(i: int) -> Score:
             try:
-                return how(i)
+                return jobs[i]()
             except PromptError as err:
                 err.position = i
                 raise
 
-        out: list[Score | None] = [None] * len(texts)
-        if not texts:
+        out: list[Score | None] = [None] * len(jobs)
+        if not jobs:
             return []
         out[0] = one(0)
         progress(1)
         try:
             with ThreadPoolExecutor(max_workers=self.cfg.model.max_concurrency) as pool:
-                pending: dict[Future[Score], int] = {pool.submit(one, i): i for i in range(1, len(texts))}
+                pending: dict[Future[Score], int] = {pool.submit(one, i): i for i in range(1, len(jobs))}
                 try:
                     while pending:
                         finished, _ = wait(pending, return_when=FIRST_COMPLETED)

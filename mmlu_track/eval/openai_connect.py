@@ -18,7 +18,7 @@ from mmlu_track.config import EvalConfig
 from mmlu_track.eval.backend import ModelError, PromptError
 from mmlu_track.eval.data import Question
 from mmlu_track.eval.http_api import Client, PermanentError, probe
-from mmlu_track.eval.openai_api import Served, logprobs_of, one_choice
+from mmlu_track.eval.openai_api import Served, Wire, logprobs_of, one_choice
 from mmlu_track.eval.prompts import Messages, Style, messages
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.records.subjects import LETTERS
@@ -65,7 +65,7 @@ def _tokenizer(cfg: EvalConfig, client: Client) -> tuple[Callable[[str], list[in
     )
 
 
-def _next_token(served: Served) -> dict[str, Any]:
+def _next_token(served: Wire) -> dict[str, Any]:
     """The next-token alternatives of a fixed prompt: the server gives log-probs, or the run is
     refused here, before anything is recorded."""
     top = served.cfg.model.top_logprobs
@@ -83,7 +83,7 @@ def _next_token(served: Served) -> dict[str, Any]:
     return first
 
 
-def _echo_usable(served: Served, want: dict[str, Any]) -> bool:
+def _echo_usable(served: Wire, want: dict[str, Any]) -> bool:
     """Are echoed log-probs those of the next-token distribution `want` (see the module docstring)?"""
     top = served.cfg.model.top_logprobs
     try:
@@ -126,7 +126,7 @@ def _tokens_differ(theirs: int, ours: int) -> str:
     )
 
 
-def _check_chat_template(served: Served) -> None:
+def _check_chat_template(served: Wire) -> None:
     """Chat prompts: refused here, before anything is recorded, when the server reads a probe chat
     as another number of tokens than `model.tokenizer` — its log-probs would be of other prompts
     (logprob: the rendering sent as text), or its template is not ours (generate: its own)."""
@@ -221,17 +221,16 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
         n_parameters=0,
         server=_described(client, listed),
     )
-    served = Served(cfg, client, encode, info, echo_ok=False, tokenizer=tokenizer)
+    wire = Wire(cfg, client, encode, tokenizer)
+    echo_ok = False
     if cfg.scoring.method == "logprob":
-        served.echo_ok = _echo_usable(served, _next_token(served))
+        echo_ok = _echo_usable(wire, _next_token(wire))
         split = [c for c, ids in zip(continuations, letters, strict=True) if len(ids) != 1]
-        if split and not served.echo_ok:
+        if split and not echo_ok:
             raise ModelError(
                 f"the letter {split[0]!r} is several tokens for {model.served_name}, so only echoed "
                 f"log-probs can score it, and the server at {client.shown} does not echo usable ones"
             )
     if cfg.chat.style != "none":
-        _check_chat_template(served)
-    # From here on a request that fails for good fails a run, which the same command resumes.
-    client.after_failure = " the questions committed so far are kept: run the same command to resume"
-    return served
+        _check_chat_template(wire)
+    return Served(wire, info, echo_ok=echo_ok)

@@ -166,12 +166,22 @@ class SimulationCell:
     share_used: float  # mean share of the questions scored before the decision (1 when none)
 
 
+@dataclass(frozen=True)
+class Design:
+    """A sequential gate as run: `n` questions in `looks` looks, margin δ, level α."""
+
+    n: int
+    looks: int
+    margin: float
+    alpha: float
+
+
 def simulate(
-    n: int, looks: int, *, discordance: float, delta: float, margin: float, alpha: float, reps: int,
-    rng: np.random.Generator,
-) -> SimulationCell:  # fmt: skip
+    design: Design, *, discordance: float, delta: float, reps: int, rng: np.random.Generator
+) -> SimulationCell:
     """Operating characteristics by Monte Carlo: i.i.d. questions, a share `discordance` of them
     changed, true Δ = `delta` (lost (disc - Δ)/2, gained (disc + Δ)/2 of the questions)."""
+    n, looks, margin, alpha = design.n, design.looks, design.margin, design.alpha
     p_lost, p_gained = (discordance - delta) / 2, (discordance + delta) / 2
     if p_lost < 0 or p_gained < 0:
         raise ValueError(f"discordance {discordance} cannot hold a change of {delta}")

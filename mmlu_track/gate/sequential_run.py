@@ -34,7 +34,8 @@ from mmlu_track.gate.policy import (
     require_finished,
     same_prompts,
 )
-from mmlu_track.gate.run import publish, resolve
+from mmlu_track.gate.publish import Outcome, publish
+from mmlu_track.gate.run import resolve
 from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair, pts
 from mmlu_track.records.results import QuestionResult
@@ -171,10 +172,8 @@ class SequentialLooks:
             verdict = replace(verdict, status="regression", headline=drop, exit_code=EXIT_REGRESSION,
                               reasons=(drop, *verdict.reasons))  # fmt: skip
         compare_cfg = CompareConfig(base.id, cand.id, gate, self.cfg.tracking, "gate")
-        publish(
-            store, comp, verdict, base=base, cand=cand, cfg=compare_cfg, output_dir=output_dir / "gate",
-            echo=echo, extra=_extra(res, self.count, cand),
-        )  # fmt: skip
+        outcome = Outcome(comp, verdict, base, cand, compare_cfg, extra=_extra(res, self.count, cand))
+        publish(store, outcome, output_dir / "gate", echo)
         return verdict.exit_code
 
 

@@ -29,7 +29,12 @@ from typing import Protocol
 from mmlu_track.config import EvalConfig
 from mmlu_track.eval import prompts
 from mmlu_track.eval.answers import to_results
-from mmlu_track.eval.backend import ModelError, Progress, PromptError, Score
+from mmlu_track.eval.ask import ask
+from mmlu_track.eval.backend import (
+    ModelError,
+    Progress,
+    PromptError,
+)
 from mmlu_track.eval.plan import Unit, assign, pick, units
 from mmlu_track.eval.plan import looks as plan_looks
 from mmlu_track.pipeline.outputs import (
@@ -202,7 +207,7 @@ class EvaluationSession:
         """One unit's prompts through the backend, as results; a prompt the backend cannot score is
         one line naming its question."""
         try:
-            scores = self._backend_scores(rendered, progress)
+            scores = ask(self.prep.lm, rendered, self.cfg.scoring.method, self.prep.answer_lead, progress)
         except PromptError as err:
             if err.position is None:
                 raise
@@ -217,19 +222,6 @@ class EvaluationSession:
         c.forwarded += sum(s.forwarded for s in scores)
         c.scored += len(scores)
         return to_results(rendered, scores, self.cfg.scoring.calibration)
-
-    def _backend_scores(self, rendered: list[prompts.Prompt], progress: Progress) -> list[Score]:
-        cfg = self.cfg
-        return self.prep.lm.score(
-            [p.text for p in rendered],
-            cfg.scoring,
-            cfg.batch_size,
-            progress,
-            prefixes=[p.prefix for p in rendered],
-            max_tokens=cfg.batch_tokens,
-            answer_lead=self.prep.answer_lead,
-            messages=chat if (chat := [p.messages for p in rendered if p.messages]) else None,
-        )
 
     def _log_subject(self, subject: str) -> None:
         """A subject complete in this process goes to MLflow with the run's progress; in a sharded

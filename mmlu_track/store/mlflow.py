@@ -21,6 +21,7 @@ import json
 import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -317,20 +318,24 @@ class LiveRun:
             self._call("ending the run", lambda: self.client.set_terminated(self.id, status=status))
 
 
-def log_comparison(
-    *,
-    uri: str | None,
-    experiment: str,
-    name: str,
-    run_tags: Mapping[str, str],
-    run_params: Mapping[str, str],
-    run_metrics: Mapping[str, float],
-    files: Sequence[Path],
-    candidate: tuple[str, str] | None = None,
-) -> str:
-    """Log a comparison of two runs as its own MLflow run; its id. Raises `MlflowUnavailable`.
+@dataclass(frozen=True)
+class ComparisonLog:
+    """A comparison of two runs as its MLflow run: its name, tags, params, metrics and files.
     `candidate`: (the candidate's MLflow run id, a line): tagged on the candidate's run as
     `mmlu_track.gate` with this comparison's id, so its page leads to its latest verdict."""
+
+    name: str
+    tags: Mapping[str, str]
+    params: Mapping[str, str]
+    metrics: Mapping[str, float]
+    files: Sequence[Path]
+    candidate: tuple[str, str] | None = None
+
+
+def log_comparison(uri: str | None, experiment: str, entry: ComparisonLog) -> str:
+    """Log a comparison as its own MLflow run in `experiment`; its id. Raises `MlflowUnavailable`."""
+    name, run_tags, run_params, run_metrics = entry.name, entry.tags, entry.params, entry.metrics
+    files, candidate = entry.files, entry.candidate
     check_reachable(uri)
     try:
         from mlflow.entities import Metric, Param

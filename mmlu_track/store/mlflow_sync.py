@@ -2,7 +2,7 @@
 
 A run records into one MLflow URI, fixed when it starts (`locations.mlflow_uri`), never "whatever
 MLflow's default is" in the shell that syncs it later. An evaluation whose MLflow failed makes one
-last try (`sync`) and otherwise warns with the command that logs it later, naming that URI;
+last try (`RunRecorder.mirror_finished`) and otherwise warns with the command that logs it later;
 `python -m mmlu_track.runs sync` sends each run there (`uri_for_sync`: the stored URI has `***`
 for its password, refilled from this process's environment) with `log_run`, which reuses the run's
 MLflow id where it exists. The SQL store marks a run synced only when everything went in.
@@ -14,14 +14,14 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mmlu_track.credentials import is_redacted, redact, refill, strip_userinfo
+from mmlu_track.credentials import is_redacted, refill, strip_userinfo
 from mmlu_track.records.results import Docs, QuestionResult
 from mmlu_track.records.run import RunRecord
-from mmlu_track.store.mlflow import LiveRun, Warn
+from mmlu_track.store.mlflow import LiveRun
 from mmlu_track.store.mlflow_client import MlflowUnavailable
 
 if TYPE_CHECKING:
-    from mmlu_track.store.sql import SqlStore
+    pass
 
 
 def uri_for_sync(recorded: str | None) -> str | None:
@@ -57,30 +57,3 @@ def log_run(
     if not live.finish(record, results, docs) or live.id is None:  # finished: opened, so with an id
         raise MlflowUnavailable(errors[0] if errors else "logging to MLflow failed")
     return live.id
-
-
-def sync(
-    store: SqlStore,
-    record: RunRecord,
-    results: Sequence[QuestionResult],
-    *,
-    uri: str | None,
-    experiment: str,
-    existing: str | None,
-    warn: Warn,
-) -> str | None:
-    """Log a finished run in one go and mark it synced in the SQL store; its MLflow id, or None after
-    a warning that names the command to retry with."""
-    try:
-        mlflow_id = log_run(record, results, uri=uri, experiment=experiment, existing=existing)
-    except MlflowUnavailable as err:
-        target = f" --mlflow-uri '{redact(uri)}'" if uri else ""
-        command = f"python -m mmlu_track.runs --db '{redact(store.url)}' sync{target}"
-        secret = " (with the password in place of ***)" if "***" in command else ""
-        warn(
-            f"{err}. The run is saved in the SQL store ({redact(store.url)}); log it to MLflow later "
-            f"with: {command}{secret}"
-        )
-        return None
-    store.set_mlflow_run(record.run_id, mlflow_id, synced=True)
-    return mlflow_id

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from mmlu_track.config import TrackingConfig
 from mmlu_track.console import warn
+from mmlu_track.credentials import redact
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.records.stored import RunStatus, ShardStatus, ShardWork
@@ -161,18 +162,30 @@ class RunRecorder:
         if live.finish(record, results, docs) and (mlflow_id := live.id) is not None:
             self.store.set_mlflow_run(record.run_id, mlflow_id, synced=True)
             return mlflow_id
-        from mmlu_track.store.mlflow_sync import sync
+        return self._last_try(record, results, docs)
 
-        t = self.tracking
-        return sync(
-            self.store,
-            record,
-            results,
-            uri=t.mlflow_uri,
-            experiment=t.experiment,
-            existing=live.id,
-            warn=warn,
-        )
+    def _last_try(self, record: RunRecord, results: Sequence[QuestionResult], docs: Docs) -> str | None:
+        """MLflow failed on the way: log the finished run in one go (it may be back), else a warning
+        naming the command that logs it later. The SQL store has the run either way."""
+        from mmlu_track.store.mlflow_client import MlflowUnavailable
+        from mmlu_track.store.mlflow_sync import log_run
+
+        uri, existing = self.tracking.mlflow_uri, self.mlflow_id
+        try:
+            mlflow_id = log_run(
+                record, results, uri=uri, experiment=self.tracking.experiment, existing=existing, docs=docs
+            )
+        except MlflowUnavailable as err:
+            target = f" --mlflow-uri '{redact(uri)}'" if uri else ""
+            command = f"python -m mmlu_track.runs --db '{redact(self.store.url)}' sync{target}"
+            secret = " (with the password in place of ***)" if "***" in command else ""
+            warn(
+                f"{err}. The run is saved in the SQL store ({redact(self.store.url)}); log it to MLflow "
+                f"later with: {command}{secret}"
+            )
+            return None
+        self.store.set_mlflow_run(record.run_id, mlflow_id, synced=True)
+        return mlflow_id
 
     def stop(self, stop: EarlyStop, so_far: Accuracy, files: Sequence[Path]) -> None:
         """The sequential gate stopped the run: `stopped` (resumable), its MLflow run ended with why."""

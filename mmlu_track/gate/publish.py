@@ -1,0 +1,242 @@
+"""A decided comparison, published: its renderings, then the verdict's record.
+
+- `Outcome`: the decided comparison (statistics, verdict, both runs, settings, and the sequential
+  gate's own section when it decided) — what every rendering and the record read.
+- `render(outcome, output_dir)`: report.md, report.json and deltas.png in the comparison's own
+  folder (`_own_folder`: a report is never overwritten); `Reports` says what was written.
+- `record_verdict(store, outcome, reports)`: the verdict's record, in one call: its row in the SQL
+  store and its MLflow run (linked from the candidate's), MLflow never costing the verdict.
+- `publish(store, outcome, output_dir, echo)`: both, with the job summary and the console.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mmlu_track.config import CompareConfig
+from mmlu_track.console import warn
+from mmlu_track.gate.policy import Verdict
+from mmlu_track.gate.stats import Comparison, ComparisonError
+from mmlu_track.records.stored import ComparisonEntry
+
+if TYPE_CHECKING:
+    from mmlu_track.records.stored import StoredRun
+    from mmlu_track.store.sql import SqlStore
+
+# The sequential gate's section of report.json ({"sequential": {...}}) and its MLflow metrics.
+SequentialExtra = tuple[dict[str, Any], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A decided comparison of `base` and `cand`."""
+
+    comp: Comparison
+    verdict: Verdict
+    base: StoredRun
+    cand: StoredRun
+    cfg: CompareConfig
+    extra: SequentialExtra | None = None  # set when the sequential gate decided
+
+    @property
+    def sequential(self) -> dict[str, Any] | None:
+        return self.extra[0]["sequential"] if self.extra else None
+
+    @property
+    def mode(self) -> str:
+        """How it was decided: `gate`, `fewshot_gap`, or `sequential`."""
+        return "sequential" if self.extra else self.cfg.mode
+
+
+@dataclass(frozen=True)
+class Reports:
+    """What `render` wrote: the report's JSON and Markdown, in `folder`."""
+
+    doc: dict[str, Any]
+    markdown: str
+    folder: Path
+    comparison_id: str
+
+
+def publish(store: SqlStore, outcome: Outcome, output_dir: Path, echo: Any) -> None:
+    """The comparison's reports (files, the job summary, the console), then its record (SQL, MLflow)."""
+    from mmlu_track.gate import report
+
+    o = outcome
+    reports = render(o, output_dir)
+    _append_summary(reports.markdown)
+    echo(report.console(o.comp, o.verdict, o.base, o.cand, o.cfg, sequential=o.sequential))
+    echo(f"reports in {reports.folder}")
+    record_verdict(store, o, reports)
+
+
+def render(outcome: Outcome, output_dir: Path) -> Reports:
+    """report.md, report.json, deltas.png into `output_dir`, or a subfolder of it named after the
+    comparison when another comparison's reports are already there."""
+    from mmlu_track.gate import report
+
+    o, comparison_id = outcome, uuid.uuid4().hex
+    doc = report.to_json(o.comp, o.verdict, o.base, o.cand, o.cfg)
+    if o.extra:
+        doc.update(o.extra[0])
+    sequential = o.sequential
+    markdown = report.markdown(o.comp, o.verdict, o.base, o.cand, o.cfg, sequential=sequential)
+    heading = report.title(o.base, o.cand, o.cfg.mode)
+    if sequential:  # the plot's intervals are not what decided
+        heading += (
+            f"\nsequential gate: {sequential['decision']} at look {sequential['look']} of "
+            f"{sequential['looks']}, {sequential['questions_used']:,} questions (fixed-sample intervals, "
+            "for reference)"
+        )
+    name = f"compare-{o.cand.id[:12]}-vs-{o.base.id[:12]}"
+    folder = _own_folder(output_dir, name, comparison_id)
+    try:
+        (folder / "report.md").write_text(markdown, encoding="utf-8")
+        (folder / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
+        report.deltas_png(o.comp, folder / "deltas.png", heading, margin_line=o.cfg.mode == "gate")
+    except OSError as err:
+        raise _unwritable(folder, err) from err
+    return Reports(doc, markdown, folder, comparison_id)
+
+
+def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> None:
+    """The verdict's record: its row in the SQL store, then (tracking.mlflow) its MLflow run."""
+    o, g = outcome, outcome.cfg.gate
+    comp = o.comp
+    entry = ComparisonEntry(
+        id=reports.comparison_id, baseline_run_id=o.base.id, candidate_run_id=o.cand.id, mode=o.mode,
+        policy=g.name, verdict=o.verdict.status, delta_micro=comp.micro.delta, delta_macro=comp.macro.delta,
+        p_regression=comp.micro.p_regression, p_noninferiority=comp.noninferiority.p_value,
+        margin=g.margin, n_flagged=sum(s.flagged for s in comp.subjects), report_json=json.dumps(reports.doc),
+        created_at=datetime.now(UTC).replace(tzinfo=None),
+    )  # fmt: skip
+    store.save_comparison(entry)
+    if o.cfg.tracking.mlflow and (mlflow_id := _log_comparison(o, reports)):
+        store.set_comparison_mlflow(entry.id, mlflow_id)
+
+
+def comparison_metrics(outcome: Outcome) -> dict[str, float]:
+    """A comparison's MLflow metrics, in points and named by what they mean: a gate's under `gate/`,
+    a few-shot gap's under `gap/` (no verdict, no margin); a sequential gate's fixed-sample
+    non-inferiority test, which decided nothing, under `reference/`."""
+    comp, mode = outcome.comp, outcome.cfg.mode
+    group = "gap" if mode == "fewshot_gap" else "gate"
+    out = {
+        f"{group}/delta_micro_pts": 100 * comp.micro.delta,
+        f"{group}/delta_macro_pts": 100 * comp.macro.delta,
+        f"{group}/ci_low_micro_pts": 100 * comp.micro.ci_low,
+        f"{group}/ci_high_micro_pts": 100 * comp.micro.ci_high,
+        f"{group}/lost": float(comp.micro.lost),
+        f"{group}/gained": float(comp.micro.gained),
+        "baseline/acc_micro_pct": 100 * comp.micro.baseline_acc,
+        "candidate/acc_micro_pct": 100 * comp.micro.candidate_acc,
+    }
+    if mode == "fewshot_gap":
+        return out
+    ni = comp.noninferiority
+    fixed = "reference/fixed_sample_" if outcome.extra is not None else "gate/"
+    return out | {
+        "gate/p_regression": comp.micro.p_regression or 1.0,
+        f"{fixed}p_noninferiority": ni.p_value,
+        f"{fixed}noninferiority_lower_bound_pts": 100 * ni.lower_bound,
+        "gate/n_flagged": float(sum(d.flagged for d in comp.subjects)),
+        "gate/exit_code": float(outcome.verdict.exit_code),
+    }
+
+
+def _run_name(run: StoredRun) -> str:
+    record = run.record
+    return record.start.name if record else f"{run.model_name} {run.id[:8]}"
+
+
+def _log_comparison(outcome: Outcome, reports: Reports) -> str | None:
+    """The comparison as an MLflow run named by its verdict and what differs (the report's title),
+    described by a plain line (verdict, Δ, both accuracies) and the report's head, linked to both
+    runs' own MLflow runs; None (warned) on failure: logging never costs the verdict."""
+    from mmlu_track.gate import report
+    from mmlu_track.store.mlflow import ComparisonLog, log_comparison
+    from mmlu_track.store.mlflow_client import MlflowUnavailable
+    from mmlu_track.store.mlflow_pages import NOTE_TAG
+
+    o, cfg = outcome, outcome.cfg
+    base, cand, extra = o.base, o.cand, o.extra
+    gap = cfg.mode == "fewshot_gap"
+    params = {
+        "baseline_run": base.id,
+        "candidate_run": cand.id,
+        "mode": o.mode,
+        "alpha": str(cfg.gate.alpha),
+        **({} if gap else {"policy": cfg.gate.name, "margin_pts": str(100 * cfg.gate.margin)}),
+        **({"looks": str(cfg.gate.looks)} if extra else {}),
+    }
+    # Runs logged while MLflow was down have no MLflow id until `runs sync`.
+    sides = (("baseline", base), ("candidate", cand))
+    params.update({f"{side}_mlflow_run": run.mlflow_run_id for side, run in sides if run.mlflow_run_id})
+    label = "few-shot gap" if gap else o.verdict.status.upper()
+    head = reports.markdown.split("\n### Subjects", maxsplit=1)[0]
+    heading = report.title(base, cand, cfg.mode)  # what a reviewer recognises: what differs
+    m = o.comp.micro
+    # Plain first line: the comparisons' runs table shows it in its Description column
+    summary = (
+        f"{label}: Δ micro {100 * m.delta:+.2f} pts [{100 * m.ci_low:+.2f}, {100 * m.ci_high:+.2f}], "
+        f"{m.lost} lost / {m.gained} gained · baseline {100 * m.baseline_acc:.2f} % → candidate "
+        f"{100 * m.candidate_acc:.2f} % ({m.n:,} paired questions)"
+    )
+    entry = ComparisonLog(
+        name=heading if gap else f"{label}: {heading}",
+        tags={"verdict": o.verdict.status, NOTE_TAG: f"{summary}\n\n{head}"},
+        params=params,
+        metrics={**comparison_metrics(o), **(extra[1] if extra else {})},
+        files=tuple(reports.folder / name for name in ("report.md", "report.json", "deltas.png")),
+        candidate=(cand.mlflow_run_id, f"{label} vs baseline {_run_name(base)}")
+        if cand.mlflow_run_id
+        else None,
+    )
+    try:
+        return log_comparison(cfg.tracking.mlflow_uri, cfg.compare_experiment, entry)
+    except MlflowUnavailable as err:
+        warn(f"comparison not logged to MLflow: {err}")
+        return None
+
+
+def _own_folder(output_dir: Path, name: str, comparison_id: str) -> Path:
+    """`output_dir`, or a subfolder `name` (else `name`-<id>) when another comparison's reports are
+    there: a report is never overwritten. Its report.md exists (empty) on return."""
+    try:
+        # The last choice holds this comparison's own id: it is never taken.
+        for folder in (output_dir, output_dir / name, output_dir / f"{name}-{comparison_id[:12]}"):
+            folder.mkdir(parents=True, exist_ok=True)
+            if (folder / "report.json").exists():
+                continue
+            try:  # created exclusively: of two compares sharing a folder at once, one gets it
+                (folder / "report.md").open("x").close()
+                break
+            except FileExistsError:
+                continue
+    except OSError as err:
+        raise _unwritable(output_dir, err) from err
+    return folder
+
+
+def _unwritable(folder: Path, err: OSError) -> ComparisonError:
+    # A full disk or a read-only folder: exit 2 in one line, never a traceback.
+    return ComparisonError(
+        f"cannot write the comparison's reports into {folder}: {err.strerror or err}; free space "
+        "there, or set hydra.run.dir=DIR to a writable folder with room"
+    )
+
+
+def _append_summary(markdown: str) -> None:
+    """The report in the GitHub job summary, when there is one."""
+    if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+        try:
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(markdown + "\n")
+        except OSError as err:  # the reports are written: like MLflow, the summary never costs the verdict
+            warn(f"report not appended to GITHUB_STEP_SUMMARY ({summary}): {err.strerror or err}")
