@@ -88,7 +88,7 @@ def _tokenizer_copy(tokenizer_dir: Path, where: Path, *, prepend: str = "", add_
 
 
 @pytest.mark.parametrize("scoring", ["generate", "logprob"])
-def test_a_server_that_reads_chats_otherwise_is_refused_before_anything_is_recorded(  # noqa: PLR0917
+def test_a_server_that_reads_chats_otherwise_is_refused_before_anything_is_recorded(
     server: LlamaServer,
     tokenizer_dir: Path,
     cli: Cli,

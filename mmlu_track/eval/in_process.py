@@ -65,19 +65,29 @@ class InProcess:
             raise ValueError(f"one subject's prompts with different answer leads {sorted(leads)} (a bug)")
         b = self._batching()
         scores = SCORERS["logprob"](
-            self.lm, [r.text for r in requests], b.scoring, b.batch_size, progress,
-            prefixes=[r.prefix for r in requests], max_tokens=b.batch_tokens,
+            self.lm,
+            [r.text for r in requests],
+            b.scoring,
+            b.batch_size,
+            progress,
+            prefixes=[r.prefix for r in requests],
+            max_tokens=b.batch_tokens,
             answer_lead=leads.pop() if leads else " ",
-        )  # fmt: skip
+        )
         return [replace(s, scored_by="logits") for s in scores]  # the model's own logits
 
     def generate(self, requests: Sequence[GenerationRequest], progress: Progress) -> list[Score]:
         # A chat request's `messages` are rendered already: `text` is what the model reads.
         b = self._batching()
         scores = SCORERS["generate"](
-            self.lm, [r.text for r in requests], b.scoring, b.batch_size, progress,
-            prefixes=[r.prefix for r in requests], max_tokens=b.batch_tokens,
-        )  # fmt: skip
+            self.lm,
+            [r.text for r in requests],
+            b.scoring,
+            b.batch_size,
+            progress,
+            prefixes=[r.prefix for r in requests],
+            max_tokens=b.batch_tokens,
+        )
         return [replace(s, scored_by="greedy") for s in scores]
 
     def close(self) -> None:

@@ -110,12 +110,21 @@ def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> None:
     o, g = outcome, outcome.cfg.gate
     comp = o.comp
     entry = ComparisonEntry(
-        id=reports.comparison_id, baseline_run_id=o.base.id, candidate_run_id=o.cand.id, mode=o.mode,
-        policy=g.name, verdict=o.verdict.status, delta_micro=comp.micro.delta, delta_macro=comp.macro.delta,
-        p_regression=comp.micro.p_regression, p_noninferiority=comp.noninferiority.p_value,
-        margin=g.margin, n_flagged=sum(s.flagged for s in comp.subjects), report_json=json.dumps(reports.doc),
+        id=reports.comparison_id,
+        baseline_run_id=o.base.id,
+        candidate_run_id=o.cand.id,
+        mode=o.mode,
+        policy=g.name,
+        verdict=o.verdict.status,
+        delta_micro=comp.micro.delta,
+        delta_macro=comp.macro.delta,
+        p_regression=comp.micro.p_regression,
+        p_noninferiority=comp.noninferiority.p_value,
+        margin=g.margin,
+        n_flagged=sum(s.flagged for s in comp.subjects),
+        report_json=json.dumps(reports.doc),
         created_at=datetime.now(UTC).replace(tzinfo=None),
-    )  # fmt: skip
+    )
     store.save_comparison(entry)
     if o.cfg.tracking.mlflow and (mlflow_id := _log_comparison(o, reports)):
         store.set_comparison_mlflow(entry.id, mlflow_id)

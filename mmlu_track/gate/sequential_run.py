@@ -169,8 +169,13 @@ class SequentialLooks:
         verdict = _verdict(res, gate, self.count, cand.n_questions)
         verdict = _say_needed(verdict, comp, cand.n_questions, self.cfg.limit is not None)
         if (drop := flagged_drop(comp, gate)) and verdict.status != "regression":
-            verdict = replace(verdict, status="regression", headline=drop, exit_code=EXIT_REGRESSION,
-                              reasons=(drop, *verdict.reasons))  # fmt: skip
+            verdict = replace(
+                verdict,
+                status="regression",
+                headline=drop,
+                exit_code=EXIT_REGRESSION,
+                reasons=(drop, *verdict.reasons),
+            )
         compare_cfg = CompareConfig(base.id, cand.id, gate, self.cfg.tracking, "gate")
         outcome = Outcome(comp, verdict, base, cand, compare_cfg, extra=_extra(res, self.count, cand))
         publish(store, outcome, output_dir / "gate", echo)
@@ -235,14 +240,22 @@ def _extra(res: SequentialResult, looks: int, cand: StoredRun) -> tuple[dict[str
     """The sequential test's own section of report.json and its MLflow metrics."""
     section = {
         "sequential": {
-            "look": res.look, "looks": looks, "questions_used": res.n,
-            "questions_total": cand.n_questions, "questions_saved": cand.n_questions - res.n,
-            "decision": res.decision, "lower": res.lower, "upper": res.upper,
-            "lost": res.lost, "gained": res.gained, "stopped_early": cand.status == RunStatus.STOPPED,
-            "log_wealth_pass": res.log_wealth_pass, "log_wealth_regression": res.log_wealth_regression,
+            "look": res.look,
+            "looks": looks,
+            "questions_used": res.n,
+            "questions_total": cand.n_questions,
+            "questions_saved": cand.n_questions - res.n,
+            "decision": res.decision,
+            "lower": res.lower,
+            "upper": res.upper,
+            "lost": res.lost,
+            "gained": res.gained,
+            "stopped_early": cand.status == RunStatus.STOPPED,
+            "log_wealth_pass": res.log_wealth_pass,
+            "log_wealth_regression": res.log_wealth_regression,
             "method": "betting (Waudby-Smith & Ramdas 2024): Kelly bets one margin past the null",
         }
-    }  # fmt: skip
+    }
     metrics = {
         "sequential/look": float(res.look),
         "sequential/questions_used": float(res.n),
