@@ -65,17 +65,16 @@ def test_end_to_end_run_writes_results_and_is_reproducible(cli: Cli, tmp_path: P
         (["model=gpt5"], 2, "Could not find 'model/gpt5'"),
         (["model=tiny", "margin=0.02"], 2, "Key 'margin' is not in struct"),
         (["model=tiny", "scoring.methd=logprob"], 2, "Key 'methd' is not in struct"),
-        (
-            ["model=tiny", "data=local", "data.path=/nonexistent"],
-            2,
-            "local MMLU folder /nonexistent does not exist",
-        ),
-        (["model=hf_hub", "model.name_or_path=/nonexistent/model"], 2, "could not load model"),
+        # {missing}: a path under the test's own folder, never there (a machine may have /nonexistent)
+        (["model=tiny", "data=local", "data.path={missing}"], 2, "MMLU folder {missing} does not exist"),
+        (["model=hf_hub", "model.name_or_path={missing}/model"], 2, "could not load model"),
     ],
 )
 def test_bad_input_is_one_clear_message(
     cli: Cli, tmp_path: Path, args: list[str], code: int, message: str
 ) -> None:
+    missing = tmp_path / "missing"
+    args, message = [a.format(missing=missing) for a in args], message.format(missing=missing)
     proc = _cli(cli, *args, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
     assert proc.code == code
     assert message in proc.err

@@ -77,7 +77,8 @@ def resolve(
     if not runs:
         raise ComparisonError(
             f"{ref!r} has no finished run but the {side} run {known.id[:12]} itself: a verdict needs two "
-            "different runs; name the baseline by its run id (python -m mmlu_track.runs list)"
+            f"different runs; name the {'candidate' if side == 'baseline' else 'baseline'} by its run id "
+            "(python -m mmlu_track.runs list)"
         )
     raise ComparisonError(
         f"none of the {len(runs)} other finished runs of {ref!r} is comparable with the {side} run "

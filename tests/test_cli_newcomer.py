@@ -1,0 +1,123 @@
+"""A newcomer's first commands (issue 38), through the real entry points in-process: what `--help`
+says, what a refused command leaves behind, what git sees after a run, what an error tells to do."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+
+from mmlu_track.cli import plain
+from mmlu_track.store.sql import SqlStore
+from mmlu_track.typed import flatten
+
+from .conftest import CONF_DIR, ROOT, CliResult, synthetic_run
+
+Cli = Callable[..., CliResult]
+
+# The sequential gate's keys: the evaluation's, in compare's config only because GateConfig holds them.
+EVAL_ONLY = {"gate.baseline", "gate.sequential", "gate.looks"}
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def _section(help_text: str, title: str) -> list[str]:
+    """The lines of one `== title ... ==` section of a help text, up to its first blank line."""
+    lines = help_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"== {title}"))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start + 1 : end]
+
+
+def _groups(help_text: str) -> dict[str, list[str]]:
+    return {
+        name: [o.strip() for o in options.split(",")]
+        for name, _, options in (line.partition(":") for line in _section(help_text, "Groups"))
+    }
+
+
+# 3. --help ------------------------------------------------------------------------------------------
+
+
+def test_help_opens_with_what_the_evaluation_does(cli: Cli, tmp_path: Path) -> None:
+    got = cli("eval", "--help", cwd=tmp_path)
+    assert got.code == 0, got.err
+    assert got.out.startswith("python -m mmlu_track [group=option ...] [key=value ...]\n")
+    assert "Evaluates a language model on MMLU" in got.out
+    assert "powered by Hydra" not in got.out
+    groups = ("chat", "data", "experiment", "gate", "model", "scoring", "tracking")
+    assert _groups(got.out) == {g: _options(g) for g in groups}
+    assert "k: 5" in _section(got.out, "Keys")  # each key with its default
+    assert list(tmp_path.iterdir()) == []  # help runs nothing
+
+
+def test_compare_help_lists_only_its_own_groups_and_keys(cli: Cli, tmp_path: Path) -> None:
+    got = cli("compare", "--help", cwd=tmp_path)
+    assert got.code == 0, got.err
+    assert got.out.startswith("python -m mmlu_track.compare baseline=RUN candidate=RUN")
+    assert "The release gate" in got.out
+    assert "powered by Hydra" not in got.out
+    # Its groups: those of compare.yaml's defaults list, each with every option conf/ has.
+    defaults = yaml.safe_load((CONF_DIR / "compare.yaml").read_text())["defaults"]
+    own = [next(iter(d)) for d in defaults if isinstance(d, dict)]
+    assert _groups(got.out) == {g: _options(g) for g in own}
+    # Its keys: the composed config's, less the policy's name (the option chosen) and the
+    # evaluation's sequential gate.
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        keys = set(flatten(plain(compose(config_name="compare", overrides=["baseline=a", "candidate=b"]))))
+    listed = {word for line in _section(got.out, "Keys") for word in line.split()}
+    assert listed == keys - EVAL_ONLY - {"gate.name"}
+    assert list(tmp_path.iterdir()) == []
+
+
+# 2. What git sees after a run -------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_run_and_a_comparison_leave_nothing_for_git_to_show(cli: Cli, tmp_path: Path) -> None:
+    """Run from a checkout (the project's .gitignore), with the default stores and folders."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    shutil.copy(ROOT / ".gitignore", tmp_path / ".gitignore")
+    smoke = ("experiment=smoke", "device=cpu", "subjects=anatomy", "limit=2")
+    for batch in (1, 2):  # two runs of one model, one compared with the other
+        run = cli("eval", *smoke, f"batch_size={batch}", cwd=tmp_path)
+        assert run.code == 0, run.err
+    compare = cli("compare", "baseline=tiny-random-llama", "candidate=tiny-random-llama", cwd=tmp_path)
+    assert compare.code in (0, 1), compare.err
+    assert git("status", "--porcelain", "--untracked-files=all") == "?? .gitignore\n"
+    # What SQLite and the MLflow store's lock leave beside a database while in use, or when killed.
+    ends = ("-journal", "-wal", "-shm", ".lock")
+    companions = [f"{db}{end}" for db in ("mmlu_track.db", "mlflow.db") for end in ends]
+    ignored = git("check-ignore", "--no-index", *companions).split()
+    assert ignored == companions
+
+
+# 5. An error names the side to name by id -------------------------------------------------------
+
+
+def test_a_model_name_with_no_other_run_asks_for_that_sides_run_id(cli: Cli, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    only = synthetic_run(SqlStore(db), "m", {"anatomy": [True, False, True]})
+
+    def compare(baseline: str, candidate: str) -> CliResult:
+        return cli("compare", f"tracking.db_url={db}", "tracking.mlflow=false", f"baseline={baseline}",
+                   f"candidate={candidate}", f"hydra.run.dir={tmp_path / 'cmp'}", cwd=tmp_path)  # fmt: skip
+
+    named_candidate = compare(only, "m")  # the candidate is the name: the candidate needs an id
+    assert named_candidate.code == 2
+    assert f"has no finished run but the baseline run {only[:12]} itself" in named_candidate.errors[0]
+    assert "name the candidate by its run id" in named_candidate.errors[0]
+    named_baseline = compare("m", only)
+    assert named_baseline.code == 2
+    assert "name the baseline by its run id" in named_baseline.errors[0]
