@@ -73,8 +73,18 @@ class ModelConfig:
 
 # Settings only a served model has (no default but None), refused for any other model.source.
 SERVED_ONLY = ("base_url", "api_key_env", "served_name", "tokenizer")
-# Settings of a served model that say how to reach it, not what it computes: outside the identity.
-SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "top_logprobs")
+# Model sources served by an inference engine (the rest run in this process, under torch).
+SERVED_SOURCES = frozenset({"openai_api"})
+
+
+def is_served(source: str) -> bool:
+    """Whether a model of this `model.source` is served (HTTP) rather than run in this process."""
+    return source in SERVED_SOURCES
+
+
+# A process silent (no heartbeat) this long counts as dead wherever it ran: 5 missed beats of 30 s
+# (a busy machine may delay one beat, never five). `tracking.dead_after_s`'s default.
+DEAD_AFTER_S = 150.0
 
 
 # How `scoring.extract=pattern` reads a letter: the first of these that matches, its one group the
@@ -155,7 +165,7 @@ class TrackingConfig:
     experiment: str = "mmlu_track"
     resume: bool = True
     heartbeat_s: float = 30.0
-    dead_after_s: float = 150.0  # 5 missed beats: a busy machine may delay one beat, never five
+    dead_after_s: float = DEAD_AFTER_S  # see DEAD_AFTER_S
 
 
 @dataclass(frozen=True)
@@ -390,29 +400,6 @@ def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
     _check_values(cfg)
     _check_sequential(cfg)
     return cfg
-
-
-def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
-    """The settings that determine a run's results, beside `record.Protocol` (which `plan.identity`
-    adds): not where it is cached or recorded, nor how it is batched (scores do not depend on
-    batching, so a run that ran out of memory resumes with smaller batches), nor how it is sharded
-    (all shards write into one run), nor the sequential gate (its stopped run the same command
-    without it resumes; its own settings are checked by the gate when a run is resumed)."""
-    out = to_dict(cfg)
-    skip = ("tracking", "cache_dir", "batch_size", "batch_tokens", "shards", "shard", "gate")
-    for key in skip:
-        out.pop(key)
-    for key in SERVER_ONLY:
-        out["model"].pop(key)
-    for key in ("served_name", "tokenizer"):  # unset: absent, as before a served model could be
-        if out["model"][key] is None:
-            out["model"].pop(key)
-    if out["chat"] == dataclasses.asdict(ChatConfig()):  # raw prompts: as before chat prompts could be
-        out.pop("chat")
-    if out["scoring"]["extract"] == "first_char":  # as before answers could be read by patterns
-        out["scoring"].pop("extract")
-        out["scoring"].pop("patterns")
-    return out
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

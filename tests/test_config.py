@@ -17,9 +17,9 @@ from mmlu_track.config import (
     EvalConfig,
     compare_config_from_dict,
     eval_config_from_dict,
-    identity_dict,
 )
 from mmlu_track.eval import data, load, models, prompts, scoring
+from mmlu_track.identity import identity_dict
 from mmlu_track.parsers import parse_subjects
 from mmlu_track.records.subjects import SUBJECTS
 from mmlu_track.typed import ConfigError, flatten
@@ -297,3 +297,30 @@ def test_the_composed_config_has_every_field_at_its_default() -> None:
         assert raw[key] == default, key
     assert raw["subjects"] == "all"
     assert {k: raw[f"gate.{k}"] for k in _defaults(GateConfig)} == _defaults(GateConfig)
+
+
+def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(tmp_path: Path) -> None:
+    """A run's identity and a comparison's "What differs" leave out the same settings
+    (`identity.RESULT_NEUTRAL`): they were two lists, and batch_size was in one only."""
+    from mmlu_track.gate import report
+    from mmlu_track.identity import RESULT_NEUTRAL, is_result_neutral
+    from mmlu_track.store.sql import SqlStore
+
+    from .conftest import synthetic_run
+
+    assert {"batch_size", "batch_tokens", "tracking", "gate", "model.base_url"} <= set(RESULT_NEUTRAL)
+    flat = flatten(identity_dict(compose_eval(["model=tiny"])))
+    assert not [k for k in flat if is_result_neutral(k)]
+    store = SqlStore(f"sqlite:///{tmp_path / 's.db'}")
+    flags = {"anatomy": [True, False] * 5}
+    base, cand = (store.get(synthetic_run(store, "m", flags)) for _ in range(2))
+    assert base is not None
+    assert cand is not None
+    assert base.record is not None
+    settings = report._settings(base.record.start)
+    assert "batch_size" not in settings
+    assert "k" in settings
+    # beyond the identity's keys: only those it leaves out while unset, as stored before they existed
+    compat = {"model.tokenizer", "model.served_name", "chat.style", "chat.system", "scoring.extract"}
+    assert set(settings) - set(flat) <= compat | {"scoring.patterns"}
+    assert report.differences(base, cand) == []  # identical settings: nothing differs

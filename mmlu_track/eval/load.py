@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mmlu_track.config import EvalConfig
+from mmlu_track.config import EvalConfig, is_served
 from mmlu_track.eval.backend import Backend
 
 
@@ -39,4 +39,4 @@ def load(cfg: EvalConfig) -> Backend:
 
 def in_process(cfg: EvalConfig) -> bool:
     """Does the configured model run in this process (torch, seeded with the run's seed)?"""
-    return BACKENDS[cfg.model.source] is _in_process
+    return not is_served(cfg.model.source)

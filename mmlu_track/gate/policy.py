@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mmlu_track.config import CompareMode, GateConfig
+from mmlu_track.config import CompareMode, GateConfig, is_served
 from mmlu_track.gate.stats import Comparison, ComparisonError, pts
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.stored import RunStatus
@@ -110,7 +110,8 @@ def differences(base: StoredRun, cand: StoredRun, mode: CompareMode) -> list[str
 
 
 def _engine(run: StoredRun) -> str:
-    return "served (model.source=openai_api)" if run.config.model.source == "openai_api" else "in-process"
+    source = run.config.model.source
+    return f"served (model.source={source})" if is_served(source) else "in-process"
 
 
 def _engines(base: StoredRun, cand: StoredRun) -> list[str]:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from mmlu_track.config import SERVER_ONLY, to_dict
+from mmlu_track.config import is_served, to_dict
 from mmlu_track.gate.stats import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta, pts
+from mmlu_track.identity import is_result_neutral
 from mmlu_track.typed import flatten
 
 if TYPE_CHECKING:
@@ -72,13 +73,9 @@ def title(base: StoredRun, cand: StoredRun, mode: str) -> str:
     return f"{cand.model_name} vs baseline {base.model_name}"
 
 
-# Settings that say how a run was reached or spread, not what it computed (nor the gate's own).
-_NOT_RESULTS = ("tracking", "gate", "shards", "shard", "cache_dir", *(f"model.{k}" for k in SERVER_ONLY))
-
-
 def _settings(start: RunStart) -> dict[str, object]:
-    flat = flatten(to_dict(start.config))
-    return {k: v for k, v in flat.items() if not k.startswith(_NOT_RESULTS)}
+    """The run's settings that can change its results (`identity.RESULT_NEUTRAL` left out)."""
+    return {k: v for k, v in flatten(to_dict(start.config)).items() if not is_result_neutral(k)}
 
 
 def differences(base: StoredRun, cand: StoredRun) -> list[str]:
@@ -94,7 +91,7 @@ def differences(base: StoredRun, cand: StoredRun) -> list[str]:
         return m.revision or (m.weights_sha256 or "?")[:12]
 
     def engine(m: ModelInfo) -> str:
-        return "served" if m.source == "openai_api" else "in-process"
+        return "served" if is_served(m.source) else "in-process"
 
     def dtype(setting: object, ran: str) -> str:
         return ran if setting == ran else f"{setting} ({ran})"  # `auto (float32)`: said once

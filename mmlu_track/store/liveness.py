@@ -25,11 +25,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from mmlu_track.config import DEAD_AFTER_S
 from mmlu_track.store.db import StoreError
 
 # A running process beats every `tracking.heartbeat_s` (30 s; a thread, `Heartbeat`); one silent for
 # `DEAD_AFTER` counts as dead wherever it ran (5 missed beats: a busy machine may delay a beat, never five).
-DEAD_AFTER = timedelta(seconds=150)
+DEAD_AFTER = timedelta(seconds=DEAD_AFTER_S)
 
 
 def _boot_id() -> str:

@@ -1,0 +1,46 @@
+"""Which settings determine a run's results: its identity (`identity_dict`, hashed with the
+protocol by `eval.plan.identity` so that only an evaluation that would produce the same results
+resumes a run) and what a comparison reports as differing (`gate.report.differences`) leave out
+the same settings, `RESULT_NEUTRAL`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mmlu_track.config import ChatConfig, EvalConfig, to_dict
+
+# Settings of a served model that say how to reach it, not what it computes: outside the identity.
+SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "top_logprobs")
+# Settings that say how a run is reached, batched, spread, cached or recorded, not what it computes
+# (scores do not depend on batching: a run that ran out of memory resumes with smaller batches; all
+# shards write into one run), nor the gate's own: outside a run's identity (`identity_dict`) and
+# outside what a comparison reports as differing (`gate/report.differences`). One list for both.
+_HOW_RUN = ("tracking", "cache_dir", "batch_size", "batch_tokens", "shards", "shard", "gate")
+RESULT_NEUTRAL = (*_HOW_RUN, *(f"model.{key}" for key in SERVER_ONLY))
+
+
+def is_result_neutral(key: str) -> bool:
+    """Whether a flattened setting (`model.base_url`, `batch_size`) leaves a run's results alone."""
+    return any(key == n or key.startswith(f"{n}.") for n in RESULT_NEUTRAL)
+
+
+def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
+    """The settings that determine a run's results, beside `record.Protocol` (which `plan.identity`
+    adds): not where it is cached or recorded, nor how it is batched (scores do not depend on
+    batching, so a run that ran out of memory resumes with smaller batches), nor how it is sharded
+    (all shards write into one run), nor the sequential gate (its stopped run the same command
+    without it resumes; its own settings are checked by the gate when a run is resumed)."""
+    out = to_dict(cfg)
+    for key in RESULT_NEUTRAL:
+        group, _, sub = key.partition(".")
+        (out[group] if sub else out).pop(sub or group)
+    for key in ("served_name", "tokenizer"):  # unset: absent, as before a served model could be
+        if out["model"][key] is None:
+            out["model"].pop(key)
+    if out["chat"] == dataclasses.asdict(ChatConfig()):  # raw prompts: as before chat prompts could be
+        out.pop("chat")
+    if out["scoring"]["extract"] == "first_char":  # as before answers could be read by patterns
+        out["scoring"].pop("extract")
+        out["scoring"].pop("patterns")
+    return out
