@@ -77,7 +77,7 @@ def run_harness(server: LlamaServer, args: argparse.Namespace, tmp: Path, concur
         "scoring": {"method": "logprob"}, "data": {"name": "mmlu", "source": "packaged"},
         "subjects": args.subjects.split(","), "limit": args.limit,
     })  # fmt: skip
-    models.load(cfg)  # converts the packaged GGUF's tokenizer once (cached)
+    models.load_model(cfg)  # converts the packaged GGUF's tokenizer once (cached)
     tok_dir, _ = models.converted_dirs(cfg.model, cfg.cache_dir)
     data = load_subjects(cfg.data, cfg.subjects)
     chosen = {s: subsample(d.test, cfg.limit, cfg.seed) for s, d in data.items()}

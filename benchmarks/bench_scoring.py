@@ -71,7 +71,7 @@ def worker_mmlu_track(args: argparse.Namespace, k: int, path: str) -> dict[str, 
 
     method = "generate" if path.startswith("generate") else "logprob"
     cfg = _eval_config(args, k, path in ("prefix", "generate", "chat"), method)
-    lm = models.load(cfg)
+    lm = models.load_model(cfg)
     style = prompts.RAW
     if path == "chat":
         style = plan.style(dataclasses.replace(cfg, chat=ChatConfig(args.chat)), in_process.InProcess(lm))

@@ -105,7 +105,7 @@ def tokenizer(assets: Path, cache: str) -> tuple[Any, str]:
 
         return AutoTokenizer.from_pretrained(str(assets / "tokenizer")), str(assets / "tokenizer")
     cfg = _eval_cfg(ModelConfig(name="tokenizer", source="tiny"), cache, device="cpu", dtype="float32")
-    return models.load(cfg).tokenizer, "model=tiny (the packaged GGUF's)"
+    return models.load_model(cfg).tokenizer, "model=tiny (the packaged GGUF's)"
 
 
 def llama(shape: tuple[int, ...], tok: Any, init: float, tied: bool) -> Any:
@@ -234,7 +234,7 @@ def run_dtype(folder: Path, dtype: str, device: str, args: argparse.Namespace, c
     """Every path's scores for the saved model loaded in `dtype` ({run: scores}), and the back-offs."""
     model = ModelConfig(name="smollm2-architecture-random", source="hub", name_or_path=str(folder))
     cfg = _eval_cfg(model, cache, dtype=dtype, device=device, subjects=args.subjects, limit=args.limit)
-    backend = InProcess(models.load(cfg))
+    backend = InProcess(models.load_model(cfg))
     fits = plan.fits_check(backend, ScoringConfig("generate").max_new_tokens)  # fits either method
     rendered = plan.render(cfg, plan.plan(cfg), backend, fits)
     runs: dict[str, Any] = {
@@ -303,7 +303,7 @@ def load_built(model: Any, tok: Any, cfg: EvalConfig) -> InProcess:
     source = cast(ModelSource, "gpu_check")
     models.LOADERS[source] = lambda _m, _r, _d: (model, tok, "random weights", None, None)
     try:
-        return InProcess(models.load(replace(cfg, model=replace(cfg.model, source=source))))
+        return InProcess(models.load_model(replace(cfg, model=replace(cfg.model, source=source))))
     finally:
         del models.LOADERS[source]
 

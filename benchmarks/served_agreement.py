@@ -73,7 +73,7 @@ def scores(cfg: Any) -> dict[tuple[str, int], Any]:
     from mmlu_track.eval import load, plan
     from mmlu_track.eval.ask import ask
 
-    lm = load.load(cfg)
+    lm = load.load_backend(cfg)
     the_plan = plan.plan(cfg)
     reserve = cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1
     how = plan.style(cfg, lm)

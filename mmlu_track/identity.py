@@ -1,6 +1,6 @@
 """Which settings determine a run's results: its identity (`identity_dict`, hashed with the
 protocol by `eval.plan.identity` so that only an evaluation that would produce the same results
-resumes a run) and what a comparison reports as differing (`gate.report.differences`) leave out
+resumes a run) and what a comparison reports as differing (`gate.report.what_differs`) leave out
 the same settings, `RESULT_NEUTRAL`."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_r
 # Settings that say how a run is reached, batched, spread, cached or recorded, not what it computes
 # (scores do not depend on batching: a run that ran out of memory resumes with smaller batches; all
 # shards write into one run), nor the gate's own: outside a run's identity (`identity_dict`) and
-# outside what a comparison reports as differing (`gate/report.differences`). One list for both.
+# outside what a comparison reports as differing (`gate.report.what_differs`). One list for both.
 _HOW_RUN = ("tracking", "cache_dir", "batch_size", "batch_tokens", "shards", "shard", "gate")
 RESULT_NEUTRAL = (*_HOW_RUN, *(f"model.{key}" for key in SERVER_ONLY))
 
@@ -26,7 +26,7 @@ def is_result_neutral(key: str) -> bool:
 
 
 def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
-    """The settings that determine a run's results, beside `record.Protocol` (which `plan.identity`
+    """The settings that determine a run's results, beside `records.run.EvalProtocol` (which `plan.identity`
     adds): not where it is cached or recorded, nor how it is batched (scores do not depend on
     batching, so a run that ran out of memory resumes with smaller batches), nor how it is sharded
     (all shards write into one run), nor the sequential gate (its stopped run the same command

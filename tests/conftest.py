@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 
 from mmlu_track.cli import plain
 from mmlu_track.config import EvalConfig, eval_config_from_dict
-from mmlu_track.records.results import Scores
+from mmlu_track.records.results import Accuracies
 from mmlu_track.records.run import RunRecord, RunStart
 
 from .serve import LlamaServer
@@ -78,7 +78,7 @@ def tiny_cfg(cache_dir: Path) -> EvalConfig:
 def tiny_lm(tiny_cfg: EvalConfig) -> Any:
     from mmlu_track.eval import models
 
-    return models.load(tiny_cfg)
+    return models.load_model(tiny_cfg)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -154,7 +154,9 @@ def synthetic_start(cfg: EvalConfig | None = None, model: str = "m", fingerprint
     )  # fmt: skip
 
 
-def synthetic_record(run_id: str, cfg: EvalConfig, model: str, fingerprint: str, scores: Scores) -> RunRecord:
+def synthetic_record(
+    run_id: str, cfg: EvalConfig, model: str, fingerprint: str, scores: Accuracies
+) -> RunRecord:
     """A complete record for a run whose results were written straight into a store."""
     from mmlu_track.records.run import Timing
 

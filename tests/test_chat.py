@@ -20,7 +20,7 @@ from mmlu_track.config import DataConfig
 from mmlu_track.eval import in_process, plan, prompts
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.pipeline.evaluate import run
-from mmlu_track.records.run import Protocol
+from mmlu_track.records.run import EvalProtocol
 from mmlu_track.store.sql import SqlStore
 
 from .conftest import CliResult, compose_eval, tiny_run_cfg
@@ -105,8 +105,8 @@ def test_the_few_shot_gap_of_chat_runs_is_measured_and_never_across_styles(cli: 
 
 
 def test_chat_and_raw_prompts_are_never_compared() -> None:
-    def protocol(*over: str) -> Protocol:
-        return Protocol.of(compose_eval(["model=tiny", *over]), questions="q", n_questions=1,
+    def protocol(*over: str) -> EvalProtocol:
+        return EvalProtocol.of(compose_eval(["model=tiny", *over]), questions="q", n_questions=1,
                            dev_fingerprint="d", template_hash="t")  # fmt: skip
 
     assert protocol().differences(protocol("chat=single_turn")) == [
@@ -117,7 +117,7 @@ def test_chat_and_raw_prompts_are_never_compared() -> None:
     ]
     old = protocol().to_json()  # a run stored before chat prompts and answer patterns: raw, first_char
     del old["chat"], old["extract"]
-    assert Protocol.from_json(old).differences(protocol()) == []
+    assert EvalProtocol.from_json(old).differences(protocol()) == []
     generated = protocol("scoring=generate")
     read = protocol("scoring=generate_pattern")
     other = protocol("scoring=generate_pattern", 'scoring.patterns=["Answer: ([ABCD])"]')

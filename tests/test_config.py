@@ -323,4 +323,4 @@ def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(
     # beyond the identity's keys: only those it leaves out while unset, as stored before they existed
     compat = {"model.tokenizer", "model.served_name", "chat.style", "chat.system", "scoring.extract"}
     assert set(settings) - set(flat) <= compat | {"scoring.patterns"}
-    assert report.differences(base, cand) == []  # identical settings: nothing differs
+    assert report.what_differs(base, cand) == []  # identical settings: nothing differs

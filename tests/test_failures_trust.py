@@ -418,11 +418,11 @@ def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> N
 def test_settings_a_run_predates_are_not_compared_and_named() -> None:
     from dataclasses import replace
 
-    from mmlu_track.records.run import Protocol
+    from mmlu_track.records.run import EvalProtocol
 
     from .conftest import compose_eval
 
-    new = Protocol.of(
+    new = EvalProtocol.of(
         compose_eval(SMOKE), questions="q", n_questions=6, dev_fingerprint="d1", template_hash="t"
     )
     old = replace(new, dev_fingerprint=None, template_hash=None)

@@ -54,7 +54,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Path:
 
 def _load(folder: Path, dtype: str) -> tuple[models.LoadedModel, EvalConfig]:
     cfg = compose_eval(["model=hf_hub", f"model.name_or_path={folder}", "device=cuda", f"dtype={dtype}"])
-    lm = models.load(cfg)
+    lm = models.load_model(cfg)
     assert lm.info.device == "cuda"
     assert lm.info.dtype == dtype
     return lm, cfg

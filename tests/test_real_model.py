@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def smollm() -> Any:
-    return models.load(compose_eval(["device=cpu"]))
+    return models.load_model(compose_eval(["device=cpu"]))
 
 
 def test_packaged_model_identity(smollm: Any) -> None:

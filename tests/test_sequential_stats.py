@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mmlu_track.gate import sequential as sq
-from mmlu_track.gate.sequential import Design, LookCounts, decide, simulate
+from mmlu_track.gate.sequential import Design, LookCounts, decide_looks, simulate
 
 N_MMLU, LOOKS, ALPHA, MARGIN = 14_042, 20, 0.05, 0.01
 
@@ -42,7 +42,7 @@ def test_one_look_by_hand() -> None:
     # 10 questions, 1 lost, 3 gained, δ = 0.1: the pass test bets λ = min(δ / prior, 0.5 / 0.9).
     lam = min(0.1 / sq.SECOND_MOMENT_PRIOR, 0.5 / 0.9)
     expected = math.log(1 - lam * 0.9) + 6 * math.log(1 + lam * 0.1) + 3 * math.log(1 + lam * 1.1)
-    res = decide([LookCounts(10, 1, 3)], 0.1, 0.05)
+    res = decide_looks([LookCounts(10, 1, 3)], 0.1, 0.05)
     assert res.log_wealth_pass == pytest.approx(expected)
     assert res.decision == "continue"
     assert (res.n, res.lost, res.gained, res.delta) == (10, 1, 3, pytest.approx(0.2))
@@ -56,7 +56,7 @@ def test_decisions_agree_with_the_interval_and_stop_at_the_first_rejection() -> 
         if min(p) < 0:
             continue
         looks = [LookCounts(500, *map(int, rng.multinomial(500, [*p, 1 - sum(p)])[:2])) for _ in range(10)]
-        res = decide(looks, MARGIN, ALPHA)
+        res = decide_looks(looks, MARGIN, ALPHA)
         assert res.lower <= res.delta <= res.upper
         if res.decision == "pass":
             assert res.lower > -MARGIN - sq.GRID_STEP
@@ -64,7 +64,7 @@ def test_decisions_agree_with_the_interval_and_stop_at_the_first_rejection() -> 
         if res.decision == "regression":
             assert res.upper < sq.GRID_STEP
         if res.decision != "continue":  # no earlier look decided
-            earlier = decide(looks[: res.look - 1], MARGIN, ALPHA) if res.look > 1 else None
+            earlier = decide_looks(looks[: res.look - 1], MARGIN, ALPHA) if res.look > 1 else None
             assert earlier is None or earlier.decision == "continue"
 
 
@@ -99,14 +99,14 @@ def test_the_interval_covers_the_truth_at_the_stop() -> None:
     reps = 300
     for _ in range(reps):
         looks = [LookCounts(702, *map(int, rng.multinomial(702, [*p, 1 - sum(p)])[:2])) for _ in range(LOOKS)]
-        res = decide(looks, MARGIN, ALPHA)
+        res = decide_looks(looks, MARGIN, ALPHA)
         missed += not res.lower <= truth <= res.upper
     assert missed / reps <= 2 * ALPHA + 3 * math.sqrt(2 * ALPHA / reps)
 
 
 def test_bad_inputs() -> None:
     with pytest.raises(ValueError, match="margin"):
-        decide([LookCounts(10, 0, 0)], 0.0, ALPHA)
+        decide_looks([LookCounts(10, 0, 0)], 0.0, ALPHA)
     with pytest.raises(ValueError, match="cannot hold"):
         simulate(
             Design(100, 5, MARGIN, ALPHA),

@@ -1,6 +1,6 @@
 """The served-model backend (`model=openai_api`) against a real OpenAI-compatible server:
 llama-cpp-python's, serving the packaged SmolLM2 GGUF on 127.0.0.1 (`tests/serve.py`), with an API
-key it checks. Scores against the in-process fp32 path, secrets, faults (a wrong name, a missing
+key it checks. Accuracies against the in-process fp32 path, secrets, faults (a wrong name, a missing
 key, a timeout, 429/503 through a proxy, the server killed mid-run and restarted), and the gate's
 rule for served vs in-process runs. The CLI is called in-process (`cli` fixture)."""
 
@@ -213,7 +213,7 @@ def connect(
     made: list[openai_api.Served] = []
 
     def make(**model: object) -> openai_api.Served:
-        made.append(openai_connect.load(_config(server.base_url, **model)))  # type: ignore[arg-type]
+        made.append(openai_connect.connect(_config(server.base_url, **model)))  # type: ignore[arg-type]
         return made[-1]
 
     yield make
@@ -300,7 +300,7 @@ def test_answers_that_break_the_protocol_are_refused_never_scored(
     proxy = FaultProxy(server.port, rewrite=rewrite)
     texts = ["Question: 2 + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:"]
     try:
-        served = openai_connect.load(_config(proxy.base_url))  # type: ignore[arg-type]
+        served = openai_connect.connect(_config(proxy.base_url))  # type: ignore[arg-type]
         assert served.score_letters(_asked(texts), lambda n: None)[0].scored_by == "top_logprobs"
         for fault, message in [
             ("two choices", "answered with 2 choices, not 1"),
@@ -313,7 +313,7 @@ def test_answers_that_break_the_protocol_are_refused_never_scored(
         with pytest.raises(
             ModelError, match="gives no next-token log-probs"
         ):  # still broken: refused at load
-            openai_connect.load(_config(proxy.base_url))  # type: ignore[arg-type]
+            openai_connect.connect(_config(proxy.base_url))  # type: ignore[arg-type]
     finally:
         proxy.close()
 
@@ -329,7 +329,7 @@ def test_ctrl_c_does_not_wait_out_the_retries_in_flight(
 
     monkeypatch.setenv(KEY_ENV, API_KEY)
     proxy = FaultProxy(server.port)
-    served = openai_connect.load(_config(proxy.base_url, max_concurrency=4))  # type: ignore[arg-type]
+    served = openai_connect.connect(_config(proxy.base_url, max_concurrency=4))  # type: ignore[arg-type]
     texts = [f"Question: {i} + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:" for i in range(6)]
 
     main = threading.main_thread().ident or 0  # where Linux delivers a terminal's SIGINT

@@ -123,7 +123,7 @@ def test_a_server_that_reads_chats_otherwise_is_refused_before_anything_is_recor
     assert "a probe chat: the server reads this prompt as" in line
     assert "a BOS token added on one side only" in line
     monkeypatch.setenv(KEY_ENV, API_KEY)
-    served = openai_connect.load(_config(server.base_url, tokenizer=str(other)))  # type: ignore[arg-type]
+    served = openai_connect.connect(_config(server.base_url, tokenizer=str(other)))  # type: ignore[arg-type]
     try:  # the <|im_start|> the template renders is not sent: a server adding BOS adds the only one
         text = served.apply_chat_template([{"role": "user", "content": "Hi"}])
         assert served.bos_text == "<|im_start|>"

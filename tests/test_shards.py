@@ -233,7 +233,7 @@ def test_device_map_auto_places_a_hub_model_and_scores_the_same(tmp_path: Path, 
 
     from .conftest import compose_eval
 
-    lm = models.load(compose_eval(["model=tiny", "device=cpu"]))
+    lm = models.load_model(compose_eval(["model=tiny", "device=cpu"]))
     saved = tmp_path / "saved"
     lm.model.save_pretrained(saved)
     lm.tokenizer.save_pretrained(saved)

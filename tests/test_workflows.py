@@ -82,7 +82,7 @@ def test_evaluate_step_runs_a_sharded_evaluation_and_the_sequential_gate(tmp_pat
 
     from .conftest import compose_eval, tiny_run_cfg
 
-    lm = models.load(compose_eval(["model=tiny", "device=cpu"]))
+    lm = models.load_model(compose_eval(["model=tiny", "device=cpu"]))
     saved = tmp_path / "candidate"
     lm.model.save_pretrained(saved)
     lm.tokenizer.save_pretrained(saved)

@@ -94,5 +94,5 @@ class InProcess:
         pass  # the weights go with the process (or with the last reference)
 
 
-def load(cfg: EvalConfig) -> InProcess:
-    return InProcess(models.load(cfg), Batching.of(cfg))
+def load_backend(cfg: EvalConfig) -> InProcess:
+    return InProcess(models.load_model(cfg), Batching.of(cfg))

@@ -15,13 +15,13 @@ from mmlu_track.eval.backend import Backend
 def _in_process(cfg: EvalConfig) -> Backend:
     from mmlu_track.eval import in_process
 
-    return in_process.load(cfg)
+    return in_process.load_backend(cfg)
 
 
 def _served(cfg: EvalConfig) -> Backend:
     from mmlu_track.eval import openai_connect
 
-    return openai_connect.load(cfg)
+    return openai_connect.connect(cfg)
 
 
 BACKENDS: dict[str, Callable[[EvalConfig], Backend]] = {
@@ -32,7 +32,7 @@ BACKENDS: dict[str, Callable[[EvalConfig], Backend]] = {
 }
 
 
-def load(cfg: EvalConfig) -> Backend:
+def load_backend(cfg: EvalConfig) -> Backend:
     """The configured model's backend, loaded (or reached) and ready to score."""
     return BACKENDS[cfg.model.source](cfg)
 

@@ -381,7 +381,7 @@ def _max_length(model: Any, tok: Any, requested: int | None) -> int:
     return min(usable) if usable else 2048
 
 
-def load(run: EvalConfig) -> LoadedModel:
+def load_model(run: EvalConfig) -> LoadedModel:
     """Load the configured model in eval mode on the resolved device and dtype (torch seeded first
     with the run's seed, as `provenance.set_seeds` records)."""
     torch.manual_seed(run.seed)

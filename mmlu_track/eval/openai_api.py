@@ -294,7 +294,7 @@ class Served(Wire):
         """One subject's requests, `model.max_concurrency` in flight; the first alone (it fills the
         server's prefix cache for the rest). Batching settings do not apply to a server."""
 
-        def one(i: int) -> Score:
+        def answer(i: int) -> Score:
             try:
                 return jobs[i]()
             except PromptError as err:
@@ -304,11 +304,11 @@ class Served(Wire):
         out: list[Score | None] = [None] * len(jobs)
         if not jobs:
             return []
-        out[0] = one(0)
+        out[0] = answer(0)
         progress(1)
         try:
             with ThreadPoolExecutor(max_workers=self.cfg.model.max_concurrency) as pool:
-                pending: dict[Future[Score], int] = {pool.submit(one, i): i for i in range(1, len(jobs))}
+                pending: dict[Future[Score], int] = {pool.submit(answer, i): i for i in range(1, len(jobs))}
                 try:
                     while pending:
                         finished, _ = wait(pending, return_when=FIRST_COMPLETED)

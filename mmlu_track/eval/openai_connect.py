@@ -158,7 +158,7 @@ def _described(client: Client, listed: dict[str, Any]) -> str:
     return json.dumps(doc, sort_keys=True)[:2000]
 
 
-def load(cfg: EvalConfig) -> Served:
+def connect(cfg: EvalConfig) -> Served:
     """Reach the server, check the served name against `GET /v1/models`, fix the tokenizer and the
     context length, and check whether echo can be trusted; raises `ModelError` in one line."""
     model = cfg.model

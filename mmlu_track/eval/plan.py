@@ -25,7 +25,7 @@ from mmlu_track.eval.backend import Backend, ModelError
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
 from mmlu_track.identity import identity_dict
 from mmlu_track.records.results import Docs
-from mmlu_track.records.run import ModelInfo, Protocol
+from mmlu_track.records.run import EvalProtocol, ModelInfo
 
 
 def fits_check(lm: Backend, reserve: int) -> Callable[[str], bool]:
@@ -40,7 +40,7 @@ def fits_check(lm: Backend, reserve: int) -> Callable[[str], bool]:
     return fits
 
 
-def identity(cfg: EvalConfig, info: ModelInfo, protocol: Protocol, *, fresh: bool = False) -> str:
+def identity(cfg: EvalConfig, info: ModelInfo, protocol: EvalProtocol, *, fresh: bool = False) -> str:
     """Hash of everything that determines a run's results: the protocol (questions, prompts,
     scoring: what the gate compares), the weights and the dtype they ran in, and the settings.
     `fresh` (tracking.resume=false): a new identity of the same length, which nothing resumes."""

@@ -3,7 +3,7 @@
 - `decide`: regression when a drop is shown (exact McNemar on all questions, or a flagged subject
   under a policy that fails on them); pass when non-inferiority at δ is shown and no drop is;
   inconclusive when neither is (the data cannot tell; it still fails unless the policy warns only).
-- `differences`: the one definition of "comparable" (the gate's check and model-name lookup).
+- `incomparable`: the one definition of "comparable" (the gate's check and model-name lookup).
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def analysis(comp: Comparison) -> Verdict:
     return Verdict("analysis", headline, (), EXIT_PASS)
 
 
-def differences(base: StoredRun, cand: StoredRun, mode: CompareMode) -> list[str]:
-    """Why two runs cannot be compared in `mode` (empty: they can): `record.Protocol`'s one
+def incomparable(base: StoredRun, cand: StoredRun, mode: CompareMode) -> list[str]:
+    """Why two runs cannot be compared in `mode` (empty: they can): `records.run.EvalProtocol`'s one
     definition (the same questions, prompts and scoring), and for `fewshot_gap` the same model.
     The gate checks it, and a model name resolves to its newest run passing it."""
     gap = mode == "fewshot_gap"
@@ -176,5 +176,5 @@ def check_comparable(base: StoredRun, cand: StoredRun, mode: CompareMode, store:
     """Refuse unfinished runs and pairs whose differences are not the thing being compared."""
     for run, side in ((base, "baseline"), (cand, "candidate")):
         require_finished(run, side, store)
-    if problems := differences(base, cand, mode):
+    if problems := incomparable(base, cand, mode):
         raise ComparisonError(f"runs are not comparable: {problems[0]}")

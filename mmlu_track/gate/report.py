@@ -67,7 +67,7 @@ def title(base: StoredRun, cand: StoredRun, mode: str) -> str:
     """The comparison in a line; for two runs of one model, what else differs (baseline → candidate)."""
     if mode == "fewshot_gap":
         return f"Few-shot gap of {cand.model_name}: k={cand.k} vs k={base.k}"
-    if cand.model_name == base.model_name and (differs := differences(base, cand)):
+    if cand.model_name == base.model_name and (differs := what_differs(base, cand)):
         more = f" (+{len(differs) - 2} more)" if len(differs) > 2 else ""
         return f"{cand.model_name}, baseline → candidate: {'; '.join(differs[:2])}{more}"
     return f"{cand.model_name} vs baseline {base.model_name}"
@@ -78,7 +78,7 @@ def _settings(start: RunStart) -> dict[str, object]:
     return {k: v for k, v in flatten(to_dict(start.config)).items() if not is_result_neutral(k)}
 
 
-def differences(base: StoredRun, cand: StoredRun) -> list[str]:
+def what_differs(base: StoredRun, cand: StoredRun) -> list[str]:
     """What differs between two comparable runs beyond the protocol (which the gate requires equal),
     as `setting baseline → candidate`: every setting that differs, then what they resolved to (the
     weights, the dtype and device they ran in, the engine) and the libraries."""
@@ -233,7 +233,7 @@ def markdown(
         f"scoring {md_code(cand.scoring)}, "
         f"k={base.k}{'' if base.k == cand.k else f'→{cand.k}'}{policy}.",
         "",
-        f"What differs: {'; '.join(map(md_text, differences(base, cand))) or NOTHING_DIFFERS}.",
+        f"What differs: {'; '.join(map(md_text, what_differs(base, cand))) or NOTHING_DIFFERS}.",
         *_mlflow_links(base, cand, cfg.tracking.mlflow_uri),
         "",
         _HEADER,

@@ -17,7 +17,7 @@ from mmlu_track.gate.policy import (
     analysis,
     check_comparable,
     decide,
-    differences,
+    incomparable,
     same_prompts,
     unrecorded,
 )
@@ -68,7 +68,7 @@ def resolve(
     known, side = other
 
     def problems(run: StoredRun) -> list[str]:
-        return differences(known, run, mode) if side == "baseline" else differences(run, known, mode)
+        return incomparable(known, run, mode) if side == "baseline" else incomparable(run, known, mode)
 
     runs = [r for r in runs if r.id != known.id]  # never the other side's own run
     for run in runs:

@@ -117,7 +117,7 @@ def _first_rejections(counts: np.ndarray, margin: float, alpha: float) -> tuple[
     return w_pass, w_reg, first
 
 
-def decide(looks: Sequence[LookCounts], margin: float, alpha: float) -> SequentialResult:
+def decide_looks(looks: Sequence[LookCounts], margin: float, alpha: float) -> SequentialResult:
     """The decision after `looks` (in order): the first look where either test rejects, else continue."""
     if margin <= 0:
         raise ValueError("the sequential gate needs a margin δ > 0 (gate.margin)")

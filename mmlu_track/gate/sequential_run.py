@@ -29,14 +29,14 @@ from mmlu_track.gate.policy import (
     EXIT_PASS,
     EXIT_REGRESSION,
     Verdict,
-    differences,
     flagged_drop,
+    incomparable,
     require_finished,
     same_prompts,
 )
 from mmlu_track.gate.publish import Outcome, publish
 from mmlu_track.gate.run import resolve
-from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide
+from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide_looks
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair, pts
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop
@@ -83,7 +83,7 @@ class SequentialLooks:
         refuse to resume a run of this identity under other gate settings."""
         found = resolve(self.store, self.reference, (cand, "candidate"), "gate", self.uri)
         self.base = require_finished(found, "baseline", self.store)
-        if problems := differences(self.base, cand, "gate"):
+        if problems := incomparable(self.base, cand, "gate"):
             raise ComparisonError(f"runs are not comparable: {problems[0]}")
         if (earlier := self.store.unfinished(cand.identity)) is not None:
             self._same_settings(earlier)
@@ -135,7 +135,7 @@ class SequentialLooks:
             gained += r.correct and not before
         self.counts.append(LookCounts(len(results), lost, gained))
         self.used.extend(results)
-        self.result = decide(self.counts, self.gate.margin, self.gate.alpha)
+        self.result = decide_looks(self.counts, self.gate.margin, self.gate.alpha)
         if self.result.decision == "continue" or number == self.count:
             return None  # at the last look every question is scored: the run finishes
         if self.candidate is None:

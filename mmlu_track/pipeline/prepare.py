@@ -41,7 +41,7 @@ def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
     seeds = provenance.set_seeds(cfg.seed, torch=load.in_process(cfg))
     the_plan = plan(cfg)
     t1 = time.time()
-    lm = load.load(cfg)
+    lm = load.load_backend(cfg)
     t2 = time.time()
     fits = fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
     try:

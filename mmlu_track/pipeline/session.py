@@ -46,7 +46,7 @@ from mmlu_track.pipeline.outputs import (
     write_json,
 )
 from mmlu_track.pipeline.prepare import Prepared
-from mmlu_track.records.results import Accuracy, QuestionResult, Scores, aggregate, table, write_jsonl
+from mmlu_track.records.results import Accuracies, Accuracy, QuestionResult, aggregate, table, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, Timing
 from mmlu_track.records.stored import ShardWork, StoredRun
 from mmlu_track.store.db import StoreError
@@ -82,7 +82,7 @@ class Display:
 class RunOutput:
     run_id: str | None  # None for a shard that had no unit to score (it touched no run)
     results: list[QuestionResult]
-    scores: Scores | None  # None for a shard that had no unit to score
+    scores: Accuracies | None  # None for a shard that had no unit to score
     record: RunRecord | None  # None for a shard that did not finalize its run (`results`: its own)
     output_dir: Path
     mlflow_run_id: str | None
@@ -122,7 +122,7 @@ class EvaluationSession:
         self.in_looks = plan_looks(prep.rendered, looks.count, cfg.seed) if looks is not None else []
         everything = [u for look in self.in_looks for u in look] if looks else units(cfg, prep.rendered)
         self.everything: list[Unit] = everything
-        self.mine = assign(everything, self.shard.count)[self.shard.index]
+        self.my_units = assign(everything, self.shard.count)[self.shard.index]
         self.done: Done = {}  # committed before this process started (a resume)
         self.held: dict[Unit, list[QuestionResult]] = {}  # every unit this process holds results of
         self.counts = Counts()
@@ -137,7 +137,7 @@ class EvaluationSession:
     def run(self) -> RunOutput:
         if self.looks is not None:
             self.looks.begin(provisional(self.prep.start, self.prep.identity))
-        if not self.mine:
+        if not self.my_units:
             # More shards than units: this one has nothing to score. It claims no run, so starting late
             # (after the others finalized) never opens a second, empty run.
             self.echo(
@@ -159,7 +159,7 @@ class EvaluationSession:
         self.counts = Counts()
         try:
             if self.looks is None:
-                self._score(self.mine)
+                self._score(self.my_units)
             elif stop := self._score_looks(self.looks):
                 return self._stopped(stop)
         except BaseException as err:
@@ -179,13 +179,13 @@ class EvaluationSession:
         found = {i: have[questions[i].index] for i in unit.positions if questions[i].index in have}
         return found, [i for i in unit.positions if i not in found]
 
-    def _score(self, mine: list[Unit], desc: str = "MMLU") -> None:
+    def _score(self, todo: list[Unit], desc: str = "MMLU") -> None:
         """Score these units' questions not yet committed; commit each unit at once."""
         from tqdm import tqdm
 
-        total = sum(len(u.positions) for u in mine)
+        total = sum(len(u.positions) for u in todo)
         with tqdm(total=total, desc=desc, unit="q", disable=not self.progress, file=sys.stderr) as bar:
-            for whole in mine:
+            for whole in todo:
                 found, missing = self._committed(whole)
                 bar.update(len(found))
                 if not missing:
@@ -228,11 +228,12 @@ class EvaluationSession:
         run, a subject whose slices other shards scored goes there from the shard that commits its
         last slice, and the progress is the whole run's, from the store (a shard holds its own)."""
         units_of = [u for u in self.everything if u.subject == subject]
-        mine = [r for u in units_of for r in self.held[u]] if all(u in self.held for u in units_of) else None
+        held = all(u in self.held for u in units_of)
+        whole_here = [r for u in units_of for r in self.held[u]] if held else None  # the subject, all here
         if not self.sharded:
-            if mine is not None:
+            if whole_here is not None:
                 own = self._own()
-                self.recorder.subject_done(subject, acc(mine), len({r.subject for r in own}), acc(own))
+                self.recorder.subject_done(subject, acc(whole_here), len({r.subject for r in own}), acc(own))
             return
         committed = self.recorder.committed_by_subject()
         questions = self.prep.plan.questions
@@ -241,7 +242,7 @@ class EvaluationSession:
         whole = {s for s, (n, _) in committed.items() if n == len(questions[s])}
         n, k = (sum(v[i] for v in committed.values()) for i in (0, 1))
         so_far = Accuracy(n=n, correct=k, acc=k / n, stderr=None)
-        subject_acc = acc(mine or self.recorder.question_results(subject))
+        subject_acc = acc(whole_here or self.recorder.question_results(subject))
         self.recorder.subject_done(subject, subject_acc, len(whole), so_far)
 
     def _score_looks(self, looks: Looks) -> EarlyStop | None:
@@ -309,7 +310,7 @@ class EvaluationSession:
                 self.echo(f"compare runs: {link}")
         return RunOutput(run_id, results, agg, record, output_dir, mlflow_id)
 
-    def _record(self, results: list[QuestionResult], agg: Scores, work: ShardWork) -> RunRecord:
+    def _record(self, results: list[QuestionResult], agg: Accuracies, work: ShardWork) -> RunRecord:
         """The finished run's record: `results` are all of its questions, `work` what this process
         did (a sharded run: all its shards, summed)."""
         return RunRecord(

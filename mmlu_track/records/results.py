@@ -89,7 +89,7 @@ class Accuracy:
 
 
 @dataclass(frozen=True)
-class Scores:
+class Accuracies:
     subjects: dict[str, Accuracy]
     subcategories: dict[str, Accuracy]
     categories: dict[str, Accuracy]
@@ -101,7 +101,7 @@ class Scores:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Scores:
+    def from_json(cls, raw: dict[str, Any]) -> Accuracies:
         def table(d: dict[str, Any]) -> dict[str, Accuracy]:
             return {k: Accuracy(**v) for k, v in d.items()}
 
@@ -115,8 +115,8 @@ class Scores:
         )
 
 
-def aggregate(results: Iterable[QuestionResult]) -> Scores:
-    """Scores of every subject present, their subcategories and categories, macro and micro."""
+def aggregate(results: Iterable[QuestionResult]) -> Accuracies:
+    """Accuracies of every subject present, their subcategories and categories, macro and micro."""
     by_subject: dict[str, list[bool]] = {}
     invalid = 0
     for r in results:
@@ -142,7 +142,7 @@ def aggregate(results: Iterable[QuestionResult]) -> Scores:
         stderr=math.sqrt(sum(variances)) / len(accs) if len(variances) == len(accs) else None,
     )
     micro = Accuracy.of([c for cs in by_subject.values() for c in cs])
-    return Scores(subjects, subcategories, categories, macro, micro, invalid)
+    return Accuracies(subjects, subcategories, categories, macro, micro, invalid)
 
 
 Docs = Mapping[tuple[str, int], Mapping[str, object]]  # (subject, index) -> the question's own fields
@@ -157,7 +157,7 @@ def write_jsonl(path: Path, results: Iterable[QuestionResult], docs: Docs | None
             f.write(json.dumps({**r.to_json(), **extra}, ensure_ascii=False) + "\n")
 
 
-def macro_interval(scores: Scores, alpha: float = 0.05) -> tuple[float, float]:
+def macro_interval(scores: Accuracies, alpha: float = 0.05) -> tuple[float, float]:
     """The macro average's Wilson interval at Kish's effective sample size (see paired.py)."""
     from mmlu_track.paired import macro_accuracy_interval
 
@@ -170,7 +170,7 @@ def _pct(a: Accuracy, interval: tuple[float, float] | None = None) -> str:
     return f"{100 * a.acc:6.2f} [{100 * low:5.1f}, {100 * high:5.1f}]  {a.correct:>6}/{a.n:<6}"
 
 
-def table(scores: Scores) -> str:
+def table(scores: Accuracies) -> str:
     """A readable console table: subjects, categories, then macro and micro, with 95% intervals
     (Wilson; macro at Kish's effective sample size)."""
     width = max(len(s) for s in [*scores.subjects, *scores.categories, "macro average"]) + 2

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmlu_track.config import EvalConfig, eval_config_from_dict, to_dict
-from mmlu_track.records.results import Scores
+from mmlu_track.records.results import Accuracies
 from mmlu_track.typed import ConfigError
 
 SCHEMA_VERSION = 1
@@ -65,7 +65,7 @@ class HostInfo:
 
 
 @dataclass(frozen=True)
-class Protocol:
+class EvalProtocol:
     """What makes two runs' answers comparable question by question: the same questions, asked with
     the same prompts, scored the same way. The one declaration of comparability: the run identity
     hashes it (`plan.identity`), the SQL store keeps it (`runs.protocol_json`), the gate compares it
@@ -102,7 +102,7 @@ class Protocol:
         n_questions: int,
         dev_fingerprint: str | None,
         template_hash: str | None,
-    ) -> Protocol:
+    ) -> EvalProtocol:
         return cls(
             questions=questions,
             n_questions=n_questions,
@@ -126,14 +126,14 @@ class Protocol:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Protocol:
+    def from_json(cls, doc: dict[str, Any]) -> EvalProtocol:
         names = {f.name for f in dataclasses.fields(cls)}
         try:
             return cls(**{k: v for k, v in doc.items() if k in names})
         except TypeError as err:
             raise RecordError(f"unreadable protocol record: {err}") from err
 
-    def differences(self, other: Protocol, *, fewshot_gap: bool = False) -> list[str]:
+    def differences(self, other: EvalProtocol, *, fewshot_gap: bool = False) -> list[str]:
         """Why runs of `self` (the baseline) and `other` (the candidate) are not comparable, each
         in one phrase naming the setting; empty when they are. `fewshot_gap`: k (and so the shots)
         is what differs on purpose."""
@@ -226,8 +226,8 @@ class RunStart:
     sweep: str | None = None  # the Hydra sweep folder of a -m job
 
     @property
-    def protocol(self) -> Protocol:
-        return Protocol.of(
+    def protocol(self) -> EvalProtocol:
+        return EvalProtocol.of(
             self.config,
             questions=self.data.fingerprint,
             n_questions=self.data.n_questions,
@@ -276,7 +276,7 @@ class RunRecord:
     multi_pass: int  # questions whose answer letters needed a forward pass each
     prefix_fallbacks: int
     timing: Timing
-    scores: Scores
+    scores: Accuracies
 
     def to_json(self) -> dict[str, Any]:
         s = self.start
@@ -337,7 +337,7 @@ class RunRecord:
                 multi_pass=int(scoring["multi_pass"]),
                 prefix_fallbacks=int(scoring["prefix_fallbacks"]),
                 timing=Timing(**raw["timing"]),
-                scores=Scores.from_json(raw["scores"]),
+                scores=Accuracies.from_json(raw["scores"]),
             )
         except (KeyError, TypeError, ValueError, ConfigError) as err:
             raise RecordError(f"unreadable run record ({type(err).__name__}: {err})") from err

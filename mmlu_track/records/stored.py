@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from mmlu_track.config import EvalConfig, eval_config_from_dict
-from mmlu_track.records.run import EarlyStop, Protocol, RecordError, RunRecord
+from mmlu_track.records.run import EarlyStop, EvalProtocol, RecordError, RunRecord
 from mmlu_track.typed import ConfigError
 
 T = TypeVar("T")
@@ -96,13 +96,13 @@ class StoredRun:
         return self._read("stop_json", self.stop_json, EarlyStop.from_json) if self.stop_json else None
 
     @cached_property
-    def protocol(self) -> Protocol:
+    def protocol(self) -> EvalProtocol:
         """What the run's answers are comparable on; for a run stored before `protocol_json`,
         derived from its settings (the dev rows fingerprint from its record, when finished)."""
         if self.protocol_json:
-            return self._read("protocol_json", self.protocol_json, Protocol.from_json)
+            return self._read("protocol_json", self.protocol_json, EvalProtocol.from_json)
         record = self.record
-        return Protocol.of(
+        return EvalProtocol.of(
             self.config,
             questions=self.data_fingerprint,
             n_questions=self.n_questions,

@@ -44,7 +44,7 @@ class Run(Base):
     owner: Mapped[str | None] = mapped_column(String(255))  # sql.Owner of the claimer or finalizer
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last beat
     stop_json: Mapped[str | None] = mapped_column(Text)  # record.EarlyStop: the sequential gate stopped it
-    protocol_json: Mapped[str | None] = mapped_column(Text)  # record.Protocol (None: stored before 0007)
+    protocol_json: Mapped[str | None] = mapped_column(Text)  # EvalProtocol (None: stored before 0007)
 
 
 class RunShard(Base):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from mmlu_track.records.results import Scores
+from mmlu_track.records.results import Accuracies
 from mmlu_track.records.subjects import CATEGORIES, category
 
 
@@ -15,7 +15,7 @@ def subject_order(subjects: Iterable[str]) -> list[str]:
     return sorted(subjects, key=lambda s: (CATEGORIES.index(category(s)), s), reverse=True)
 
 
-def subject_accuracy_png(scores: Scores, path: Path, title: str) -> Path:
+def subject_accuracy_png(scores: Accuracies, path: Path, title: str) -> Path:
     """Horizontal bars of per-subject accuracy with 95% Wilson whiskers and the micro average.
 
     Wilson intervals stay inside [0, 1] and keep a whisker at 0/n and n/n, where ±1.96·SE has none.
