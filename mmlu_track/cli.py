@@ -178,12 +178,16 @@ class Unusable(SystemExit):
         self.line = line
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, *, refused: bool = False) -> NoReturn:
     from mmlu_track.credentials import redact_text
 
     # Masked here too: the last place any message passes before it leaves the process.
     one_line = redact_text(" ".join(part.strip() for part in message.splitlines() if part.strip()))
     print(f"mmlu_track: error: {one_line}", file=sys.stderr)
+    if refused:  # before any work, in a run: it leaves no output folder
+        from mmlu_track.launchers import discard_unused
+
+        discard_unused()
     raise Unusable(one_line)
 
 
@@ -284,7 +288,7 @@ def _eval_config(cfg: Any) -> EvalConfig:
             )
         return eval_config_from_dict(anchored(raw, Path(HydraConfig.get().runtime.cwd)))
     except (ConfigError, OmegaConfBaseException) as err:
-        fail(config_message(err))
+        fail(config_message(err), refused=True)
 
 
 def main() -> None:
@@ -349,7 +353,7 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
             return None
         out = run(eval_cfg, output_dir, origin=origin)
     except (DataError, ModelError, StoreError, RecordError, TruncationError) as err:
-        fail(str(err))
+        fail(str(err), refused=isinstance(err, DataError | TruncationError))  # raised before a run is claimed
     return out.scores.micro.acc if out.scores else None
 
 
@@ -398,7 +402,7 @@ def compare_main() -> None:
             compare_cfg = compare_config_from_dict(raw)
             codes.append(execute(compare_cfg, Path(HydraConfig.get().runtime.output_dir)))
         except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError, RecordError) as err:
-            fail(config_message(err))
+            fail(config_message(err), refused=True)  # its reports, when written, keep the folder
 
     check_writable_cwd(sys.argv[1:])
     with hydra_exit_codes("no verdict"):

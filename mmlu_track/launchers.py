@@ -13,11 +13,16 @@ SLURM through submitit, Ray) behaves as the same command run here.
 - **What the user sees**: a job records its own command (`job_command`: a launcher's worker runs
   submitit's or Ray's), and after a submitit sweep the driver prints each sharded run's results
   (`SweepResults`, a Hydra callback in conf/eval.yaml), which submitit keeps in its job logs.
+- **A refused run leaves no folder**: `NewFolders` (a callback in conf/eval.yaml and
+  conf/compare.yaml) notes which folders Hydra makes for a run; a refusal before any work
+  (`cli.fail(..., refused=True)`) removes them with `discard_unused` if they hold only Hydra's files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +111,58 @@ class SweepResults(Callback):
                 continue
             print(f"run {record.run_id} ({record.start.name}):", table(record.scores), sep="\n")
             print(f"results in {path.parent}")
+
+
+_NEW: list[Path] = []  # the run's output folder and its parents that did not exist as it started
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+
+
+class NewFolders(Callback):
+    """As a run starts: which of its output folder and that folder's parents do not exist yet, the
+    only ones `discard_unused` may remove (a callback in conf/eval.yaml and conf/compare.yaml)."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        folder = Path(os.path.abspath(str(config.hydra.run.dir)))  # as Hydra's run_job makes it
+        _NEW[:] = [p for p in (folder, *folder.parents) if not p.exists()]
+
+    def on_run_end(self, config: Any, **kwargs: Any) -> None:
+        _NEW.clear()
+
+
+def discard_unused() -> None:
+    """A run refused before any work leaves no output folder: its folder, when Hydra made it for
+    this run and it holds only Hydra's own files (`.hydra/`'s YAML files, an empty log), goes, with
+    the parents made for it that it leaves empty. Never in a sweep, never a folder that existed."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    new, _NEW[:] = _NEW[:], []
+    folder = Path(hc.runtime.output_dir)
+    if hc.mode == RunMode.MULTIRUN or new[:1] != [folder]:
+        return
+    with contextlib.suppress(OSError):  # a folder that holds more, or is gone: what is left stays
+        files = _only_hydra_files(folder, hc.output_subdir)
+        if files is None:
+            return
+        for path in files:
+            path.unlink()
+        for path in [*{p.parent for p in files} - {folder}, *new]:  # .hydra/, the folder, its new parents
+            path.rmdir()  # stops at the first that holds something else
+
+
+def _only_hydra_files(folder: Path, subdir: str | None) -> list[Path] | None:
+    """The files Hydra wrote into a run's folder (`subdir`'s YAML files, empty logs); None when the
+    folder holds anything else."""
+    own = folder / subdir if subdir else None
+    found: list[Path] = []
+    for path in folder.iterdir():
+        if path == own and path.is_dir() and not path.is_symlink():
+            found += (inner := list(path.iterdir()))
+            if any(p.name not in HYDRA_FILES or p.is_symlink() or not p.is_file() for p in inner):
+                return None
+        elif path.suffix == ".log" and path.is_file() and not path.is_symlink() and not path.stat().st_size:
+            found.append(path)
+        else:
+            return None
+    return found

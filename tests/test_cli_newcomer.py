@@ -13,6 +13,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from mmlu_track.cli import plain
+from mmlu_track.records.subjects import SUBJECTS
 from mmlu_track.store.sql import SqlStore
 from mmlu_track.typed import flatten
 
@@ -77,6 +78,62 @@ def test_compare_help_lists_only_its_own_groups_and_keys(cli: Cli, tmp_path: Pat
     assert list(tmp_path.iterdir()) == []
 
 
+# 1. A refused command leaves no folder ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("which", "args", "message"),
+    [
+        ("compare", ["baseline=a", "candidate=b"], "unknown run 'b'"),
+        ("compare", ["baseline=a", "candidate=b", "gate.alpha=3"], "gate.alpha=3.0 must be in (0, 0.5]"),
+        ("compare", ["baseline=a"], "Missing mandatory value: candidate"),
+        ("eval", ["model=tiny", "k=9"], "k=9 is impossible"),
+        ("eval", ["model=tiny", "data=local", "data.path=missing"], "does not exist"),
+        # Hydra's own refusals come before it makes a folder
+        ("compare", ["baseline=a", "candidate=b", "gate=lenient"], "Could not find 'gate/lenient'"),
+        ("eval", ["model=tiny", "margn=1"], "Key 'margn' is not in struct"),
+    ],
+)
+def test_a_refused_command_leaves_no_folder(
+    cli: Cli, tmp_path: Path, which: str, args: list[str], message: str
+) -> None:
+    (tmp_path / "outputs").mkdir()  # there before: stays, as every folder that was
+    db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"
+    got = cli(which, db, "tracking.mlflow=false", *args, cwd=tmp_path)
+    assert got.code == 2
+    assert message in got.err
+    assert [p.name for p in tmp_path.iterdir() if p.name != "store.db"] == ["outputs"]
+    assert list((tmp_path / "outputs").iterdir()) == []
+
+
+def test_a_refused_command_keeps_a_folder_that_was_there_or_holds_more(cli: Cli, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    there = tmp_path / "there"
+    there.mkdir()
+    got = cli("eval", "model=tiny", "k=9", f"hydra.run.dir={there / 'new' / 'run'}", cwd=tmp_path)
+    assert got.code == 2
+    assert list(there.iterdir()) == []  # the folders made for the run went, not the one named
+    # A comparison refused after its reports are written (promoting a run MLflow does not have)
+    # keeps them.
+    store = SqlStore(db)
+    same = {s: [True, False] * 25 for s in SUBJECTS}  # two runs that answer alike: a pass
+    base, cand = (synthetic_run(store, name, same) for name in ("m-base", "m-cand"))
+    folder = tmp_path / "cmp"
+    runs = (f"baseline={base}", f"candidate={cand}")
+    promote = ("gate.promote_alias=champion", f"hydra.run.dir={folder}")
+    got = cli("compare", f"tracking.db_url={db}", "tracking.mlflow=false", *runs, *promote, cwd=tmp_path)
+    assert got.code == 2, got.out
+    assert "cannot promote" in got.errors[0]
+    assert (folder / "report.md").is_file()
+    assert (folder / ".hydra" / "config.yaml").is_file()
+    # A folder named that was there stays, even holding only what Hydra writes.
+    named = tmp_path / "named"
+    named.mkdir()
+    got = cli("eval", "model=tiny", "k=9", f"hydra.run.dir={named}", cwd=tmp_path)
+    assert got.code == 2
+    assert (named / ".hydra" / "config.yaml").is_file()
+
+
 # 2. What git sees after a run -------------------------------------------------------------------
 
 
@@ -121,3 +178,19 @@ def test_a_model_name_with_no_other_run_asks_for_that_sides_run_id(cli: Cli, tmp
     named_baseline = compare("m", only)
     assert named_baseline.code == 2
     assert "name the baseline by its run id" in named_baseline.errors[0]
+
+
+def test_a_compare_against_a_store_that_is_not_there_creates_none(cli: Cli, tmp_path: Path) -> None:
+    """It created an empty SQLite file, then said "unknown run": now one line naming the file."""
+    missing = tmp_path / "nowhere.db"
+    got = cli(
+        "compare",
+        "baseline=a",
+        "candidate=b",
+        f"tracking.db_url=sqlite:///{missing}",
+        "tracking.mlflow=false",
+        cwd=tmp_path,
+    )
+    assert got.code == 2
+    assert f"no results database at {missing}" in got.err
+    assert not missing.exists()

@@ -23,7 +23,7 @@ from mmlu_track.gate.policy import (
 )
 from mmlu_track.gate.publish import Outcome, publish
 from mmlu_track.gate.stats import ComparisonError, compare, pair
-from mmlu_track.store.sql import open_store
+from mmlu_track.store.sql import open_existing_store
 
 if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
@@ -117,7 +117,7 @@ def _promote(cand: StoredRun, alias: str, g: GateConfig, uri: str | None) -> str
 
 def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
     """Run one comparison end to end; return the exit code."""
-    store = open_store(cfg.tracking)
+    store = open_existing_store(cfg.tracking)
     try:
         uri = cfg.tracking.mlflow_uri
         # A model name resolves to its newest run comparable with the other side (never to that run

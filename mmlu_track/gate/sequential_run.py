@@ -41,7 +41,7 @@ from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair, pt
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop
 from mmlu_track.records.stored import RunStatus
-from mmlu_track.store.sql import open_store
+from mmlu_track.store.sql import open_existing_store
 
 if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 def sequential_gate(cfg: EvalConfig) -> Iterator[SequentialLooks]:
     """The sequential gate of the evaluation `cfg` (gate.sequential=true), over its store: pass it
     to the evaluation as its `looks`, then `conclude` with the run the evaluation recorded."""
-    store = open_store(cfg.tracking)
+    store = open_existing_store(cfg.tracking)
     try:
         yield SequentialLooks(store, cfg)
     finally:

@@ -72,6 +72,18 @@ def open_store(tracking: TrackingConfig) -> SqlStore:
     return SqlStore(tracking.db_url, timedelta(seconds=tracking.dead_after_s))
 
 
+def open_existing_store(tracking: TrackingConfig) -> SqlStore:
+    """The store a comparison reads: refused in one line when it is a SQLite file that does not
+    exist (reading must not create an empty store, then say "unknown run")."""
+    path = sqlite_file(tracking.db_url)
+    if path is not None and not path.exists():
+        raise StoreError(
+            f"no results database at {path}: no run is recorded there yet; give tracking.db_url= the "
+            "store that holds the runs"
+        )
+    return open_store(tracking)
+
+
 class SqlStore:
     def __init__(self, url: str, dead_after: timedelta = DEAD_AFTER) -> None:
         self.url = redact(url)  # for messages: the engine alone holds the password
