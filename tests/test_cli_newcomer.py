@@ -84,7 +84,7 @@ def test_compare_help_lists_only_its_own_groups_and_keys(cli: Cli, tmp_path: Pat
 @pytest.mark.parametrize(
     ("which", "args", "message"),
     [
-        ("compare", ["baseline=a", "candidate=b"], "unknown run 'b'"),
+        ("compare", ["baseline=a", "candidate=b"], "no results database at"),  # none is created
         ("compare", ["baseline=a", "candidate=b", "gate.alpha=3"], "gate.alpha=3.0 must be in (0, 0.5]"),
         ("compare", ["baseline=a"], "Missing mandatory value: candidate"),
         ("eval", ["model=tiny", "k=9"], "k=9 is impossible"),
