@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from mmlu_track.config import eval_config_from_dict
 from mmlu_track.eval import openai_api, openai_connect
+from mmlu_track.eval.answers import check
 from mmlu_track.eval.backend import LetterRequest, PromptError
 from mmlu_track.eval.http_api import backoff_s
 from mmlu_track.store.sql import SqlStore
@@ -279,6 +280,9 @@ def test_forcing_one_token_leaves_the_log_probs_raw(connect: Callable[..., opena
     assert served.score_letters(_asked([ending]), lambda n: None)[0].scored_by == "top_logprobs"
 
 
+LETTER_FAULTS: dict[str, object] = {"nan": float("nan"), "positive": 3.0, "null": None}
+
+
 def test_answers_that_break_the_protocol_are_refused_never_scored(
     server: LlamaServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -295,6 +299,12 @@ def test_answers_that_break_the_protocol_are_refused_never_scored(
             doc["choices"] = doc["choices"] * 2
         if path.endswith("/completions") and "no logprobs" in broken:
             doc["choices"][0]["logprobs"] = None
+        top = (doc.get("choices") or [{}])[0].get("logprobs") or {}
+        for fault, value in LETTER_FAULTS.items():
+            if fault in broken and top.get("top_logprobs"):
+                top["top_logprobs"][0][" A"] = value
+        if "usage a list" in broken:
+            doc["usage"] = ["not", "an", "object"]
         return doc
 
     proxy = FaultProxy(server.port, rewrite=rewrite)
@@ -309,6 +319,22 @@ def test_answers_that_break_the_protocol_are_refused_never_scored(
             broken[:] = [fault]
             with pytest.raises(PromptError, match=message):
                 served.score_letters(_asked(texts), lambda n: None)
+        # Impossible log-probs (issue 39): refused by `answers.check`, which the pipeline runs on
+        # every backend's scores; a letter that is not a number, by the served backend itself.
+        for fault, message in [
+            ("nan", "the log-prob of A is nan, which no probability has"),
+            ("positive", "the log-prob of A is 3.0, which no probability has"),
+        ]:
+            broken[:] = [fault]
+            with pytest.raises(PromptError, match=message) as err:
+                check(served.score_letters(_asked(texts), lambda n: None))
+            assert err.value.position == 0
+        broken[:] = ["null"]
+        with pytest.raises(PromptError, match="the server's log-prob for ' A' is None, not a number"):
+            served.score_letters(_asked(texts), lambda n: None)
+        broken[:] = ["usage a list"]  # informative only: the answer is still scored
+        assert served.score_letters(_asked(texts), lambda n: None)[0].scored_by == "top_logprobs"
+        broken[:] = ["no logprobs"]
         served.close()
         with pytest.raises(
             ModelError, match="gives no next-token log-probs"

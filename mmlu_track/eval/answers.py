@@ -13,18 +13,40 @@ Backends report what the model said (`Score`); `to_results` turns one unit's sco
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from mmlu_track.config import ScoringConfig
-from mmlu_track.eval.backend import Score
+from mmlu_track.eval.backend import PromptError, Score
 from mmlu_track.eval.prompts import Prompt
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.subjects import LETTERS
 
 Four = tuple[float, float, float, float]
+
+# A log-probability is at most 0. Computed in float32 (log_softmax over the vocabulary: in-process,
+# and the engines' samplers) its rounding error is a few ulps of the log-sum-exp, under 1e-5 for any
+# logits a model produces (|log-sum-exp| < 100: ulp 7.6e-6), and servers print six decimals or more:
+# a value above 1e-4 is no rounding but a broken model or server.
+LOGPROB_TOLERANCE = 1e-4
+
+
+def check(scores: Sequence[Score]) -> None:
+    """Every letter log-prob is finite and at most `LOGPROB_TOLERANCE`, or the prompt is refused
+    (`PromptError` at its position: the caller names the question), never scored: a NaN from a
+    broken weight file, an fp16 overflow or a server, a positive value that no probability has."""
+    for position, score in enumerate(scores):
+        for letter, value in zip(LETTERS, score.logprobs or (), strict=False):
+            if not math.isfinite(value) or value > LOGPROB_TOLERANCE:
+                err = PromptError(
+                    f"the log-prob of {letter} is {value!r}, which no probability has (finite and at "
+                    "most 0): refused, never scored"
+                )
+                err.position = position
+                raise err
 
 
 def four(values: Sequence[float]) -> Four:

@@ -69,8 +69,19 @@ def logprobs_of(choice: dict[str, Any]) -> dict[str, Any]:
 
 
 def _usage(doc: dict[str, Any]) -> int:
-    usage = doc.get("usage") or {}
-    return int(usage.get("prompt_tokens") or 0)
+    """The prompt tokens a server reports; 0 where it reports none (or not as a count: `usage` is
+    informative only, never a reason to refuse an answer)."""
+    usage = doc.get("usage")
+    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else 0
+
+
+def _number(value: object, what: str) -> float:
+    """A log-prob from a server's JSON: a number, else the question is refused (never a traceback);
+    whether it can be a log-probability is `answers.check`'s."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PromptError(f"the server's log-prob for {what!r} is {value!r}, not a number")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -220,7 +231,7 @@ class Served(Wire):
                 break
             k = wider
         if first is not None and all(c in first for c in continuations):
-            values = four([float(first[c]) for c in continuations])
+            values = four([_number(first[c], c) for c in continuations])
             return Score(
                 argmax(values), values, n_tokens=n_tokens, forwarded=n_tokens, scored_by="top_logprobs"
             )

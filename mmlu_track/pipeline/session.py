@@ -28,7 +28,7 @@ from typing import Protocol
 
 from mmlu_track.config import EvalConfig
 from mmlu_track.eval import prompts
-from mmlu_track.eval.answers import to_results
+from mmlu_track.eval.answers import check, to_results
 from mmlu_track.eval.ask import ask
 from mmlu_track.eval.backend import (
     ModelError,
@@ -208,6 +208,7 @@ class EvaluationSession:
         one line naming its question."""
         try:
             scores = ask(self.prep.lm, rendered, self.cfg.scoring.method, self.prep.answer_lead, progress)
+            check(scores)  # an impossible log-prob refuses its question, whichever backend gave it
         except PromptError as err:
             if err.position is None:
                 raise
