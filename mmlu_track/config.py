@@ -9,6 +9,8 @@ wrong and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -325,14 +327,20 @@ def _check_served(model: ModelConfig) -> None:
             )
             raise ConfigError(f"model.{key} is required for model.source=openai_api{why}")
     url = model.base_url or ""
-    if not url.startswith(("http://", "https://")):
+    if not url.startswith(("http://", "https://")) or not urllib.parse.urlsplit(url).hostname:
         raise ConfigError(
             f"model.base_url={url!r} must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1"
         )
+    try:
+        urllib.parse.urlsplit(url).port  # noqa: B018 -- parsing the port is the check
+    except ValueError as err:  # its text names the port only, never the URL's credentials
+        raise ConfigError(
+            f"model.base_url has no usable port: {err}; e.g. http://127.0.0.1:8000/v1"
+        ) from None
     if model.max_concurrency < 1:
         raise ConfigError(f"model.max_concurrency={model.max_concurrency} must be >= 1")
-    if not model.timeout_s > 0:
-        raise ConfigError(f"model.timeout_s={model.timeout_s:g} must be above 0")
+    if not 0 < model.timeout_s < math.inf:
+        raise ConfigError(f"model.timeout_s={model.timeout_s:g} must be a finite number of seconds above 0")
     if model.max_retries < 0:
         raise ConfigError(f"model.max_retries={model.max_retries} must be >= 0")
     if model.top_logprobs < 1:

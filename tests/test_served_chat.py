@@ -87,6 +87,23 @@ def _tokenizer_copy(tokenizer_dir: Path, where: Path, *, prepend: str = "", add_
     return where
 
 
+def test_a_served_chat_run_whose_tokenizer_has_no_template_is_one_line(
+    server: LlamaServer, tokenizer_dir: Path, cli: Cli, tmp_path: Path
+) -> None:
+    """It ended in a traceback (issue 39); in-process it was this line already."""
+    bare = _tokenizer_copy(tokenizer_dir, tmp_path / "tokenizer")
+    (bare / "chat_template.jinja").unlink()
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    args = _served(server.base_url, "chat=single_turn", "k=0", "tracking.mlflow=false")
+    got = _eval(cli, tmp_path, *args, f"model.tokenizer={bare}")
+    assert got.code == 2, got.err
+    (line,) = got.errors
+    assert "chat=single_turn needs the model's chat template, and the tokenizer of" in line
+    assert SqlStore(f"sqlite:///{tmp_path / 'store.db'}").runs() == []
+
+
 @pytest.mark.parametrize("scoring", ["generate", "logprob"])
 def test_a_server_that_reads_chats_otherwise_is_refused_before_anything_is_recorded(
     server: LlamaServer,

@@ -16,6 +16,7 @@ from typing import Any
 
 from mmlu_track.config import EvalConfig
 from mmlu_track.eval.backend import ModelError, PromptError
+from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.data import Question
 from mmlu_track.eval.http_api import Client, PermanentError, probe
 from mmlu_track.eval.openai_api import Served, Wire, logprobs_of, one_choice
@@ -231,6 +232,7 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
                 f"the letter {split[0]!r} is several tokens for {model.served_name}, so only echoed "
                 f"log-probs can score it, and the server at {client.shown} does not echo usable ones"
             )
-    if cfg.chat.style != "none":
+    # Without a template the run is refused by `plan.style` in the in-process backend's words.
+    if cfg.chat.style != "none" and template_source(tokenizer) is not None:
         _check_chat_template(wire)
     return Served(wire, info, echo_ok=echo_ok)
