@@ -251,19 +251,19 @@ def redact_hydra_files() -> None:
     `multirun.yaml`) before the task runs, with any URL's password: rewritten without it."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
+    from omegaconf import OmegaConf
 
-    from mmlu_track.credentials import redact_text
+    from mmlu_track.credentials import redact_text, remember_urls
     from mmlu_track.launchers import anchored_dir
 
     hc = HydraConfig.get()
     files = list((Path(hc.runtime.output_dir) / hc.output_subdir).glob("*.yaml")) if hc.output_subdir else []
     if hc.mode == RunMode.MULTIRUN:
         files.append(anchored_dir(hc.sweep.dir, Path(hc.runtime.cwd)) / "multirun.yaml")
-    for path in files:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError:
-            continue  # not written (a launcher's own layout): nothing to hide
+    texts = {path: path.read_text(encoding="utf-8") for path in files if path.is_file()}
+    for text in texts.values():  # every password found by parsing first: masked in all the files
+        remember_urls(OmegaConf.to_container(OmegaConf.create(text), resolve=False))
+    for path, text in texts.items():
         if (clean := redact_text(text)) != text:
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # sweep jobs may rewrite one file at once
             tmp.write_text(clean, encoding="utf-8")

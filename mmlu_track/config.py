@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mmlu_track.credentials import redact_doc
+from mmlu_track.credentials import redact_doc, remember_urls, unencoded_in_password
 from mmlu_track.parsers import PARSERS
 from mmlu_track.records.subjects import SUBJECTS
 from mmlu_track.typed import ConfigError, from_mapping
@@ -331,12 +331,15 @@ def _check_served(model: ModelConfig) -> None:
         raise ConfigError(
             f"model.base_url={url!r} must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1"
         )
+    if unencoded_in_password(url):  # the URL would end inside the password: never half-parsed
+        raise ConfigError(
+            "model.base_url's password holds / ? or #, which end a URL's host part: write them "
+            "percent-encoded (%2F %3F %23)"
+        )
     try:
         urllib.parse.urlsplit(url).port  # noqa: B018 -- parsing the port is the check
-    except ValueError as err:  # its text names the port only, never the URL's credentials
-        raise ConfigError(
-            f"model.base_url has no usable port: {err}; e.g. http://127.0.0.1:8000/v1"
-        ) from None
+    except ValueError:
+        raise ConfigError("model.base_url has no usable port (a number up to 65535 after the host)") from None
     if model.max_concurrency < 1:
         raise ConfigError(f"model.max_concurrency={model.max_concurrency} must be >= 1")
     if not 0 < model.timeout_s < math.inf:
@@ -349,6 +352,7 @@ def _check_served(model: ModelConfig) -> None:
 
 def compare_config_from_dict(raw: Mapping[str, Any]) -> CompareConfig:
     """Build and validate a `CompareConfig` from a resolved, plain mapping."""
+    remember_urls(dict(raw))  # its URLs' passwords are masked wherever they appear from now on
     cfg: CompareConfig = from_mapping(CompareConfig, raw, parsers=PARSERS)
     if cfg.gate.sequential or cfg.gate.baseline is not None:
         raise ConfigError(
@@ -404,6 +408,7 @@ def _check_sequential(cfg: EvalConfig) -> None:
 
 def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
     """Build and validate an `EvalConfig` from a resolved, plain mapping (no omegaconf types)."""
+    remember_urls(dict(raw))  # its URLs' passwords are masked wherever they appear from now on
     cfg: EvalConfig = from_mapping(EvalConfig, raw, parsers=PARSERS)
     _check_values(cfg)
     _check_sequential(cfg)

@@ -10,13 +10,22 @@ config as stored). `strip_userinfo` drops `user:password@` altogether
 `refill` finds, among URLs this process knows, the one a stored (redacted) URL stood for;
 `RedactingFilter` masks log records.
 
-Pure: the standard library only, nothing read from the environment.
+Beyond the patterns, secrets are found by parsing and then masked wherever they appear: every
+setting that is a URL with a password (`remember_urls`, as the settings are read), an API key and
+a Basic credential (`remember_secret`, by the HTTP client) are remembered for the life of the
+process, and `redact_text` replaces each of them literally, so a password holding any character
+(`' " ? # @ : / %`, a space, percent-encoded or not) is masked in full, and so is a key a server
+echoes in its own text.
+
+The standard library only, nothing read from the environment.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
+import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,12 +48,66 @@ _PASSWORD_PARAM = re.compile(
 _STRIP = re.compile(rf"(?P<head>{_SCHEME})(?:[^\s/?#'\"<>\\]|\\\S)*@")
 
 
+_KNOWN: set[str] = set()  # this process's secrets, found by parsing (see the module's docstring)
+_SHORTEST = 4  # a shorter "secret" would mask ordinary text; the patterns above still apply to it
+
+
+def remember_secret(secret: str | None) -> None:
+    """Mask `secret` (and its percent-decoded form) in every text from now on."""
+    for value in {secret or "", urllib.parse.unquote(secret or "")}:
+        if len(value) >= _SHORTEST:
+            _KNOWN.add(value)
+
+
+def _passwords(text: str) -> list[tuple[str, str]]:
+    """(user, password) of each `scheme://user:password@host...` in `text`, found by parsing: a URL
+    runs to the next URL's scheme, and its userinfo is all before its last `@`, however its password
+    is written (RFC 3986 characters, percent-encoded or not, and the `/ ? # @` and spaces a
+    hand-typed one may hold)."""
+    starts = list(re.finditer(r"[A-Za-z][A-Za-z0-9+.\-]*://", text))
+    found: list[tuple[str, str]] = []
+    for here, after in zip(starts, [*starts[1:], None], strict=False):
+        rest = text[here.end() : after.start() if after else len(text)]
+        user, colon, password = rest.rpartition("@")[0].partition(":")
+        if "@" in rest and colon and password:
+            found.append((user, password))
+    return found
+
+
+def unencoded_in_password(url: str) -> bool:
+    """Whether a URL's password holds `/`, `?` or `#` as written (a URL parser ends the host part
+    there, and would read part of the password as the host or the port)."""
+    return any(c in password for _, password in _passwords(url) for c in "/?#")
+
+
+def remember_urls(doc: Any) -> None:
+    """Remember the password of every URL among the strings of `doc` (a settings document, a list
+    of `key=value` overrides), and the Basic credential it makes."""
+    if isinstance(doc, dict):
+        for value in doc.values():
+            remember_urls(value)
+    elif isinstance(doc, list | tuple):
+        for value in doc:
+            remember_urls(value)
+    elif isinstance(doc, str):
+        for user, password in _passwords(doc):
+            remember_secret(password)
+            plain = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+            remember_secret(base64.b64encode(plain.encode()).decode())
+        for key, value in urllib.parse.parse_qsl(doc.partition("?")[2]):
+            if key.lower() in ("password", "passwd", "pwd"):
+                remember_secret(value)
+
+
 def _mask(match: re.Match[str]) -> str:
     return f"{match['head']}{MASK}" + ("@" if match.re is _USERINFO else "")
 
 
 def redact_text(text: str) -> str:
-    """`text` with the password of every URL in it (and every `password=` value) as `***`."""
+    """`text` with the password of every URL in it (and every `password=` value), and every secret
+    this process knows, as `***`."""
+    for secret in sorted(_KNOWN, key=len, reverse=True):  # a longer one before any part of it
+        text = text.replace(secret, MASK)
     return _PASSWORD_PARAM.sub(_mask, _USERINFO.sub(_mask, text))
 
 

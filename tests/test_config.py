@@ -160,8 +160,8 @@ def test_plain_overrides() -> None:
         ([*SERVED, "model.timeout_s=0"], "model.timeout_s=0 must be a finite number of seconds above 0"),
         # issue 39: these ended in a traceback
         ([*SERVED, "model.timeout_s=inf"], "model.timeout_s=inf must be a finite number of seconds above 0"),
-        ([*SERVED, "model.base_url=http://h:99999/v1"], "no usable port: Port out of range"),
-        ([*SERVED, "model.base_url=http://u:pw@h:abc/v1"], "no usable port: Port could not"),
+        ([*SERVED, "model.base_url=http://h:99999/v1"], "no usable port (a number up to 65535"),
+        ([*SERVED, "model.base_url=http://u:pw@h:abc/v1"], "no usable port (a number up to 65535"),
         ([*SERVED, "model.base_url=http:///v1"], "must be an http:// or https:// URL"),
         ([*SERVED, "model.max_retries=-1"], "model.max_retries=-1 must be >= 0"),
         ([*SERVED, "model.top_logprobs=0"], "model.top_logprobs=0 must be >= 1"),

@@ -25,7 +25,7 @@ import urllib.parse
 from typing import Any
 
 from mmlu_track.console import warn
-from mmlu_track.credentials import MASK, redact_text, strip_userinfo
+from mmlu_track.credentials import MASK, redact_text, remember_secret, strip_userinfo
 from mmlu_track.eval.backend import ModelError
 
 TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
@@ -103,6 +103,10 @@ class Client:
             user = urllib.parse.unquote(parts.username)
             pw = urllib.parse.unquote(parts.password or "")
             self._headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
+        # The key and the credential sent are masked in every text from now on (a server that
+        # echoes headers in its version or an error body); the URL's password by `remember_urls`.
+        remember_secret(api_key)
+        remember_secret(self._headers.get("Authorization", "").partition(" ")[2])
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.after_failure = ""  # what the final error adds: how to go on (a run set it once scoring)
