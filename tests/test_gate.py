@@ -428,9 +428,11 @@ def test_run_references_ambiguous_numeric_and_self(cli: Cli, tmp_path: Path, db:
     assert "give more of the id" in amb.err
     assert sum(i[:12] in amb.err for i in ids if i.startswith(prefix)) >= 2
 
-    synthetic_run(store, "8809", _correct(30))
-    synthetic_run(store, "1e5", _correct(30))
-    numeric = _compare(cli, tmp_path, db, "baseline=8809", "candidate=1e5")
+    # A store of their own: among the 17 random ids above, one may start with 1e5 (a flake: 1 in ~240)
+    numeric_db = f"sqlite:///{tmp_path / 'numeric.db'}"
+    synthetic_run(SqlStore(numeric_db), "8809", _correct(30))
+    synthetic_run(SqlStore(numeric_db), "1e5", _correct(30))
+    numeric = _compare(cli, tmp_path, numeric_db, "baseline=8809", "candidate=1e5")
     assert numeric.code == 0, numeric.err
     doc = json.loads((_reports(numeric) / "report.json").read_text())  # a fresh folder, not report/
     assert (doc["baseline"]["model"], doc["candidate"]["model"]) == ("8809", "1e5")
