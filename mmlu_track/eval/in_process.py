@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from mmlu_track.config import EvalConfig, ScoringConfig
+from mmlu_track.config import EvalConfig, ScoringConfig, ScoringMethod
 from mmlu_track.eval import models
 from mmlu_track.eval.backend import GenerationRequest, LetterRequest, Progress, Score
 from mmlu_track.eval.chat_template import render as render_chat
@@ -63,23 +63,21 @@ class InProcess:
         leads = {r.answer_lead for r in requests}
         if len(leads) > 1:
             raise ValueError(f"one subject's prompts with different answer leads {sorted(leads)} (a bug)")
-        b = self._batching()
-        scores = SCORERS["logprob"](
-            self.lm,
-            [r.text for r in requests],
-            b.scoring,
-            b.batch_size,
-            progress,
-            prefixes=[r.prefix for r in requests],
-            max_tokens=b.batch_tokens,
-            answer_lead=leads.pop() if leads else " ",
-        )
-        return [replace(s, scored_by="logits") for s in scores]  # the model's own logits
+        return self._scored("logprob", requests, progress, leads.pop() if leads else " ")
 
     def generate(self, requests: Sequence[GenerationRequest], progress: Progress) -> list[Score]:
         # A chat request's `messages` are rendered already: `text` is what the model reads.
+        return self._scored("generate", requests, progress, " ")
+
+    def _scored(
+        self,
+        method: ScoringMethod,
+        requests: Sequence[LetterRequest] | Sequence[GenerationRequest],
+        progress: Progress,
+        answer_lead: str,
+    ) -> list[Score]:
         b = self._batching()
-        scores = SCORERS["generate"](
+        scores = SCORERS[method](
             self.lm,
             [r.text for r in requests],
             b.scoring,
@@ -87,11 +85,15 @@ class InProcess:
             progress,
             prefixes=[r.prefix for r in requests],
             max_tokens=b.batch_tokens,
+            answer_lead=answer_lead,
         )
-        return [replace(s, scored_by="greedy") for s in scores]
+        return [replace(s, scored_by=SCORED_BY[method]) for s in scores]
 
     def close(self) -> None:
         pass  # the weights go with the process (or with the last reference)
+
+
+SCORED_BY = {"logprob": "logits", "generate": "greedy"}  # the model's own logits; its greedy decoding
 
 
 def load_backend(cfg: EvalConfig) -> InProcess:
