@@ -10,6 +10,7 @@ input (Hydra's own usage errors included), 130 Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -260,7 +261,10 @@ def redact_hydra_files() -> None:
     files = list((Path(hc.runtime.output_dir) / hc.output_subdir).glob("*.yaml")) if hc.output_subdir else []
     if hc.mode == RunMode.MULTIRUN:
         files.append(anchored_dir(hc.sweep.dir, Path(hc.runtime.cwd)) / "multirun.yaml")
-    texts = {path: path.read_text(encoding="utf-8") for path in files if path.is_file()}
+    texts = {}
+    for path in files:
+        with contextlib.suppress(OSError):  # not written (a launcher's own layout): nothing to hide
+            texts[path] = path.read_text(encoding="utf-8")
     for text in texts.values():  # every password found by parsing first: masked in all the files
         remember_urls(OmegaConf.to_container(OmegaConf.create(text), resolve=False))
     for path, text in texts.items():

@@ -327,17 +327,17 @@ def _check_served(model: ModelConfig) -> None:
             )
             raise ConfigError(f"model.{key} is required for model.source=openai_api{why}")
     url = model.base_url or ""
-    if not url.startswith(("http://", "https://")) or not urllib.parse.urlsplit(url).hostname:
+    parts = urllib.parse.urlsplit(url)
+    if not url.startswith(("http://", "https://")) or not parts.hostname:
         raise ConfigError(
             f"model.base_url={url!r} must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1"
         )
     if unencoded_in_password(url):  # the URL would end inside the password: never half-parsed
         raise ConfigError(
-            "model.base_url's password holds / ? or #, which end a URL's host part: write them "
-            "percent-encoded (%2F %3F %23)"
+            "model.base_url's password holds / ? or #: write them percent-encoded (%2F %3F %23)"
         )
     try:
-        urllib.parse.urlsplit(url).port  # noqa: B018 -- parsing the port is the check
+        parts.port  # noqa: B018 -- parsing the port is the check
     except ValueError:
         raise ConfigError("model.base_url has no usable port (a number up to 65535 after the host)") from None
     if model.max_concurrency < 1:

@@ -137,7 +137,6 @@ def test_a_refused_command_keeps_a_folder_that_was_there_or_holds_more(cli: Cli,
 # 2. What git sees after a run -------------------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_a_run_and_a_comparison_leave_nothing_for_git_to_show(cli: Cli, tmp_path: Path) -> None:
     """Run from a checkout (the project's .gitignore), with the default stores and folders."""
 
