@@ -32,7 +32,7 @@ FULL_MMLU = 14_042
 
 
 def _eval_config(args: argparse.Namespace, k: int, prefix_cache: bool, method: str = "logprob") -> Any:
-    from mmlu_track.config import eval_config_from_dict
+    from mmlu_track.config_checks import eval_config_from_dict
 
     return eval_config_from_dict(
         {

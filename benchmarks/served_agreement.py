@@ -41,7 +41,7 @@ def tokenizer_dir() -> str:
 
 
 def config(served: str | None, k: int, limit: int, method: str, chat: str) -> Any:
-    from mmlu_track.config import eval_config_from_dict
+    from mmlu_track.config_checks import eval_config_from_dict
 
     if served:
         model = {

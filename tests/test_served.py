@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mmlu_track.config import eval_config_from_dict
+from mmlu_track.config_checks import eval_config_from_dict
 from mmlu_track.eval import openai_api, openai_connect
 from mmlu_track.eval.answers import check
 from mmlu_track.eval.backend import LetterRequest, PromptError

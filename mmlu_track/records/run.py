@@ -19,7 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.config import EvalConfig, eval_config_from_dict, to_dict
+from mmlu_track.config import EvalConfig, to_dict
+from mmlu_track.config_checks import eval_config_from_dict
 from mmlu_track.records.results import Accuracies
 from mmlu_track.typed import ConfigError
 

@@ -16,7 +16,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar
 
-from mmlu_track.config import EvalConfig, eval_config_from_dict
+from mmlu_track.config import EvalConfig
+from mmlu_track.config_checks import eval_config_from_dict
 from mmlu_track.records.run import EarlyStop, EvalProtocol, RecordError, RunRecord
 from mmlu_track.typed import ConfigError
 
