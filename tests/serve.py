@@ -109,7 +109,7 @@ class FaultProxy:
     `Retry-After: retry_after` instead (attributes: a test may switch faults on mid-run). Each
     request first waits `delay_s` and calls `hook(path)`; a target that does not answer is a 502 (as
     a gateway says); `rewrite(path, answer)` replaces a forwarded JSON answer (a server that breaks
-    the protocol). `seen` counts (path, status)."""
+    the protocol; bytes are sent as they are). `seen` counts (path, status)."""
 
     def __init__(
         self,
@@ -120,7 +120,7 @@ class FaultProxy:
         retry_after: str | None = "0",
         delay_s: float = 0.0,
         hook: Callable[[str], None] | None = None,
-        rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+        rewrite: Callable[[str, dict[str, Any]], dict[str, Any] | bytes] | None = None,
     ) -> None:
         self.status, self.fail_first, self.retry_after = status, fail_first, retry_after
         self.seen: dict[tuple[str, int], int] = {}
@@ -156,12 +156,16 @@ class FaultProxy:
                 else:
                     code, kind, data = self._forward(method, body)
                     if rewrite is not None and code == 200:
-                        data = json.dumps(rewrite(self.path, json.loads(data))).encode()
-                    self.send_response(code)
-                    self.send_header("Content-Type", kind)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                        new = rewrite(self.path, json.loads(data))
+                        data = new if isinstance(new, bytes) else json.dumps(new).encode()
+                    try:
+                        self.send_response(code)
+                        self.send_header("Content-Type", kind)
+                        self.send_header("Content-Length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data)
+                    except OSError:
+                        code = 499  # the client left before the answer (nginx's code for it)
                 with lock:
                     proxy.seen[(self.path, code)] = proxy.seen.get((self.path, code), 0) + 1
 

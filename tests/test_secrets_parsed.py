@@ -56,7 +56,9 @@ def test_a_percent_encoded_password_is_masked_in_both_forms() -> None:
 
 
 def test_an_api_key_a_server_echoes_is_masked() -> None:
-    Client("http://127.0.0.1:9/v1", api_key="sk-planted-KEY-4821", timeout_s=1, max_retries=0).close()
+    Client(
+        "http://127.0.0.1:9/v1", api_key="sk-planted-KEY-4821", timeout_s=1, max_retries=0, max_in_flight=1
+    ).close()
     echoed = '{"version": "0.9", "headers": {"authorization": "Bearer sk-planted-KEY-4821"}}'
     assert "sk-planted-KEY-4821" not in redact_text(echoed)
 

@@ -135,7 +135,8 @@ def test_a_request_that_times_out_is_retried_then_one_line(
     assert got.code == 2, got.err
     (line,) = got.errors
     assert (
-        "/v1/models failed 2 times (last: no answer within model.timeout_s=0.2 s); is the server up?" in line
+        "/v1/models failed 2 times (last: no complete answer within model.timeout_s=0.2 s); is the server up?"
+        in line
     )
     assert "committed" not in line  # it failed reaching the server: no run was started, none to resume
 

@@ -79,6 +79,16 @@ class GenerationRequest:
     messages: Messages | None = None  # a chat prompt's messages: a server generates through its template
 
 
+@dataclass(frozen=True)
+class Traffic:
+    """A served model's requests so far: sent (retries included), abandoned at `model.timeout_s`
+    (the server may still have computed them) and the seconds spent waiting on those."""
+
+    requests: int = 0
+    abandoned: int = 0
+    abandoned_s: float = 0.0
+
+
 class Backend(Protocol):
     """A loaded (or reachable) model, as the layers above the seam see it. It is made complete
     from the evaluation's settings (scoring, batching, the server's limits): a request carries only
@@ -107,6 +117,10 @@ class Backend(Protocol):
 
     def generate(self, requests: Sequence[GenerationRequest], progress: Progress) -> list[Score]:
         """One subject's prompts' greedy answers, in order; `progress(n)` after each n scored."""
+        ...
+
+    def traffic(self) -> Traffic:
+        """The requests sent so far (a served model's; in-process, none)."""
         ...
 
     def close(self) -> None:

@@ -4,9 +4,17 @@
 retried up to `max_retries` times after the first try, waiting `min(60, 2**attempt)` seconds (1, 2,
 4, ... 60; a `Retry-After` header of seconds or an HTTP date wins, capped at 60; from the second
 retry on, each is one warning line): HTTP 408, 429, 500, 502, 503, 504, a refused or reset
-connection, a timed-out request. Anything else (401, 403,
-404, 400 for an unknown model or an unsupported parameter), or a transient failure that outlasts
-the retries, is a `ModelError` of one line naming the request and the server's own message.
+connection, a timed-out request, a 200 whose body is not whole JSON (cut off on the way). Anything
+else (401, 403, 404, 400 for an unknown model or an unsupported parameter), or a transient failure
+that outlasts the retries, is a `ModelError` of one line naming the request and the server's own
+message.
+
+`model.timeout_s` is the deadline of one whole try: connecting, sending and every read (a server
+that drips its answer a byte at a time is cut at the deadline, not once per read). A try cut there
+is abandoned, but the server goes on computing it: retried at the same concurrency it would queue
+behind its own abandoned twin. So each timeout halves the requests let in flight at once (down to
+one, for the rest of the run; said once), and the retry waits its back-off. The abandoned tries
+and the seconds spent on them are counted (`Traffic`) and recorded in the run's timing.
 
 Secrets: the key travels in the `Authorization` header only, `user:password@` in the base URL is
 taken out of it (sent as HTTP basic auth) and never printed; every message is passed through
@@ -16,9 +24,11 @@ taken out of it (sent as HTTP basic auth) and never printed; every message is pa
 from __future__ import annotations
 
 import base64
+import contextlib
 import email.utils
 import http.client
 import json
+import socket
 import threading
 import time
 import urllib.parse
@@ -26,7 +36,7 @@ from typing import Any
 
 from mmlu_track.console import warn
 from mmlu_track.credentials import MASK, redact_text, remember_secret, strip_userinfo
-from mmlu_track.eval.backend import ModelError
+from mmlu_track.eval.backend import ModelError, Traffic
 
 TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
 MAX_WAIT_S = 60.0
@@ -85,6 +95,7 @@ class Client:
         api_key: str | None,
         timeout_s: float,
         max_retries: int,
+        max_in_flight: int,
     ) -> None:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -115,6 +126,12 @@ class Client:
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         self.requests = 0  # sent, retries included (the benchmark's count)
+        # Requests let onto the wire at once: model.max_concurrency, halved by each timeout.
+        self.max_in_flight = max_in_flight
+        self._in_flight = 0
+        self._slot = threading.Condition(self._lock)
+        self._abandoned = 0
+        self._abandoned_s = 0.0
 
     @property
     def root(self) -> str:
@@ -134,28 +151,86 @@ class Client:
         return cls(self._host, self._port, timeout=self.timeout_s)
 
     def _once(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes, str | None]:
+        """One try, within `timeout_s` from connecting to the last byte read (`TimeoutError` past it):
+        a timer shuts the socket at the deadline, which ends a read blocked in any thread."""
         conn = self._connection()
         with self._lock:
             self.requests += 1
+        expired = threading.Event()
+
+        def cut() -> None:
+            expired.set()
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):  # already closed: nothing left to end
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(self.timeout_s, cut)
+        timer.daemon = True
+        timer.start()
         try:
+            if conn.sock is None:
+                conn.connect()
+            if expired.is_set():  # the deadline passed while connecting: the timer found no socket
+                raise TimeoutError
             conn.request(method, path, body=body, headers=self._headers)
             resp = conn.getresponse()
             data = resp.read()
         except (OSError, http.client.HTTPException):
             conn.close()  # a half-read connection cannot be reused
+            if expired.is_set():
+                raise TimeoutError from None
             raise
-        if resp.getheader("Connection", "").lower() == "close":
+        finally:
+            timer.cancel()
+        # Cut just as the last byte came, the connection is no use any more either.
+        if expired.is_set() or resp.getheader("Connection", "").lower() == "close":
             conn.close()
         else:
             with self._lock:
                 self._idle.append(conn)
         return resp.status, data, resp.getheader("Retry-After")
 
+    def _enter(self, what: str) -> None:
+        """Wait for a place among the requests in flight (`max_in_flight`)."""
+        with self._slot:
+            while self._in_flight >= self.max_in_flight and not self._interrupted.is_set():
+                self._slot.wait(0.5)
+            if self._interrupted.is_set():
+                raise ModelError(f"{what}: interrupted")
+            self._in_flight += 1
+
+    def _leave(self) -> None:
+        with self._slot:
+            self._in_flight -= 1
+            self._slot.notify()
+
+    def _timed_out(self, seconds: float) -> None:
+        """A try abandoned at the deadline: counted, and fewer requests in flight from now on."""
+        with self._slot:
+            self._abandoned += 1
+            self._abandoned_s += seconds
+            first, before, busy = self._abandoned == 1, self.max_in_flight, self._in_flight
+            self.max_in_flight = max(1, min(before, busy) // 2)
+        if first and before > 1:
+            warn(
+                f"{self.shown}: a request got no complete answer within model.timeout_s={self.timeout_s:g} s "
+                f"with {busy} in flight; from now on at most {self.max_in_flight} at a time (halved at "
+                "each timeout: the server still computes the abandoned ones), retries backing off"
+            )
+
+    def traffic(self) -> Traffic:
+        """The requests sent so far, those abandoned at the deadline and the seconds spent on them."""
+        with self._lock:
+            return Traffic(self.requests, self._abandoned, round(self._abandoned_s, 3))
+
     def interrupt(self) -> None:
         """Requests waiting to retry give up now, and none starts, until `resume()`: a Ctrl-C must
         not wait out other threads' back-offs (up to a minute each). One on the wire still ends
         when the server answers or `timeout_s` passes."""
         self._interrupted.set()
+        with self._slot:
+            self._slot.notify_all()
 
     def resume(self) -> None:
         self._interrupted.clear()
@@ -179,24 +254,30 @@ class Client:
             if self._interrupted.is_set():
                 raise ModelError(f"{what}: interrupted")
             retry_after = None
+            self._enter(what)
+            began = time.monotonic()
             try:
                 status, data, retry_after = self._once(method, where, payload)
             except TimeoutError:
-                last = f"no answer within model.timeout_s={self.timeout_s:g} s"
+                self._timed_out(time.monotonic() - began)
+                last = f"no complete answer within model.timeout_s={self.timeout_s:g} s"
             except (OSError, http.client.HTTPException) as err:
                 last = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
             else:
                 if status == 200:
                     try:
                         return json.loads(data)
-                    except ValueError:
-                        raise ModelError(
-                            f"{what}: the answer is not JSON ({self._clean(_server_message(data))})"
-                        ) from None
-                message = self._clean(_server_message(data))
-                if status not in TRANSIENT:
-                    raise PermanentError(f"{what} was refused: HTTP {status}: {message}", status)
-                last = f"HTTP {status}: {message}"
+                    except ValueError:  # cut off on the way (a proxy, a dropped stream): asked again
+                        last = f"the answer is not JSON ({self._clean(_server_message(data))})"
+                else:
+                    message = self._clean(_server_message(data))
+                    if status not in TRANSIENT:
+                        raise PermanentError(
+                            f"{what} was refused: HTTP {status}: {message}{self.after_failure}", status
+                        )
+                    last = f"HTTP {status}: {message}"
+            finally:
+                self._leave()
             if attempt < self.max_retries:
                 wait = backoff_s(attempt, retry_after, time.time())
                 if attempt >= 1:  # a blip retries quietly; a server down or starting up is said so

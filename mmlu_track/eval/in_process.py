@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from mmlu_track.config import EvalConfig, ScoringConfig, ScoringMethod
 from mmlu_track.eval import models
-from mmlu_track.eval.backend import GenerationRequest, LetterRequest, Progress, Score
+from mmlu_track.eval.backend import GenerationRequest, LetterRequest, Progress, Score, Traffic
 from mmlu_track.eval.chat_template import render as render_chat
 from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.prompts import Messages
@@ -88,6 +88,9 @@ class InProcess:
             answer_lead=answer_lead,
         )
         return [replace(s, scored_by=SCORED_BY[method]) for s in scores]
+
+    def traffic(self) -> Traffic:
+        return Traffic()  # no server, no requests
 
     def close(self) -> None:
         pass  # the weights go with the process (or with the last reference)

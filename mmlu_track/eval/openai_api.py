@@ -43,7 +43,15 @@ from typing import Any
 
 from mmlu_track.config import EvalConfig
 from mmlu_track.eval.answers import argmax, four, read_answer
-from mmlu_track.eval.backend import GenerationRequest, LetterRequest, ModelError, Progress, PromptError, Score
+from mmlu_track.eval.backend import (
+    GenerationRequest,
+    LetterRequest,
+    ModelError,
+    Progress,
+    PromptError,
+    Score,
+    Traffic,
+)
 from mmlu_track.eval.chat_template import render as render_chat
 from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.http_api import Client, PermanentError
@@ -214,6 +222,9 @@ class Served(Wire):
 
     def close(self) -> None:
         self.client.close()
+
+    def traffic(self) -> Traffic:
+        return self.client.traffic()
 
     def _logprob(self, text: str, continuations: tuple[str, ...]) -> Score:
         k = self.cfg.model.top_logprobs

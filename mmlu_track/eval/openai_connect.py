@@ -171,7 +171,11 @@ def connect(cfg: EvalConfig) -> Served:
                 f"model.api_key_env={model.api_key_env} but ${model.api_key_env} is not set or empty"
             )
     client = Client(
-        model.base_url or "", api_key=key, timeout_s=model.timeout_s, max_retries=model.max_retries
+        model.base_url or "",
+        api_key=key,
+        timeout_s=model.timeout_s,
+        max_retries=model.max_retries,
+        max_in_flight=model.max_concurrency,
     )
     try:
         return _connect(cfg, client)

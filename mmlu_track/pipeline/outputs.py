@@ -69,6 +69,17 @@ def sigterm_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, current)
 
 
+def abandoned_line(record: RunRecord) -> str | None:
+    """What a slow server cost, when it cost something: requests cut at the deadline and retried."""
+    t = record.timing
+    if not t.abandoned_requests:
+        return None
+    return (
+        f"{t.abandoned_requests} of {t.requests} requests got no complete answer within model.timeout_s and "
+        f"were asked again ({t.abandoned_s:.1f} s waited on them; in results.json's timing)"
+    )
+
+
 def summary_line(
     record: RunRecord, n_results: int, scored_now: int, seconds: float, *, sharded: bool, output_dir: Path
 ) -> str:

@@ -41,6 +41,7 @@ from mmlu_track.pipeline.outputs import (
     EARLY_STOP_FILE,
     PREDICTIONS_FILE,
     RESULTS_FILE,
+    abandoned_line,
     own_folder,
     summary_line,
     write_json,
@@ -259,6 +260,7 @@ class EvaluationSession:
     def _work(self, finished: float) -> ShardWork:
         """What this process did for the run (a shard: its part)."""
         c, prep = self.counts, self.prep
+        traffic = prep.lm.traffic()
         return ShardWork(
             data_s=round(prep.data_s, 3),
             model_load_s=round(prep.model_load_s, 3),
@@ -268,6 +270,9 @@ class EvaluationSession:
             forwarded=c.forwarded,
             multi_pass=c.multi_pass,
             prefix_fallbacks=c.prefix_fallbacks,
+            requests=traffic.requests,
+            abandoned=traffic.abandoned,
+            abandoned_s=traffic.abandoned_s,
         )
 
     def _finalize(self) -> RunOutput:
@@ -304,6 +309,8 @@ class EvaluationSession:
         seconds = finished - self.counts.scoring_started
         n, now = len(results), self.counts.scored
         self.echo(summary_line(record, n, now, seconds, sharded=self.sharded, output_dir=output_dir))
+        if line := abandoned_line(record):
+            self.echo(line)
         mlflow_id = recorder.mirror_finished(record, results, docs)
         if mlflow_id:
             self.echo(f"MLflow run {mlflow_id} (experiment {recorder.tracking.experiment!r})")
@@ -329,6 +336,9 @@ class EvaluationSession:
                 resumed_subjects=len({r.subject for rs in self.done.values() for r in rs}),
                 tokens_forwarded=work.forwarded,
                 total_s=round(max(work.total_s, time.time() - self.prep.started), 3),
+                requests=work.requests,
+                abandoned_requests=work.abandoned,
+                abandoned_s=round(work.abandoned_s, 3),
             ),
             scores=agg,
         )

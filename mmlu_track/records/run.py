@@ -266,6 +266,11 @@ class Timing:
     resumed_subjects: int
     tokens_forwarded: int
     total_s: float
+    # A served model's requests, retries included; those cut at model.timeout_s (the server may
+    # still have computed them) and the seconds waited on them. 0 in-process, and in older records.
+    requests: int = 0
+    abandoned_requests: int = 0
+    abandoned_s: float = 0.0
 
 
 @dataclass(frozen=True)

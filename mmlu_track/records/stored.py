@@ -155,6 +155,9 @@ class ShardWork:
     forwarded: int  # tokens forwarded
     multi_pass: int
     prefix_fallbacks: int
+    requests: int = 0  # sent to a served model, retries included (`eval.backend.Traffic`)
+    abandoned: int = 0  # of those, cut at model.timeout_s
+    abandoned_s: float = 0.0  # seconds spent waiting on the abandoned ones
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -78,6 +78,9 @@ def metrics(record: RunRecord) -> dict[str, float]:
         "n_questions": float(scores.micro.n),
         "questions_per_s": record.timing.questions_per_s,
     }
+    if record.timing.requests:  # a served model's
+        out["requests"] = float(record.timing.requests)
+        out["requests_abandoned"] = float(record.timing.abandoned_requests)
     if scores.micro.stderr is not None:
         out["stderr_micro"] = scores.micro.stderr
     if scores.macro.stderr is not None:
