@@ -10,8 +10,8 @@ input (Hydra's own usage errors included), 130 Ctrl-C.
 
 from __future__ import annotations
 
-import contextlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -25,10 +25,33 @@ if TYPE_CHECKING:
     from mmlu_track.config import EvalConfig
 
 
+# Settings whose text becomes the prompt, recorded with every run: written in the command or a
+# config file, never taken from the environment (a variable's value can be a secret, and another
+# machine's would silently ask another prompt).
+PROMPT_TEXT = ("chat.system",)
+# A setting's last name that says it holds a secret (none of the tool's own does: `api_key_env`
+# holds a variable's name), matched whole: `max_new_tokens` is not one.
+SECRET_NAME = re.compile(r"(api_?)?key|\w*_?(token|secret|password|passwd)|auth\w*|credentials?")
+_FROM_ENVIRONMENT = re.compile(r"\$\{\s*(oc\.env|env)\s*:")
+
+
 def plain(cfg: Any) -> dict[str, Any]:
-    """A composed DictConfig as plain, resolved Python values (raises on a missing `???`)."""
+    """A composed DictConfig as plain, resolved Python values (raises on a missing `???`, and on a
+    prompt's text taken from the environment: `ConfigError`)."""
     from omegaconf import OmegaConf
 
+    from mmlu_track.typed import ConfigError
+
+    unresolved = OmegaConf.to_container(cfg, resolve=False)
+    for key in PROMPT_TEXT:
+        value: Any = unresolved
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, str) and _FROM_ENVIRONMENT.search(value):
+            raise ConfigError(
+                f"{key} takes its text from the environment (${{oc.env:...}}): write it in the command or a "
+                "config file (it is part of the prompt every run records)"
+            )
     raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     if not isinstance(raw, dict):
         raise TypeError(f"a composed config is a mapping, not {type(raw).__name__} (a bug)")
@@ -247,33 +270,6 @@ def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str,
                 fail(f"sweep job {number} of {len(jobs)} ({swept}): {config_message(err)}; no job was run")
 
 
-def redact_hydra_files() -> None:
-    """Hydra saved the composed config and the overrides (`.hydra/*.yaml`, a sweep's
-    `multirun.yaml`) before the task runs, with any URL's password: rewritten without it."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    from omegaconf import OmegaConf
-
-    from mmlu_track.credentials import redact_text, remember_urls
-    from mmlu_track.launchers import anchored_dir
-
-    hc = HydraConfig.get()
-    files = list((Path(hc.runtime.output_dir) / hc.output_subdir).glob("*.yaml")) if hc.output_subdir else []
-    if hc.mode == RunMode.MULTIRUN:
-        files.append(anchored_dir(hc.sweep.dir, Path(hc.runtime.cwd)) / "multirun.yaml")
-    texts = {}
-    for path in files:
-        with contextlib.suppress(OSError):  # not written (a launcher's own layout): nothing to hide
-            texts[path] = path.read_text(encoding="utf-8")
-    for text in texts.values():  # every password found by parsing first: masked in all the files
-        remember_urls(OmegaConf.to_container(OmegaConf.create(text), resolve=False))
-    for path, text in texts.items():
-        if (clean := redact_text(text)) != text:
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # sweep jobs may rewrite one file at once
-            tmp.write_text(clean, encoding="utf-8")
-            os.replace(tmp, path)
-
-
 def _eval_config(cfg: Any) -> EvalConfig:
     """The job's composed config as the typed settings (a `gate.baseline=` run id kept as typed),
     its relative paths anchored at the launch directory (`launchers.anchored`)."""
@@ -281,9 +277,15 @@ def _eval_config(cfg: Any) -> EvalConfig:
     from omegaconf.errors import OmegaConfBaseException
 
     from mmlu_track.config_checks import eval_config_from_dict
+    from mmlu_track.credentials import remember_secret
     from mmlu_track.launchers import anchored
     from mmlu_track.typed import ConfigError
 
+    # A value set for a key-like setting (a typo such as `+model.api_key=`) is masked from now on.
+    for override in HydraConfig.get().overrides.task:
+        key, _, value = override.partition("=")
+        if SECRET_NAME.fullmatch(key.rsplit(".", 1)[-1].lower()):
+            remember_secret(value)
     try:
         raw = plain(cfg)
         if isinstance(raw.get("gate"), dict):
@@ -332,13 +334,15 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
 
     from mmlu_track.eval.backend import ModelError
     from mmlu_track.eval.data import DataError
-    from mmlu_track.launchers import job_command, job_folders
+    from mmlu_track.launchers import job_command, job_folders, redact_hydra_files
     from mmlu_track.pipeline.evaluate import Origin, TruncationError, run
     from mmlu_track.records.run import RecordError
     from mmlu_track.store.db import StoreError
 
-    redact_hydra_files()
-    eval_cfg = _eval_config(cfg)
+    try:
+        eval_cfg = _eval_config(cfg)
+    finally:  # after the check: a key it refused, unshown, is masked in Hydra's files too
+        redact_hydra_files()
     # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
     hydra_cfg = HydraConfig.get()
     sweep, output_dir = job_folders(hydra_cfg)
@@ -392,6 +396,7 @@ def compare_main() -> None:
     from mmlu_track.gate.policy import EXIT_PASS
     from mmlu_track.gate.run import execute
     from mmlu_track.gate.stats import ComparisonError
+    from mmlu_track.launchers import redact_hydra_files
     from mmlu_track.records.run import RecordError
     from mmlu_track.store.db import StoreError
     from mmlu_track.typed import ConfigError

@@ -8,6 +8,7 @@ wrong and what is allowed. The settings and their defaults are `config`'s.
 from __future__ import annotations
 
 import math
+import re
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +22,7 @@ from mmlu_track.config import (
     GateConfig,
     ModelConfig,
 )
-from mmlu_track.credentials import remember_urls, unencoded_in_password
+from mmlu_track.credentials import remember_secret, remember_urls, unencoded_in_password
 from mmlu_track.parsers import PARSERS
 from mmlu_track.typed import ConfigError, from_mapping
 
@@ -125,6 +126,7 @@ def _check_served(model: ModelConfig) -> None:
         parts.port  # noqa: B018 -- parsing the port is the check
     except ValueError:
         raise ConfigError("model.base_url has no usable port (a number up to 65535 after the host)") from None
+    _check_key_name(model.api_key_env)
     if model.max_concurrency < 1:
         raise ConfigError(f"model.max_concurrency={model.max_concurrency} must be >= 1")
     if not 0 < model.timeout_s < math.inf:
@@ -133,6 +135,26 @@ def _check_served(model: ModelConfig) -> None:
         raise ConfigError(f"model.max_retries={model.max_retries} must be >= 0")
     if model.top_logprobs < 1:
         raise ConfigError(f"model.top_logprobs={model.top_logprobs} must be >= 1")
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def _check_key_name(name: str | None) -> None:
+    """model.api_key_env is a variable's name. A value that cannot be one (`sk-...`), or looks like
+    a key (20 characters or more, letters and digits, no `_`), is refused without being shown and
+    masked in every text from now on: a key typed there must not reach a log or a file."""
+    if name is None:
+        return
+    looks_like_key = (
+        len(name) >= 20 and "_" not in name and re.search(r"\d", name) and re.search("[A-Za-z]", name)
+    )
+    if not _ENV_NAME.fullmatch(name) or looks_like_key:
+        remember_secret(name)
+        raise ConfigError(
+            "model.api_key_env takes the name of the environment variable holding the key, not the key "
+            "(what was given is not shown): export MY_API_KEY=... then model.api_key_env=MY_API_KEY"
+        )
 
 
 def compare_config_from_dict(raw: Mapping[str, Any]) -> CompareConfig:

@@ -16,6 +16,8 @@ SLURM through submitit, Ray) behaves as the same command run here.
 - **A refused run leaves no folder**: `NewFolders` (a callback in conf/eval.yaml and
   conf/compare.yaml) notes which folders Hydra makes for a run; a refusal before any work
   (`cli.fail(..., refused=True)`) removes them with `discard_unused` if they hold only Hydra's files.
+- **Hydra's own files keep no password**: `redact_hydra_files` rewrites the `.hydra/*.yaml` (and a
+  sweep's `multirun.yaml`) Hydra saved before the job started, every URL's password masked.
 """
 
 from __future__ import annotations
@@ -166,3 +168,29 @@ def _only_hydra_files(folder: Path, subdir: str | None) -> list[Path] | None:
         else:
             return None
     return found
+
+
+def redact_hydra_files() -> None:
+    """Hydra saved the composed config and the overrides (`.hydra/*.yaml`, a sweep's
+    `multirun.yaml`) before the task runs, with any URL's password: rewritten without it."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from mmlu_track.credentials import redact_text, remember_urls
+
+    hc = HydraConfig.get()
+    files = list((Path(hc.runtime.output_dir) / hc.output_subdir).glob("*.yaml")) if hc.output_subdir else []
+    if hc.mode == RunMode.MULTIRUN:
+        files.append(anchored_dir(hc.sweep.dir, Path(hc.runtime.cwd)) / "multirun.yaml")
+    texts = {}
+    for path in files:
+        with contextlib.suppress(OSError):  # not written (a launcher's own layout): nothing to hide
+            texts[path] = path.read_text(encoding="utf-8")
+    for text in texts.values():  # every password found by parsing first: masked in all the files
+        remember_urls(OmegaConf.to_container(OmegaConf.create(text), resolve=False))
+    for path, text in texts.items():
+        if (clean := redact_text(text)) != text:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # sweep jobs may rewrite one file at once
+            tmp.write_text(clean, encoding="utf-8")
+            os.replace(tmp, path)

@@ -76,3 +76,46 @@ def test_hydras_own_files_lose_a_password_with_a_quote(cli: Cli, tmp_path: Path)
     written = [p.read_text() for p in (kept / ".hydra").glob("*.yaml")]
     assert written
     assert not [text for text in written if "SECRETq" in text]
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "model.api_key_env=sk-typed-KEY-77aa19",  # not a variable's name
+        "model.api_key_env=3f9c1e7a44b0d2c9e1f5a7b3",  # a name, but shaped as a key
+        "+model.api_key=sk-typed-KEY-77aa19",  # no such setting
+    ],
+)
+def test_a_key_typed_where_a_name_goes_is_refused_unshown(cli: Cli, tmp_path: Path, typed: str) -> None:
+    kept = tmp_path / "run"
+    kept.mkdir()  # a folder that was there: a refused run leaves it, with Hydra's files
+    got = cli("eval", *SERVED, typed, f"hydra.run.dir={kept}", cwd=tmp_path)
+    assert got.code == 2
+    (line,) = got.errors
+    assert ("model.api_key_env takes the name" if "env" in typed else "unknown key model.api_key") in line
+    secret = typed.split("=", 1)[1]
+    assert secret not in got.err + got.out
+    assert not [p for p in (kept / ".hydra").glob("*.yaml") if secret in p.read_text()]
+
+
+def test_a_variable_name_is_taken_as_one() -> None:
+    for name in ("OPENAI_API_KEY", "my_key", "HF_TOKEN_2", "K"):
+        assert (
+            eval_config_from_dict(compose_raw([*SERVED, f"model.api_key_env={name}"])).model.api_key_env
+            == name
+        )
+
+
+def test_a_system_message_from_the_environment_is_refused(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its value would be recorded with the prompt (it may be a secret) and differ by machine."""
+    monkeypatch.setenv("MMLU_TEST_SYSTEM", "env-value-9d2")
+    for system in ("${oc.env:MMLU_TEST_SYSTEM}", "Be brief. ${oc.env:MMLU_TEST_SYSTEM,x}"):
+        args = [*SERVED, "chat=single_turn", "model.tokenizer=t", f"chat.system={system}"]
+        got = cli("eval", *args, cwd=tmp_path)
+        assert got.code == 2
+        (line,) = got.errors
+        assert "chat.system takes its text from the environment (${oc.env:...})" in line
+        assert "env-value-9d2" not in got.err + got.out
+    assert not list(tmp_path.iterdir())  # refused before any folder or store
