@@ -25,13 +25,8 @@ if TYPE_CHECKING:
     from mmlu_track.config import EvalConfig
 
 
-# Settings whose text becomes the prompt, recorded with every run: written in the command or a
-# config file, never taken from the environment (a variable's value can be a secret, and another
-# machine's would silently ask another prompt).
-PROMPT_TEXT = ("chat.system",)
-# A setting's last name that says it holds a secret (none of the tool's own does: `api_key_env`
-# holds a variable's name), matched whole: `max_new_tokens` is not one.
-SECRET_NAME = re.compile(r"(api_?)?key|\w*_?(token|secret|password|passwd)|auth\w*|credentials?")
+# A prompt's text (chat.system), recorded with every run, is written in the command or a config file,
+# never taken from the environment (a variable's value may be a secret, another machine's another prompt).
 _FROM_ENVIRONMENT = re.compile(r"\$\{\s*(oc\.env|env)\s*:")
 
 
@@ -42,16 +37,13 @@ def plain(cfg: Any) -> dict[str, Any]:
 
     from mmlu_track.typed import ConfigError
 
-    unresolved = OmegaConf.to_container(cfg, resolve=False)
-    for key in PROMPT_TEXT:
-        value: Any = unresolved
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        if isinstance(value, str) and _FROM_ENVIRONMENT.search(value):
-            raise ConfigError(
-                f"{key} takes its text from the environment (${{oc.env:...}}): write it in the command or a "
-                "config file (it is part of the prompt every run records)"
-            )
+    chat = OmegaConf.to_container(cfg, resolve=False).get("chat")  # type: ignore[union-attr]
+    system = chat.get("system") if isinstance(chat, dict) else None
+    if isinstance(system, str) and _FROM_ENVIRONMENT.search(system):
+        raise ConfigError(
+            "chat.system takes its text from the environment (${oc.env:...}): write it in the command or "
+            "a config file (it is part of the prompt every run records)"
+        )
     raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     if not isinstance(raw, dict):
         raise TypeError(f"a composed config is a mapping, not {type(raw).__name__} (a bug)")
@@ -150,7 +142,10 @@ class _RedactedStream:
 @contextmanager
 def redacted_stderr() -> Iterator[None]:
     """Hydra's driver writes a failed sweep job's overrides to stderr as given, a URL's password
-    with them: written without it."""
+    with them, and its grammar errors an override as typed: written without it."""
+    from mmlu_track.credentials import remember_overrides
+
+    remember_overrides(sys.argv[1:])
     stream = sys.stderr
     sys.stderr = _RedactedStream(stream)
     try:
@@ -277,15 +272,11 @@ def _eval_config(cfg: Any) -> EvalConfig:
     from omegaconf.errors import OmegaConfBaseException
 
     from mmlu_track.config_checks import eval_config_from_dict
-    from mmlu_track.credentials import remember_secret
+    from mmlu_track.credentials import remember_overrides
     from mmlu_track.launchers import anchored
     from mmlu_track.typed import ConfigError
 
-    # A value set for a key-like setting (a typo such as `+model.api_key=`) is masked from now on.
-    for override in HydraConfig.get().overrides.task:
-        key, _, value = override.partition("=")
-        if SECRET_NAME.fullmatch(key.rsplit(".", 1)[-1].lower()):
-            remember_secret(value)
+    remember_overrides(list(HydraConfig.get().overrides.task))  # a launched job's own
     try:
         raw = plain(cfg)
         if isinstance(raw.get("gate"), dict):
@@ -414,7 +405,7 @@ def compare_main() -> None:
             fail(config_message(err), refused=True)  # its reports, when written, keep the folder
 
     check_writable_cwd(sys.argv[1:])
-    with hydra_exit_codes("no verdict"):
+    with hydra_exit_codes("no verdict"), redacted_stderr():
         app()
     # The verdict's code leaves only here: any exit 1 from inside Hydra is a usage error, not a verdict.
     sys.exit(max(codes, default=EXIT_PASS))

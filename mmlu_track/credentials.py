@@ -15,7 +15,8 @@ setting that is a URL with a password (`remember_urls`, as the settings are read
 a Basic credential (`remember_secret`, by the HTTP client) are remembered for the life of the
 process, and `redact_text` replaces each of them literally, so a password holding any character
 (`' " ? # @ : / %`, a space, percent-encoded or not) is masked in full, and so is a key a server
-echoes in its own text.
+echoes in its own text. Any `Authorization` value a text holds (Bearer, Basic, Token, any scheme)
+and an `X-Api-Key` header's are masked as well, ours or not.
 
 The standard library only, nothing read from the environment.
 """
@@ -44,6 +45,12 @@ _USERINFO = re.compile(
 # `?password=...`, `&password=...` (psycopg's connection parameters), and a DSN's `password=...`.
 _PASSWORD_PARAM = re.compile(
     r"(?i)(?P<head>(?<![A-Za-z0-9])(?:password|passwd|pwd)\\?=)(?P<password>(?:[^\s&;'\"<>\\]|\\\S)+)"
+)
+# An `Authorization` (or `Proxy-Authorization`) value of any scheme, and an API-key header, in text
+# a server sends back (a header echo, an error body): the credential after the scheme's word.
+_HEADER_SECRET = re.compile(
+    r"(?i)(?P<head>\b(?:(?:proxy-)?authorization|x-api-key|api-key)\\?[\"']?\s*[:=]\s*\\?[\"']?"
+    r"(?:[A-Za-z][\w.+-]*\s+(?=[^\s\"']))?)(?P<password>[^\s\"'\\,;&}\]]+)"
 )
 _STRIP = re.compile(rf"(?P<head>{_SCHEME})(?:[^\s/?#'\"<>\\]|\\\S)*@")
 
@@ -99,6 +106,22 @@ def remember_urls(doc: Any) -> None:
                 remember_secret(value)
 
 
+# A setting's last name that says it holds a secret (none of the tool's own does: `api_key_env`
+# holds a variable's name), matched whole: `max_new_tokens` is not one.
+SECRET_NAME = re.compile(r"(api_?)?key|\w*_?(token|secret|password|passwd)|auth\w*|credentials?")
+
+
+def remember_overrides(overrides: list[str]) -> None:
+    """Every URL's password in a command's `key=value` overrides, and the value given to a key-like
+    setting (a typo such as `+model.api_key=`), masked from now on: before Hydra parses them (its
+    grammar errors print an override as typed)."""
+    remember_urls(overrides)
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if SECRET_NAME.fullmatch(key.rsplit(".", 1)[-1].lstrip("+~").lower()):
+            remember_secret(value)
+
+
 def _mask(match: re.Match[str]) -> str:
     return f"{match['head']}{MASK}" + ("@" if match.re is _USERINFO else "")
 
@@ -108,7 +131,7 @@ def redact_text(text: str) -> str:
     this process knows, as `***`."""
     for secret in sorted(_KNOWN, key=len, reverse=True):  # a longer one before any part of it
         text = text.replace(secret, MASK)
-    return _PASSWORD_PARAM.sub(_mask, _USERINFO.sub(_mask, text))
+    return _HEADER_SECRET.sub(_mask, _PASSWORD_PARAM.sub(_mask, _USERINFO.sub(_mask, text)))
 
 
 def redact_doc(doc: dict[str, Any]) -> dict[str, Any]:

@@ -109,7 +109,9 @@ class FaultProxy:
     `Retry-After: retry_after` instead (attributes: a test may switch faults on mid-run). Each
     request first waits `delay_s` and calls `hook(path)`; a target that does not answer is a 502 (as
     a gateway says); `rewrite(path, answer)` replaces a forwarded JSON answer (a server that breaks
-    the protocol; bytes are sent as they are). `seen` counts (path, status)."""
+    the protocol; bytes are sent as they are); `answer(path, headers)` answers a request itself
+    with (status, JSON) when it returns one (a server that echoes what it was sent). `seen` counts
+    (path, status)."""
 
     def __init__(
         self,
@@ -121,6 +123,7 @@ class FaultProxy:
         delay_s: float = 0.0,
         hook: Callable[[str], None] | None = None,
         rewrite: Callable[[str, dict[str, Any]], dict[str, Any] | bytes] | None = None,
+        answer: Callable[[str, dict[str, str]], tuple[int, dict[str, Any]] | None] | None = None,
     ) -> None:
         self.status, self.fail_first, self.retry_after = status, fail_first, retry_after
         self.seen: dict[tuple[str, int], int] = {}
@@ -143,7 +146,16 @@ class FaultProxy:
                     n = proxy._failures.get(self.path, 0)
                     fail = n < proxy.fail_first
                     proxy._failures[self.path] = n + 1
-                if fail:
+                own = answer(self.path, dict(self.headers.items())) if answer is not None else None
+                if own is not None:
+                    code, doc = own
+                    data = json.dumps(doc).encode()
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                elif fail:
                     payload = json.dumps({"error": {"message": "slow down"}}).encode()
                     self.send_response(proxy.status)
                     if proxy.retry_after is not None:

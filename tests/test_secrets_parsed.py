@@ -119,3 +119,31 @@ def test_a_system_message_from_the_environment_is_refused(
         assert "chat.system takes its text from the environment (${oc.env:...})" in line
         assert "env-value-9d2" not in got.err + got.out
     assert not list(tmp_path.iterdir())  # refused before any folder or store
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("Authorization: Token tok-1", "Authorization: Token ***"),
+        (
+            '{"authorization": "Basic dXNlcjpwYXNz", "host": "h"}',
+            '{"authorization": "Basic ***", "host": "h"}',
+        ),
+        ('{"Authorization":"Custom-Scheme xyz.987"}', '{"Authorization":"Custom-Scheme ***"}'),
+        ("proxy-authorization: Negotiate YII=", "proxy-authorization: Negotiate ***"),
+        ("X-Api-Key: k-1234; next", "X-Api-Key: ***; next"),
+        ("authorization=rawvalue&b=2", "authorization=***&b=2"),
+        ("model.api_key_env=MY_KEY", "model.api_key_env=MY_KEY"),  # a variable's name, no secret
+        ("the Authorization header is missing", "the Authorization header is missing"),
+    ],
+)
+def test_any_authorization_value_in_a_text_is_masked(text: str, shown: str) -> None:
+    assert redact_text(text) == shown
+
+
+def test_hydras_grammar_error_prints_no_password(cli: Cli, tmp_path: Path) -> None:
+    """An unquoted `'` in a password is a Hydra grammar error, which prints the override as typed."""
+    got = cli("eval", *SERVED[:1], "model.base_url=http://al:pw'Lex-33@h:1/v1", cwd=tmp_path)
+    assert got.code == 2
+    assert "LexerNoViableAltException" in got.err
+    assert "Lex-33" not in got.err + got.out

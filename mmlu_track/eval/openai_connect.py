@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mmlu_track.config import EvalConfig
+from mmlu_track.credentials import redact_text
 from mmlu_track.eval.backend import ModelError, PromptError
 from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.data import Question
@@ -156,7 +157,8 @@ def _described(client: Client, listed: dict[str, Any]) -> str:
     and its version where it has an endpoint for it (vLLM `/version`)."""
     version = probe(client, "GET", f"{client.root}/version")
     doc = {"models_entry": listed, **({"version": version} if isinstance(version, dict) else {})}
-    return json.dumps(doc, sort_keys=True)[:2000]
+    # Recorded with the run: a server may echo the request's headers (the key) in what it says.
+    return redact_text(json.dumps(doc, sort_keys=True))[:2000]
 
 
 def connect(cfg: EvalConfig) -> Served:
