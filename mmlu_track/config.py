@@ -22,6 +22,8 @@ Formulation = Literal["original", "harness", "question"]
 ChatStyle = Literal["none", "single_turn", "multiturn"]
 Extract = Literal["first_char", "pattern"]
 ShotSelection = Literal["first", "random"]
+ChoiceOrder = Literal["as_given", "circular"]
+GateMetric = Literal["accuracy", "circular"]
 Dtype = Literal["float32", "bfloat16", "float16", "auto"]
 
 DEV_EXAMPLES_PER_SUBJECT = 5  # MMLU's dev split has exactly 5 per subject
@@ -114,6 +116,9 @@ class ScoringConfig:
     patterns: tuple[str, ...] = ANSWER_PATTERNS  # 'scoring.patterns=["answer: ([ABCD])"]' (one group each)
     calibration: Calibration = "none"
     prefix_cache: bool = True
+    # as_given: each question once; circular: also in its 3 other cyclic rotations of the choices
+    # (the gold letter moving with its text), for circular accuracy and consistency (4x the prompts).
+    choice_order: ChoiceOrder = "as_given"
 
 
 @dataclass(frozen=True)
@@ -213,6 +218,9 @@ class GateConfig:
     warn_only: bool = False
     bootstrap_resamples: int = 2000  # subject-stratified paired bootstrap intervals; 0 = skip
     seed: int = 0  # of the bootstrap
+    # What a question's outcome is: accuracy (correct as given) | circular (correct in all 4
+    # rotations: both runs scoring.choice_order=circular).
+    metric: GateMetric = "accuracy"
     promote_alias: str | None = None  # e.g. champion
     registered_model: str | None = None  # None: the candidate's model name
     # The sequential gate (`python -m mmlu_track ... gate.baseline=RUN gate.sequential=true`): the

@@ -13,6 +13,7 @@ Backends report what the model said (`Score`); `to_results` turns one unit's sco
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ import numpy as np
 from mmlu_track.config import ScoringConfig
 from mmlu_track.eval.backend import PromptError, Score
 from mmlu_track.eval.prompts import Prompt
-from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.results import QuestionResult, RotatedAnswer
 from mmlu_track.records.subjects import LETTERS
 
 Four = tuple[float, float, float, float]
@@ -125,4 +126,18 @@ def to_results(batch: Sequence[Prompt], scores: Sequence[Score], calibration: st
             scored_by=s.scored_by,
         )
         for p, s, pred, margin in zip(batch, scores, predictions, margins, strict=True)
+    ]
+
+
+def with_rotations(each: Sequence[Sequence[QuestionResult]]) -> list[QuestionResult]:
+    """Rotation 0's results (the questions as given) carrying the other rotations' answers
+    (`QuestionResult.rotations`); `each` holds the results of every rotation asked, in order."""
+    first, *others = each
+    if not others:
+        return list(first)
+    return [
+        dataclasses.replace(
+            r, rotations=tuple(RotatedAnswer(o.prediction, o.logprobs, o.generated) for o in rest)
+        )
+        for r, *rest in zip(first, *others, strict=True)
     ]

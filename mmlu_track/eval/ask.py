@@ -19,3 +19,20 @@ def ask(
     if method == "logprob":
         return lm.score_letters([LetterRequest(p.text, p.prefix, answer_lead) for p in rendered], progress)
     return lm.generate([GenerationRequest(p.text, p.prefix, p.messages or None) for p in rendered], progress)
+
+
+def per_question(progress: Progress, prompts_each: int) -> Progress:
+    """`progress` counted in questions where each is asked as `prompts_each` prompts (a circular
+    run's rotations)."""
+    if prompts_each == 1:
+        return progress
+    done = 0
+
+    def step(n: int) -> None:
+        nonlocal done
+        before = done // prompts_each
+        done += n
+        if (now := done // prompts_each) > before:
+            progress(now - before)
+
+    return step

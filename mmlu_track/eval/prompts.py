@@ -21,6 +21,7 @@ renderings part: the template's text up to the question's own content.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections.abc import Callable, Sequence
@@ -237,6 +238,29 @@ def fit(
         if used == 0 or fits(text):
             return Prompt(question, text, used, prefix if text.startswith(prefix) else text, msgs)
     raise AssertionError("unreachable")
+
+
+ROTATIONS = 4  # a circular run asks each question in its 4 cyclic rotations (rotation 0: as given)
+
+
+def rotate(q: Question, r: int) -> Question:
+    """The question with its choices turned `r` places (rotation 1 shows BCDA): choice i stands
+    under letter (i - r) % 4, and the gold letter moves with its text."""
+    c = q.choices
+    turned = (c[r % 4], c[(r + 1) % 4], c[(r + 2) % 4], c[(r + 3) % 4])
+    return dataclasses.replace(q, choices=turned, answer=(q.answer - r) % 4)
+
+
+def rotated(
+    prompt: Prompt, r: int, formulation: str, shots: Sequence[Question], style: Style = RAW
+) -> Prompt:
+    """`prompt` asked in rotation `r`: the same shots (the few-shot prefix shared with rotation
+    0), the question's choices turned."""
+    q = rotate(prompt.question, r)
+    if style.chat == "none":  # a raw prompt is its prefix and the question
+        return Prompt(q, prompt.prefix + FORMULATIONS[formulation].body(q), prompt.shots_used, prompt.prefix)
+    text, msgs = _rendered(formulation, q.subject, shots[: prompt.shots_used], q, style)
+    return Prompt(q, text, prompt.shots_used, prompt.prefix if text.startswith(prompt.prefix) else text, msgs)
 
 
 def text_hash(text: str) -> str:

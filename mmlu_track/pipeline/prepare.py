@@ -33,6 +33,7 @@ class Prepared:
     data_s: float
     model_load_s: float
     answer_lead: str = " "  # what precedes an answer letter (`prompts.Style.answer_lead`)
+    style: prompts.Style = prompts.RAW  # how prompts are put (a circular run renders its rotations so)
 
 
 def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
@@ -71,4 +72,4 @@ def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
         sweep=origin.sweep,
     )
     ident = identity(cfg, lm.info, start.protocol, fresh=not cfg.tracking.resume)
-    return Prepared(lm, the_plan, rendered, start, ident, t0, t1 - t0, t2 - t1, how.answer_lead)
+    return Prepared(lm, the_plan, rendered, start, ident, t0, t1 - t0, t2 - t1, how.answer_lead, how)

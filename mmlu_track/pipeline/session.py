@@ -28,8 +28,8 @@ from typing import Protocol
 
 from mmlu_track.config import EvalConfig
 from mmlu_track.eval import prompts
-from mmlu_track.eval.answers import check, to_results
-from mmlu_track.eval.ask import ask
+from mmlu_track.eval.answers import check, to_results, with_rotations
+from mmlu_track.eval.ask import ask, per_question
 from mmlu_track.eval.backend import (
     ModelError,
     Progress,
@@ -37,6 +37,7 @@ from mmlu_track.eval.backend import (
 )
 from mmlu_track.eval.plan import Unit, assign, pick, units
 from mmlu_track.eval.plan import looks as plan_looks
+from mmlu_track.eval.prompts import ROTATIONS, rotated
 from mmlu_track.pipeline.outputs import (
     EARLY_STOP_FILE,
     PREDICTIONS_FILE,
@@ -48,6 +49,7 @@ from mmlu_track.pipeline.outputs import (
 )
 from mmlu_track.pipeline.prepare import Prepared
 from mmlu_track.records.results import Accuracies, Accuracy, QuestionResult, aggregate, table, write_jsonl
+from mmlu_track.records.robustness import circular_scores, circular_table, letter_bias
 from mmlu_track.records.run import EarlyStop, RunRecord, Timing
 from mmlu_track.records.stored import ShardWork, StoredRun
 from mmlu_track.store.db import StoreError
@@ -206,24 +208,42 @@ class EvaluationSession:
 
     def _scored(self, rendered: list[prompts.Prompt], progress: Progress) -> list[QuestionResult]:
         """One unit's prompts through the backend, as results; a prompt the backend cannot score is
-        one line naming its question."""
+        one line naming its question. A circular run asks each in its 4 rotations at once (they
+        share the few-shot prefix), rotation-major: rotation r of question i is at r * n + i."""
+        scoring, n = self.cfg.scoring, len(rendered)
+        asked = [rendered]
+        if scoring.choice_order == "circular":
+            how, shots = (
+                self.prep.style,
+                self.prep.plan.shots[rendered[0].question.subject] if rendered else (),
+            )
+            asked += [
+                [rotated(p, r, self.cfg.formulation, shots, how) for p in rendered]
+                for r in range(1, ROTATIONS)
+            ]
+        flat = [p for ps in asked for p in ps]
         try:
-            scores = ask(self.prep.lm, rendered, self.cfg.scoring.method, self.prep.answer_lead, progress)
+            scores = ask(
+                self.prep.lm, flat, scoring.method, self.prep.answer_lead, per_question(progress, len(asked))
+            )
             check(scores)  # an impossible log-prob refuses its question, whichever backend gave it
         except PromptError as err:
             if err.position is None:
                 raise
-            q = rendered[err.position].question
+            q, r = flat[err.position].question, err.position // max(n, 1)
             raise ModelError(
-                f"{q.subject} question {q.index}: {err}; the questions committed so far are kept: "
-                "run the same command to resume"
+                f"{q.subject} question {q.index}{f' (rotation {r})' if r else ''}: {err}; the questions "
+                "committed so far are kept: run the same command to resume"
             ) from err
         c = self.counts
         c.multi_pass += sum(s.multi_pass for s in scores)
         c.prefix_fallbacks += sum(s.prefix_fallback for s in scores)
         c.forwarded += sum(s.forwarded for s in scores)
-        c.scored += len(scores)
-        return to_results(rendered, scores, self.cfg.scoring.calibration)
+        c.scored += n
+        each = [
+            to_results(ps, scores[r * n : (r + 1) * n], scoring.calibration) for r, ps in enumerate(asked)
+        ]
+        return with_rotations(each)
 
     def _log_subject(self, subject: str) -> None:
         """A subject complete in this process goes to MLflow with the run's progress; in a sharded
@@ -306,6 +326,10 @@ class EvaluationSession:
         write_json(output_dir / RESULTS_FILE, record.to_json())
         recorder.finish(record, output_dir)
         self.echo(table(agg))
+        if record.circular:
+            self.echo(circular_table(agg, record.circular))
+        if record.letter_bias:
+            self.echo(record.letter_bias.line())
         seconds = finished - self.counts.scoring_started
         n, now = len(results), self.counts.scored
         self.echo(summary_line(record, n, now, seconds, sharded=self.sharded, output_dir=output_dir))
@@ -341,6 +365,8 @@ class EvaluationSession:
                 abandoned_s=round(work.abandoned_s, 3),
             ),
             scores=agg,
+            circular=circular_scores(results),
+            letter_bias=letter_bias(results),
         )
 
     def _all_results(self) -> list[QuestionResult]:

@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from mmlu_track.records.subjects import CATEGORIES, LETTERS, SUBCATEGORY, category
+
+
+@dataclass(frozen=True)
+class RotatedAnswer:
+    """A question's answer in one other rotation of its choices (`scoring.choice_order=circular`):
+    rotation r shows choice i under letter (i - r) % 4, so `prediction` (a letter of that prompt)
+    chose the original choice (prediction + r) % 4. `logprobs` are that prompt's letters A-D."""
+
+    prediction: int | None
+    logprobs: tuple[float, float, float, float] | None = None
+    generated: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,10 +53,39 @@ class QuestionResult:
     gold: int
     margin: float | None
     scored_by: str | None = None
+    # A circular run's rotations 1..3 (rotation 0 is the question as given: the fields above).
+    rotations: tuple[RotatedAnswer, ...] = ()
 
     @property
     def correct(self) -> bool:
         return self.prediction == self.gold
+
+    @property
+    def chosen(self) -> tuple[int | None, ...]:
+        """The original choice picked in each rotation, 0..3 (None: no letter), rotation 0 first."""
+        picks = [self.prediction, *(a.prediction for a in self.rotations)]
+        return tuple(None if p is None else (p + r) % 4 for r, p in enumerate(picks))
+
+    @property
+    def circular_correct(self) -> bool:
+        """Correct in every rotation asked (OpenCompass's CircularEval); as given, just `correct`."""
+        return all(c == self.gold for c in self.chosen)
+
+    @property
+    def consistent(self) -> bool:
+        """The same choice's text picked in every rotation."""
+        chosen = self.chosen
+        return chosen[0] is not None and len(set(chosen)) == 1
+
+    @property
+    def letter_following(self) -> bool:
+        """The same letter picked in all 4 rotations, so a different text each time (circular only)."""
+        picks = [self.prediction, *(a.prediction for a in self.rotations)]
+        return len(picks) == 4 and picks[0] is not None and len(set(picks)) == 1
+
+    def outcome(self, metric: str) -> bool:
+        """The question's binary outcome the gate compares: `accuracy` or `circular`."""
+        return self.circular_correct if metric == "circular" else self.correct
 
     @property
     def valid(self) -> bool:
@@ -60,10 +100,14 @@ class QuestionResult:
 
     @classmethod
     def from_json(cls, rec: dict[str, Any]) -> QuestionResult:
-        fields = {k: rec[k] for k in cls.__dataclass_fields__}
+        fields = {k: rec[k] for k in cls.__dataclass_fields__ if k != "rotations"}
         if fields["logprobs"] is not None:
             fields["logprobs"] = tuple(fields["logprobs"])
-        return cls(**fields)
+        rotations = tuple(
+            RotatedAnswer(a["prediction"], tuple(a["logprobs"]) if a["logprobs"] else None, a["generated"])
+            for a in rec.get("rotations") or ()
+        )
+        return cls(**fields, rotations=rotations)
 
 
 @dataclass(frozen=True)
@@ -115,12 +159,20 @@ class Accuracies:
         )
 
 
-def aggregate(results: Iterable[QuestionResult]) -> Accuracies:
-    """Accuracies of every subject present, their subcategories and categories, macro and micro."""
+Outcomes = Callable[[QuestionResult], Sequence[bool]]
+
+
+def _correct(r: QuestionResult) -> Sequence[bool]:
+    return (r.correct,)
+
+
+def aggregate(results: Iterable[QuestionResult], outcomes: Outcomes = _correct) -> Accuracies:
+    """Accuracies of every subject present, their subcategories and categories, macro and micro;
+    of `outcomes` (each question's booleans: by default whether it is correct as given)."""
     by_subject: dict[str, list[bool]] = {}
     invalid = 0
     for r in results:
-        by_subject.setdefault(r.subject, []).append(r.correct)
+        by_subject.setdefault(r.subject, []).extend(outcomes(r))
         invalid += not r.valid
     if not by_subject:
         raise ValueError("no results to aggregate")

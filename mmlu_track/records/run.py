@@ -22,6 +22,7 @@ from typing import Any
 from mmlu_track.config import EvalConfig, to_dict
 from mmlu_track.config_checks import eval_config_from_dict
 from mmlu_track.records.results import Accuracies
+from mmlu_track.records.robustness import CircularScores, LetterBias
 from mmlu_track.typed import ConfigError
 
 SCHEMA_VERSION = 1
@@ -93,6 +94,9 @@ class EvalProtocol:
     chat: str = "none"  # the prompt style (`ChatConfig.style`); every run stored before chat prompts was raw
     # How a generation is read: first_char, or "pattern <hash of the patterns>"; older runs: first_char.
     extract: str = "first_char"
+    # as_given | circular: compared only by a gate on circular accuracy (rotation 0 is the question
+    # as given, so plain accuracies compare across the two).
+    choice_order: str = "as_given"
 
     @classmethod
     def of(
@@ -121,10 +125,14 @@ class EvalProtocol:
             calibration=cfg.scoring.calibration,
             chat=cfg.chat.style,
             extract=_extraction(cfg),
+            choice_order=cfg.scoring.choice_order,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if out["choice_order"] == "as_given":  # as before rotations: an as-given run's identity unchanged
+            out.pop("choice_order")
+        return out
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> EvalProtocol:
@@ -283,6 +291,8 @@ class RunRecord:
     prefix_fallbacks: int
     timing: Timing
     scores: Accuracies
+    circular: CircularScores | None = None  # scoring.choice_order=circular (`records.robustness`)
+    letter_bias: LetterBias | None = None  # None: recorded before letter bias was
 
     def to_json(self) -> dict[str, Any]:
         s = self.start
@@ -314,6 +324,8 @@ class RunRecord:
             "sweep": s.sweep,
             "timing": dataclasses.asdict(self.timing),
             "scores": self.scores.to_json(),
+            "circular": self.circular.to_json() if self.circular else None,
+            "letter_bias": self.letter_bias.to_json() if self.letter_bias else None,
         }
 
     @classmethod
@@ -344,6 +356,8 @@ class RunRecord:
                 prefix_fallbacks=int(scoring["prefix_fallbacks"]),
                 timing=Timing(**raw["timing"]),
                 scores=Accuracies.from_json(raw["scores"]),
+                circular=CircularScores.from_json(raw["circular"]) if raw.get("circular") else None,
+                letter_bias=LetterBias.from_json(raw["letter_bias"]) if raw.get("letter_bias") else None,
             )
         except (KeyError, TypeError, ValueError, ConfigError) as err:
             raise RecordError(f"unreadable run record ({type(err).__name__}: {err})") from err

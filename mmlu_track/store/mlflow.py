@@ -30,6 +30,7 @@ from mmlu_track.config import to_dict
 from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
+from mmlu_track.records.subjects import LETTERS
 from mmlu_track.store import mlflow_views
 from mmlu_track.store.locations import mlflow_uri
 from mmlu_track.store.mlflow_client import (
@@ -78,6 +79,23 @@ def metrics(record: RunRecord) -> dict[str, float]:
         "n_questions": float(scores.micro.n),
         "questions_per_s": record.timing.questions_per_s,
     }
+    if c := record.circular:
+        for name, figures in (
+            ("circular", c.accuracy),
+            ("rotation_mean", c.mean_rotation),
+            ("consistency", c.consistency),
+        ):
+            out[f"{name}_micro"], out[f"{name}_macro"] = figures.micro.acc, figures.macro.acc
+            out.update({metric_key(name, s): a.acc for s, a in figures.subjects.items()})
+            out.update({metric_key(name, "category", k): a.acc for k, a in figures.categories.items()})
+    if bias := record.letter_bias:
+        asked = max(sum(bias.gold), 1)
+        for letter, n, recall in zip(LETTERS, bias.predicted, bias.recall, strict=True):
+            out[f"predicted_share_{letter}"] = n / asked
+            if recall is not None:
+                out[f"recall_{letter}"] = recall
+        if bias.letter_following is not None:
+            out["letter_following"] = bias.letter_following
     if record.timing.requests:  # a served model's
         out["requests"] = float(record.timing.requests)
         out["requests_abandoned"] = float(record.timing.abandoned_requests)

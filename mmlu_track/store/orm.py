@@ -95,6 +95,8 @@ class QuestionRow(Base):
     correct: Mapped[bool] = mapped_column(Boolean)
     margin: Mapped[float | None] = mapped_column(Float)
     scored_by: Mapped[str | None] = mapped_column(String(16))  # QuestionResult.scored_by
+    # A circular run's rotations 1..3 (QuestionResult.rotations as JSON); NULL: asked as given.
+    rotations_json: Mapped[str | None] = mapped_column(Text)
 
 
 class ComparisonRow(Base):

@@ -10,7 +10,7 @@ import uuid
 from datetime import UTC, datetime
 
 from mmlu_track.config import to_dict
-from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.results import QuestionResult, RotatedAnswer
 from mmlu_track.records.run import RunStart
 from mmlu_track.records.stored import RunStatus, StoredRun
 from mmlu_track.store.liveness import current_owner
@@ -29,6 +29,7 @@ def to_row(run_id: str, r: QuestionResult) -> QuestionRow:
         logprob_a=lp[0], logprob_b=lp[1], logprob_c=lp[2], logprob_d=lp[3],
         generated=r.generated, prediction=r.prediction, gold=r.gold, correct=r.correct, margin=r.margin,
         scored_by=r.scored_by,
+        rotations_json=json.dumps([dataclasses.asdict(a) for a in r.rotations]) if r.rotations else None,
     )  # fmt: skip
 
 
@@ -39,8 +40,15 @@ def from_row(row: QuestionRow) -> QuestionResult:
         shots_used=row.shots_used, n_tokens=row.n_tokens, truncated=row.truncated,
         logprobs=None if lps[0] is None else (lps[0], lps[1], lps[2], lps[3]),  # type: ignore[arg-type]
         generated=row.generated, prediction=row.prediction, gold=row.gold, margin=row.margin,
-        scored_by=row.scored_by,
+        scored_by=row.scored_by, rotations=_rotations(row.rotations_json),
     )  # fmt: skip
+
+
+def _rotations(raw: str | None) -> tuple[RotatedAnswer, ...]:
+    return tuple(
+        RotatedAnswer(a["prediction"], tuple(a["logprobs"]) if a["logprobs"] else None, a["generated"])
+        for a in json.loads(raw or "[]")
+    )
 
 
 def new_run(start: RunStart, identity: str, output_dir: str | None) -> Run:

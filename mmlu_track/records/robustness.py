@@ -1,0 +1,146 @@
+"""Does the model know the answer, or the letter? A run's figures beyond accuracy, from its
+question results.
+
+**Circular** (`scoring.choice_order=circular`; OpenCompass's CircularEval, after Zheng et al. 2023,
+"Large Language Models Are Not Robust Multiple Choice Selectors"): each question is asked in its
+4 cyclic rotations of the choices (ABCD, BCDA, CDAB, DABC; rotation 0 is the question as given).
+Per subject, category, macro and micro (as `results.aggregate`):
+
+- circular accuracy: the share of questions correct in all 4 rotations;
+- mean accuracy over rotations: correct answers / (4 x questions);
+- consistency: the share of questions whose chosen *text* is the same in all 4.
+
+Their standard errors treat each question as one draw (consistency, circular); the mean over
+rotations counts 4 draws per question, which are not independent: its interval is too narrow and
+is not shown.
+
+**Letter bias** (every run): how often each letter is predicted against how often it is the gold
+one, over every prompt asked (4 per question in a circular run, where each letter is gold equally
+often by construction); each letter's recall (correct / gold there); in a circular run, the share
+of questions whose predicted *letter* was the same in all 4 rotations (the letter followed, not
+the text). The letter-bias figures are descriptive: no test is made of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from mmlu_track.records.results import Accuracies, QuestionResult, aggregate
+from mmlu_track.records.subjects import LETTERS
+
+
+@dataclass(frozen=True)
+class CircularScores:
+    accuracy: Accuracies  # correct in all 4 rotations
+    mean_rotation: Accuracies  # over the 4 x n prompts
+    consistency: Accuracies  # the same text chosen in all 4
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v.to_json() for k, v in vars(self).items()}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> CircularScores:
+        return cls(**{k: Accuracies.from_json(raw[k]) for k in ("accuracy", "mean_rotation", "consistency")})
+
+
+def circular_scores(results: Sequence[QuestionResult]) -> CircularScores | None:
+    """A circular run's figures (None unless every question was asked in its 4 rotations)."""
+    if not results or any(len(r.rotations) != 3 for r in results):
+        return None
+    return CircularScores(
+        accuracy=aggregate(results, lambda r: (r.circular_correct,)),
+        mean_rotation=aggregate(results, lambda r: tuple(c == r.gold for c in r.chosen)),
+        consistency=aggregate(results, lambda r: (r.consistent,)),
+    )
+
+
+@dataclass(frozen=True)
+class LetterBias:
+    predicted: tuple[int, int, int, int]  # prompts whose predicted letter is A, B, C, D
+    gold: tuple[int, int, int, int]  # prompts whose gold letter is A, B, C, D
+    correct: tuple[int, int, int, int]  # correct prompts per gold letter
+    invalid: int  # prompts answered with no letter
+    letter_following: float | None  # circular runs: the share of questions with one letter in all 4
+
+    @property
+    def recall(self) -> tuple[float | None, ...]:
+        return tuple(c / g if g else None for c, g in zip(self.correct, self.gold, strict=True))
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "recall": list(self.recall)}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> LetterBias:
+        def four(key: str) -> tuple[int, int, int, int]:
+            a, b, c, d = (int(v) for v in raw[key])
+            return a, b, c, d
+
+        return cls(
+            four("predicted"), four("gold"), four("correct"), int(raw["invalid"]), raw["letter_following"]
+        )
+
+    def line(self) -> str:
+        """The console table's footer: one line."""
+        asked = sum(self.gold)
+
+        def shares(counts: Sequence[int]) -> str:
+            return " ".join(
+                f"{x} {100 * n / max(asked, 1):.0f}%" for x, n in zip(LETTERS, counts, strict=True)
+            )
+
+        recall = " ".join(
+            f"{x} {'-' if v is None else f'{100 * v:.0f}%'}"
+            for x, v in zip(LETTERS, self.recall, strict=True)
+        )
+        out = f"letters predicted {shares(self.predicted)} (gold {shares(self.gold)}); recall {recall}"
+        if self.letter_following is not None:
+            out += f"; the same letter in all 4 rotations: {100 * self.letter_following:.1f}% of questions"
+        return out
+
+
+def letter_bias(results: Sequence[QuestionResult]) -> LetterBias:
+    """Predicted and gold letters over every prompt asked (each rotation of a circular run)."""
+    predicted, gold, correct = [0] * 4, [0] * 4, [0] * 4
+    invalid = 0
+    for r in results:
+        answers = [r.prediction, *(a.prediction for a in r.rotations)]
+        for rotation, letter in enumerate(answers):
+            truth = (r.gold - rotation) % 4  # where the gold text stands in that rotation
+            gold[truth] += 1
+            if letter is None:
+                invalid += 1
+                continue
+            predicted[letter] += 1
+            correct[truth] += letter == truth
+    circular = bool(results) and all(len(r.rotations) == 3 for r in results)
+    following = sum(r.letter_following for r in results) / len(results) if circular else None
+    p, g, c = tuple(predicted), tuple(gold), tuple(correct)
+    return LetterBias(
+        (p[0], p[1], p[2], p[3]), (g[0], g[1], g[2], g[3]), (c[0], c[1], c[2], c[3]), invalid, following
+    )
+
+
+def circular_table(scores: Accuracies, circular: CircularScores) -> str:
+    """The console's circular lines: per category, macro and micro, the accuracy as given beside
+    circular accuracy, the mean over rotations and consistency (per subject: results.json)."""
+    rows = [
+        (c, scores.categories[c], *(getattr(circular, f).categories[c] for f in _FIGURES))
+        for c in scores.categories
+    ]
+    rows.append(("macro average", scores.macro, *(getattr(circular, f).macro for f in _FIGURES)))
+    rows.append(("micro average", scores.micro, *(getattr(circular, f).micro for f in _FIGURES)))
+    width = max(len(r[0]) for r in rows) + 2
+    lines = [
+        f"{'circular, acc %':<{width}}{'as given':>9}{'circular':>10}{'mean of 4':>11}{'consistent':>12}"
+    ]
+    lines += [
+        f"{name:<{width}}"
+        + "".join(f"{100 * a.acc:{w}.2f}" for a, w in zip(accs, (9, 10, 11, 12), strict=True))
+        for name, *accs in rows
+    ]
+    return "\n".join(lines)
+
+
+_FIGURES = ("accuracy", "mean_rotation", "consistency")
