@@ -45,8 +45,8 @@ def description(record: RunRecord) -> str:
     if c := record.circular:
         lines.append(
             "\nChoices in 4 rotations: circular accuracy (correct in all 4) "
-            f"{100 * c.accuracy.micro.acc:.2f} %, mean over rotations {100 * c.mean_rotation.micro.acc:.2f} %, consistency "
-            f"{100 * c.consistency.micro.acc:.2f} % (micro)."
+            f"{100 * c.accuracy.micro.acc:.2f} %, mean over rotations {100 * c.mean_rotation.micro.acc:.2f} %, "
+            f"consistency {100 * c.consistency.micro.acc:.2f} % (micro)."
         )
     if record.letter_bias:
         lines.append(f"\n{record.letter_bias.line()[0].upper()}{record.letter_bias.line()[1:]}.")
