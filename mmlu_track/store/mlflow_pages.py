@@ -43,10 +43,10 @@ def description(record: RunRecord) -> str:
     if scores.invalid:
         lines.append(f"\n{scores.invalid:,} answers were not a letter (invalid, counted wrong).")
     if c := record.circular:
+        circ, mean, same = (100 * x.micro.acc for x in (c.accuracy, c.mean_rotation, c.consistency))
         lines.append(
-            "\nChoices in 4 rotations: circular accuracy (correct in all 4) "
-            f"{100 * c.accuracy.micro.acc:.2f} %, mean over rotations {100 * c.mean_rotation.micro.acc:.2f} %, "
-            f"consistency {100 * c.consistency.micro.acc:.2f} % (micro)."
+            f"\nChoices in 4 rotations: circular accuracy (correct in all 4) {circ:.2f} %, mean over "
+            f"rotations {mean:.2f} %, consistency {same:.2f} % (micro)."
         )
     if record.letter_bias:
         lines.append(f"\n{record.letter_bias.line()[0].upper()}{record.letter_bias.line()[1:]}.")
