@@ -321,5 +321,6 @@ def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(
     assert "k" in settings
     # beyond the identity's keys: only those it leaves out while unset, as stored before they existed
     compat = {"model.tokenizer", "model.served_name", "chat.style", "chat.system", "scoring.extract"}
+    compat.add("scoring.choice_order")
     assert set(settings) - set(flat) <= compat | {"scoring.patterns"}
     assert report.what_differs(base, cand) == []  # identical settings: nothing differs

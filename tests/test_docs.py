@@ -516,13 +516,22 @@ def test_the_settings_table_names_every_setting_with_its_default(monkeypatch: py
 
 @functools.cache
 def _record_json() -> dict[str, Any]:
-    from mmlu_track.records.results import QuestionResult, aggregate
+    import dataclasses
+
+    from mmlu_track.records.results import QuestionResult, RotatedAnswer, aggregate
+    from mmlu_track.records.robustness import circular_scores, letter_bias
 
     from .conftest import compose_eval, synthetic_record
 
-    row = QuestionResult("anatomy", 0, "h", 5, 10, False, (-1.0, -2.0, -2.0, -2.0), None, 0, 0, 1.0)
+    turned = tuple(RotatedAnswer(p) for p in (3, 2, 1))  # a circular run's: every section filled
+    row = QuestionResult(
+        "anatomy", 0, "h", 5, 10, False, (-1.0, -2.0, -2.0, -2.0), None, 0, 0, 1.0, None, turned
+    )
     cfg = compose_eval(["model=tiny"])
-    return synthetic_record("r", cfg, "m", "f" * 64, aggregate([row])).to_json()
+    record = synthetic_record("r", cfg, "m", "f" * 64, aggregate([row]))
+    return dataclasses.replace(
+        record, circular=circular_scores([row]), letter_bias=letter_bias([row])
+    ).to_json()
 
 
 def _keys(doc: Any) -> set[str]:

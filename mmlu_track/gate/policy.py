@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mmlu_track.config import CompareMode, GateConfig, is_served
+from mmlu_track.config import CompareConfig, CompareMode, GateConfig, is_served
 from mmlu_track.gate.stats import Comparison, ComparisonError, pts
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.stored import RunStatus
@@ -90,12 +90,21 @@ def analysis(comp: Comparison) -> Verdict:
     return Verdict("analysis", headline, (), EXIT_PASS)
 
 
-def incomparable(base: StoredRun, cand: StoredRun, mode: CompareMode) -> list[str]:
-    """Why two runs cannot be compared in `mode` (empty: they can): `records.run.EvalProtocol`'s one
-    definition (the same questions, prompts and scoring), and for `fewshot_gap` the same model.
-    The gate checks it, and a model name resolves to its newest run passing it."""
+def incomparable(base: StoredRun, cand: StoredRun, mode: CompareMode, metric: str = "accuracy") -> list[str]:
+    """Why two runs cannot be compared in `mode` on `metric` (empty: they can):
+    `records.run.EvalProtocol`'s one definition (the same questions, prompts and scoring), for
+    `fewshot_gap` the same model, and on `circular` both asked in 4 rotations. The gate checks it,
+    and a model name resolves to its newest run passing it."""
     gap = mode == "fewshot_gap"
     out = base.protocol.differences(cand.protocol, fewshot_gap=gap)
+    if metric == "circular":
+        out += [
+            f"choice order differs: gate.metric=circular needs both runs asked in 4 rotations, and the "
+            f"{side} run {run.id[:12]} was asked as given (run it with scoring.choice_order=circular, or "
+            "gate on gate.metric=accuracy)"
+            for run, side in ((base, "baseline"), (cand, "candidate"))
+            if run.protocol.choice_order != "circular"
+        ]
     if not gap and base.k != cand.k:
         out = [f"{o}; to measure the few-shot gap between them, add mode=fewshot_gap" if o.startswith("k ")
                else o for o in out]  # fmt: skip
@@ -128,6 +137,28 @@ def _engines(base: StoredRun, cand: StoredRun) -> list[str]:
         f"candidate {cand.model_revision}); if they are, evaluate the served one with "
         f"model.revision={local.model_revision}"
     ]
+
+
+def metric_note(base: StoredRun, cand: StoredRun, metric: str) -> list[str]:
+    """What the verdict rests on, where that is not plain accuracy, or where a run was circular:
+    circular accuracy, and each circular run's consistency (the same text chosen in all 4 rotations)."""
+
+    def consistency(run: StoredRun) -> str | None:
+        record = run.record
+        if record is None or record.circular is None:
+            return None
+        return f"{100 * record.circular.consistency.micro.acc:.1f} %"
+
+    shown = [(side, c) for side, run in (("baseline", base), ("candidate", cand)) if (c := consistency(run))]
+    if metric != "circular" and not shown:
+        return []
+    what = (
+        "circular accuracy (a question counts as correct only if it is in all 4 rotations of its choices)"
+        if metric == "circular"
+        else "accuracy as given (gate.metric=circular would gate on the rotations)"
+    )
+    same = ", ".join(f"{side} {c}" for side, c in shown)
+    return [f"the verdict rests on {what}" + (f"; consistency: {same}" if same else "")]
 
 
 def unrecorded(base: StoredRun, cand: StoredRun) -> list[str]:
@@ -172,9 +203,9 @@ def require_finished(run: StoredRun, side: str, store: SqlStore) -> StoredRun:
     raise ComparisonError(f"the {side} run {run.id} is {run.status}, not finished{why}")
 
 
-def check_comparable(base: StoredRun, cand: StoredRun, mode: CompareMode, store: SqlStore) -> None:
+def check_comparable(base: StoredRun, cand: StoredRun, cfg: CompareConfig, store: SqlStore) -> None:
     """Refuse unfinished runs and pairs whose differences are not the thing being compared."""
     for run, side in ((base, "baseline"), (cand, "candidate")):
         require_finished(run, side, store)
-    if problems := incomparable(base, cand, mode):
+    if problems := incomparable(base, cand, cfg.mode, cfg.gate.metric):
         raise ComparisonError(f"runs are not comparable: {problems[0]}")

@@ -18,6 +18,7 @@ from mmlu_track.gate.policy import (
     check_comparable,
     decide,
     incomparable,
+    metric_note,
     same_prompts,
     unrecorded,
 )
@@ -40,7 +41,12 @@ def _by_id(store: SqlStore, ref: str) -> StoredRun | None:
 
 
 def resolve(
-    store: SqlStore, ref: str, other: tuple[StoredRun, str] | None, mode: CompareMode, mlflow_uri: str | None
+    store: SqlStore,
+    ref: str,
+    other: tuple[StoredRun, str] | None,
+    mode: CompareMode,
+    mlflow_uri: str | None,
+    metric: str = "accuracy",
 ) -> StoredRun:
     """A run from a SQL id or prefix, an MLflow run id, `models:/<name>@<alias>`, or a model name.
 
@@ -68,7 +74,8 @@ def resolve(
     known, side = other
 
     def problems(run: StoredRun) -> list[str]:
-        return incomparable(known, run, mode) if side == "baseline" else incomparable(run, known, mode)
+        pair_ = (known, run) if side == "baseline" else (run, known)
+        return incomparable(*pair_, mode, metric)
 
     runs = [r for r in runs if r.id != known.id]  # never the other side's own run
     for run in runs:
@@ -122,27 +129,28 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
         uri = cfg.tracking.mlflow_uri
         # A model name resolves to its newest run comparable with the other side (never to that run
         # itself): resolve the candidate first, unless only the baseline is named by id.
+        metric = cfg.gate.metric
         if _looks_like_id(store, cfg.baseline) and not _looks_like_id(store, cfg.candidate):
-            base = resolve(store, cfg.baseline, None, cfg.mode, uri)
-            cand = resolve(store, cfg.candidate, (base, "baseline"), cfg.mode, uri)
+            base = resolve(store, cfg.baseline, None, cfg.mode, uri, metric)
+            cand = resolve(store, cfg.candidate, (base, "baseline"), cfg.mode, uri, metric)
         else:
-            cand = resolve(store, cfg.candidate, None, cfg.mode, uri)
-            base = resolve(store, cfg.baseline, (cand, "candidate"), cfg.mode, uri)
+            cand = resolve(store, cfg.candidate, None, cfg.mode, uri, metric)
+            base = resolve(store, cfg.baseline, (cand, "candidate"), cfg.mode, uri, metric)
         if base.id == cand.id:
             raise ComparisonError(
                 f"baseline and candidate are the same run {base.id[:12]} ({cfg.baseline!r} and "
                 f"{cfg.candidate!r}): a verdict needs two different runs"
             )
-        check_comparable(base, cand, cfg.mode, store)
+        check_comparable(base, cand, cfg, store)
         g = cfg.gate
         base_results, cand_results = store.question_results(base.id), store.question_results(cand.id)
         if cfg.mode == "gate":
             same_prompts(base_results, cand_results)
-        comp = compare(pair(base_results, cand_results), g)
+        comp = compare(pair(base_results, cand_results, metric), g)
         verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
         sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))
         notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]
-        notes += unrecorded(base, cand)
+        notes += unrecorded(base, cand) + metric_note(base, cand, metric)
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
         publish(store, Outcome(comp, verdict, base, cand, cfg), output_dir, echo)
         if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":

@@ -31,6 +31,7 @@ from mmlu_track.gate.policy import (
     Verdict,
     flagged_drop,
     incomparable,
+    metric_note,
     require_finished,
     same_prompts,
 )
@@ -70,7 +71,7 @@ class SequentialLooks:
         self.uri = cfg.tracking.mlflow_uri
         self.reference = _baseline(gate)
         # Fail before the model loads when the reference names nothing.
-        found = resolve(store, self.reference, None, "gate", self.uri)
+        found = resolve(store, self.reference, None, "gate", self.uri, gate.metric)
         self.base = require_finished(found, "baseline", store)
         self.candidate: StoredRun | None = None
         self.baseline: dict[tuple[str, int], QuestionResult] = {}
@@ -81,9 +82,9 @@ class SequentialLooks:
     def begin(self, cand: StoredRun) -> None:
         """Pick the baseline comparable with the candidate (a model name: its newest such run), and
         refuse to resume a run of this identity under other gate settings."""
-        found = resolve(self.store, self.reference, (cand, "candidate"), "gate", self.uri)
+        found = resolve(self.store, self.reference, (cand, "candidate"), "gate", self.uri, self.gate.metric)
         self.base = require_finished(found, "baseline", self.store)
-        if problems := incomparable(self.base, cand, "gate"):
+        if problems := incomparable(self.base, cand, "gate", self.gate.metric):
             raise ComparisonError(f"runs are not comparable: {problems[0]}")
         if (earlier := self.store.unfinished(cand.identity)) is not None:
             self._same_settings(earlier)
@@ -130,9 +131,13 @@ class SequentialLooks:
         same_prompts([self.baseline[(r.subject, r.index)] for r in results], results)
         lost = gained = 0
         for r in results:
-            before = self.baseline[(r.subject, r.index)].correct  # equal fingerprints: the same questions
-            lost += before and not r.correct
-            gained += r.correct and not before
+            # Equal fingerprints: the same questions.
+            before, now = (
+                self.baseline[(r.subject, r.index)].outcome(self.gate.metric),
+                r.outcome(self.gate.metric),
+            )
+            lost += before and not now
+            gained += now and not before
         self.counts.append(LookCounts(len(results), lost, gained))
         self.used.extend(results)
         self.result = decide_looks(self.counts, self.gate.margin, self.gate.alpha)
@@ -165,7 +170,7 @@ class SequentialLooks:
                 f"candidate run {cand.id[:12]} is kept ({cand.status}): compare it with another baseline"
             )
         base_used = [self.baseline[(r.subject, r.index)] for r in self.used]
-        comp = compare(pair(base_used, self.used), gate)
+        comp = compare(pair(base_used, self.used, gate.metric), gate)
         verdict = _verdict(res, gate, self.count, cand.n_questions)
         verdict = _say_needed(verdict, comp, cand.n_questions, self.cfg.limit is not None)
         if (drop := flagged_drop(comp, gate)) and verdict.status != "regression":
@@ -176,6 +181,8 @@ class SequentialLooks:
                 exit_code=EXIT_REGRESSION,
                 reasons=(drop, *verdict.reasons),
             )
+        if note := metric_note(base, cand, gate.metric):
+            verdict = replace(verdict, reasons=(*verdict.reasons, *note))
         compare_cfg = CompareConfig(base.id, cand.id, gate, self.cfg.tracking, "gate")
         outcome = Outcome(comp, verdict, base, cand, compare_cfg, extra=_extra(res, self.count, cand))
         publish(store, outcome, output_dir / "gate", echo)

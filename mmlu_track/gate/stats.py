@@ -103,8 +103,11 @@ class Comparison:
 Pairs = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def pair(baseline: Sequence[QuestionResult], candidate: Sequence[QuestionResult]) -> Pairs:
-    """Per subject, aligned correctness arrays (x, y); refuses runs over different questions."""
+def pair(
+    baseline: Sequence[QuestionResult], candidate: Sequence[QuestionResult], metric: str = "accuracy"
+) -> Pairs:
+    """Per subject, aligned outcome arrays (x, y): correct as given, or with `metric="circular"`
+    correct in all 4 rotations (`QuestionResult.outcome`); refuses runs over different questions."""
     base = {(r.subject, r.index): r for r in baseline}
     cand = {(r.subject, r.index): r for r in candidate}
     if base.keys() != cand.keys():
@@ -116,8 +119,8 @@ def pair(baseline: Sequence[QuestionResult], candidate: Sequence[QuestionResult]
     out: dict[str, tuple[list[float], list[float]]] = {}
     for key in sorted(base):
         xs, ys = out.setdefault(key[0], ([], []))
-        xs.append(float(base[key].correct))
-        ys.append(float(cand[key].correct))
+        xs.append(float(base[key].outcome(metric)))
+        ys.append(float(cand[key].outcome(metric)))
     return {s: (np.array(x), np.array(y)) for s, (x, y) in out.items()}
 
 

@@ -1,0 +1,160 @@
+"""Choice-order rotation (`scoring.choice_order=circular`), letter bias and the gate on circular
+accuracy (issue 40): the rotations and their bookkeeping by hand, then the tiny model through the
+real entry points (in-process)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mmlu_track.eval.data import Question
+from mmlu_track.eval.prompts import Prompt, rotate, rotated, shared_prefix
+from mmlu_track.records.results import QuestionResult, RotatedAnswer
+from mmlu_track.records.robustness import circular_scores, letter_bias
+from mmlu_track.store.sql import SqlStore
+
+from .conftest import CliResult
+
+Cli = Callable[..., CliResult]
+Q = Question("anatomy", "test", 7, "Which?", ("w", "x", "y", "z"), 2)  # gold: C (y)
+SMOKE = ["experiment=smoke", "device=cpu", "tracking.mlflow=false", "limit=4"]
+
+
+def test_a_rotation_turns_the_choices_and_the_gold_moves_with_its_text() -> None:
+    assert rotate(Q, 0) == Q
+    one = rotate(Q, 1)
+    assert (one.choices, one.answer) == (("x", "y", "z", "w"), 1)  # y now under B
+    three = rotate(Q, 3)
+    assert (three.choices, three.answer) == (("z", "w", "x", "y"), 3)
+    assert all(rotate(Q, r).choices[rotate(Q, r).answer] == "y" for r in range(4))
+
+
+def test_a_rotated_raw_prompt_keeps_the_shared_prefix() -> None:
+    shot = Question("anatomy", "dev", 0, "Shot?", ("a", "b", "c", "d"), 0)
+    prefix = shared_prefix("original", "anatomy", [shot])
+    given = Prompt(Q, prefix + "Which?\nA. w\nB. x\nC. y\nD. z\nAnswer:", 1, prefix)
+    turned = rotated(given, 1, "original", [shot])
+    assert turned.text == prefix + "Which?\nA. x\nB. y\nC. z\nD. w\nAnswer:"
+    assert (turned.prefix, turned.shots_used, turned.question.answer) == (prefix, 1, 1)
+
+
+def _result(prediction: int | None, others: tuple[int | None, ...], gold: int = 2) -> QuestionResult:
+    rotations = tuple(RotatedAnswer(p) for p in others)
+    return QuestionResult("anatomy", 0, "h", 0, 1, False, None, None, prediction, gold, None, None, rotations)
+
+
+def test_circular_correct_consistent_and_letter_following_by_hand() -> None:
+    knows = _result(2, (1, 0, 3))  # always the text y: C, B, A, D
+    assert knows.chosen == (2, 2, 2, 2)
+    assert (knows.circular_correct, knows.consistent, knows.letter_following) == (True, True, False)
+    letter = _result(2, (2, 2, 2))  # always C: y, z, w, x
+    assert letter.chosen == (2, 3, 0, 1)
+    assert (letter.correct, letter.circular_correct, letter.consistent, letter.letter_following) == (
+        True,
+        False,
+        False,
+        True,
+    )
+    wrong_same = _result(0, (3, 2, 1))  # always w: consistent and wrong
+    assert (wrong_same.consistent, wrong_same.circular_correct) == (True, False)
+    invalid = _result(None, (1, 0, 3))
+    assert (invalid.consistent, invalid.circular_correct, invalid.letter_following) == (False, False, False)
+    as_given = _result(2, ())
+    assert as_given.circular_correct == as_given.correct  # no rotations: just the question as given
+    assert as_given.outcome("circular")
+    assert letter.outcome("accuracy")
+    assert not letter.outcome("circular")
+
+
+def test_circular_figures_and_letter_bias_by_hand() -> None:
+    results = [_result(2, (1, 0, 3)), _result(2, (2, 2, 2))]
+    circ = circular_scores(results)
+    assert circ is not None
+    assert circ.accuracy.micro.acc == 0.5
+    assert circ.mean_rotation.micro.acc == 5 / 8  # 4 + 1 of 8 prompts
+    assert circ.consistency.micro.acc == 0.5
+    bias = letter_bias(results)
+    assert bias.gold == (2, 2, 2, 2)  # over 8 prompts the gold text stands under each letter twice
+    assert bias.predicted == (1, 1, 5, 1)
+    assert bias.recall == (0.5, 0.5, 1.0, 0.5)
+    assert bias.letter_following == 0.5
+    assert "letters predicted A 12% B 12% C 62% D 12% (gold A 25% B 25% C 25% D 25%)" in bias.line()
+    assert circular_scores([_result(2, ())]) is None
+    assert letter_bias([_result(2, ())]).letter_following is None
+
+
+def _run(
+    cli: Cli, tmp_path: Path, name: str, *extra: str
+) -> tuple[CliResult, dict[str, object], list[dict[str, object]]]:
+    db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"
+    got = cli("eval", *SMOKE, db, f"hydra.run.dir={tmp_path / name}", *extra, cwd=tmp_path)
+    assert got.code == 0, got.err
+    record = json.loads((tmp_path / name / "results.json").read_text())
+    rows = [json.loads(line) for line in (tmp_path / name / "predictions.jsonl").read_text().splitlines()]
+    return got, record, rows
+
+
+@pytest.mark.parametrize("scoring", ["logprob", "generate"])
+def test_a_circular_run_reports_and_records_the_rotations_and_rotation_0_is_the_as_given_run(
+    cli: Cli, tmp_path: Path, scoring: str
+) -> None:
+    _, given, given_rows = _run(cli, tmp_path, "given", f"scoring={scoring}")
+    out, circ, rows = _run(cli, tmp_path, "circ", f"scoring={scoring}", "scoring.choice_order=circular")
+    assert [(r["prediction"], r["prompt_hash"]) for r in rows] == [
+        (r["prediction"], r["prompt_hash"]) for r in given_rows
+    ]
+    for a, b in zip(rows, given_rows, strict=True):
+        if scoring == "logprob":
+            assert a["logprobs"] == pytest.approx(b["logprobs"], abs=1e-4)
+        assert len(a["rotations"]) == 3  # type: ignore[arg-type]
+    assert circ["scores"] == given["scores"]  # accuracy as given: the same figures
+    figures = circ["circular"]
+    assert isinstance(figures, dict)
+    assert set(figures) == {"accuracy", "mean_rotation", "consistency"}
+    assert set(figures["accuracy"]["subjects"]) == {"abstract_algebra", "anatomy"}
+    assert given["circular"] is None
+    assert given["letter_bias"]["letter_following"] is None  # type: ignore[index]
+    assert circ["letter_bias"]["letter_following"] is not None  # type: ignore[index]
+    assert sum(circ["letter_bias"]["gold"]) == 4 * len(rows)  # type: ignore[index]
+    assert "circular, acc %" in out.out
+    assert "letters predicted A" in out.out
+    store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
+    stored = store.question_results(str(circ["run_id"]))
+    store.close()
+    assert all(len(r.rotations) == 3 for r in stored)
+    assert {(r.subject, r.index): r.circular_correct for r in stored} == {
+        (str(r["subject"]), int(r["index"])): all(  # type: ignore[call-overload]
+            c == r["gold"] for c in QuestionResult.from_json(r).chosen
+        )
+        for r in rows
+    }
+
+
+def test_the_gate_on_circular_accuracy(cli: Cli, tmp_path: Path) -> None:
+    """Two circular runs gate on all-4-correct; a circular and an as-given run are refused on
+    `circular` (exit 2, naming the difference) and compared on plain accuracy."""
+    _, a, _ = _run(cli, tmp_path, "a", "scoring.choice_order=circular")
+    _, b, _ = _run(cli, tmp_path, "b", "scoring.choice_order=circular", "model.tiny_seed=1")
+    _, given, _ = _run(cli, tmp_path, "given", "model.tiny_seed=1")
+    db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"
+
+    def compare(base: object, cand: object, *extra: str) -> CliResult:
+        args = [f"baseline={base}", f"candidate={cand}", db, "tracking.mlflow=false", *extra]
+        return cli("compare", *args, f"hydra.run.dir={tmp_path / 'cmp'}", cwd=tmp_path)
+
+    got = compare(a["run_id"], b["run_id"], "gate.metric=circular", "gate.warn_only=true")
+    assert got.code == 0, got.err
+    assert "the verdict rests on circular accuracy" in got.out
+    assert "consistency: baseline" in got.out
+    report = json.loads(next((tmp_path / "cmp").rglob("report.json")).read_text())
+    assert report["policy"]["metric"] == "circular"
+    assert report["micro"]["baseline_acc"] == a["circular"]["accuracy"]["micro"]["acc"]  # type: ignore[index]
+    refused = compare(a["run_id"], given["run_id"], "gate.metric=circular")
+    assert refused.code == 2
+    (line,) = refused.errors
+    assert "choice order differs: gate.metric=circular needs both runs asked in 4 rotations" in line
+    plain = compare(a["run_id"], given["run_id"], "gate.warn_only=true")
+    assert plain.code == 0, plain.err  # rotation 0 is the question as given: comparable on accuracy
