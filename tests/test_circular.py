@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from mmlu_track.records.robustness import circular_scores, letter_bias
 from mmlu_track.store.sql import SqlStore
 
 from .conftest import CliResult
+from .serve import LlamaServer
 
 Cli = Callable[..., CliResult]
 Q = Question("anatomy", "test", 7, "Which?", ("w", "x", "y", "z"), 2)  # gold: C (y)
@@ -158,3 +160,86 @@ def test_the_gate_on_circular_accuracy(cli: Cli, tmp_path: Path) -> None:
     assert "choice order differs: gate.metric=circular needs both runs asked in 4 rotations" in line
     plain = compare(a["run_id"], given["run_id"], "gate.warn_only=true")
     assert plain.code == 0, plain.err  # rotation 0 is the question as given: comparable on accuracy
+
+
+def test_chat_prompts_rotate_through_the_template_too(tmp_path: Path) -> None:
+    from mmlu_track.pipeline.evaluate import run
+
+    from .conftest import tiny_run_cfg
+
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    args = ["chat=multiturn", "limit=3", "subjects=[anatomy]"]
+    quiet: dict[str, Any] = {"progress": False, "echo": lambda _: None}
+    given = run(tiny_run_cfg(db, *args), tmp_path / "a", **quiet)
+    circ = run(tiny_run_cfg(db, *args, "scoring.choice_order=circular"), tmp_path / "b", **quiet)
+    assert [r.prediction for r in circ.results] == [r.prediction for r in given.results]
+    assert all(len(r.rotations) == 3 and r.rotations[0].logprobs for r in circ.results)
+    assert circ.record is not None
+    assert circ.record.multi_pass == circ.record.prefix_fallbacks == 0  # every rotation extends the prefix
+    assert circ.record.circular is not None
+
+
+def test_the_sequential_gate_on_circular_accuracy(tmp_path: Path) -> None:
+    """A circular baseline that knew every answer in every rotation: a circular candidate stops
+    as a regression at the first look; an as-given baseline is refused on `circular`."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from mmlu_track.gate.sequential_run import sequential_gate
+    from mmlu_track.gate.stats import ComparisonError
+    from mmlu_track.pipeline.evaluate import run
+    from mmlu_track.store.orm import QuestionRow
+
+    from .conftest import compose_eval
+
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    over = [
+        "model=tiny",
+        "device=cpu",
+        "k=0",
+        "limit=30",
+        "subjects=[anatomy,marketing]",
+        "tracking=sql_only",
+    ]
+    over += [f"tracking.db_url={db}", "scoring.choice_order=circular"]
+    quiet: dict[str, Any] = {"progress": False, "echo": lambda _: None}
+    base = run(compose_eval(over), tmp_path / "base", **quiet)
+    given = run(compose_eval([*over[:-1], "model.tiny_seed=3"]), tmp_path / "given", **quiet)
+    with Session(SqlStore(db).engine) as s, s.begin():
+        for row in s.scalars(select(QuestionRow).where(QuestionRow.run_id == base.run_id)):
+            row.prediction, row.correct = row.gold, True
+            row.rotations_json = json.dumps(
+                [{"prediction": (row.gold - r) % 4, "logprobs": None, "generated": None} for r in (1, 2, 3)]
+            )
+    gate = ["gate.sequential=true", "gate.margin=0.05", "gate.looks=5", "gate.metric=circular"]
+    lines: list[str] = []
+    cfg = compose_eval([*over, "model.tiny_seed=1", f"gate.baseline={base.run_id}", *gate])
+    with sequential_gate(cfg) as looks:
+        gated = run(cfg, tmp_path / "cand", progress=False, echo=lines.append, looks=looks)
+        code = looks.conclude(gated.run_id, tmp_path / "cand", echo=lines.append)
+    assert code == 1
+    assert any("REGRESSION" in line for line in lines), lines
+    assert any("the verdict rests on circular accuracy" in line for line in lines), lines
+    cfg = compose_eval([*over, "model.tiny_seed=2", f"gate.baseline={given.run_id}", *gate])
+    with pytest.raises(ComparisonError, match="choice order differs"), sequential_gate(cfg) as looks:
+        run(cfg, tmp_path / "refused", progress=False, echo=lines.append, looks=looks)
+
+
+def test_a_served_model_answers_each_rotation(server: LlamaServer, cli: Cli, tmp_path: Path) -> None:
+    """Four requests per question (or more: echo), the first rotation's the as-given run's."""
+    from .test_served import _eval, _served
+
+    args = _served(server.base_url, "k=0", "tracking.mlflow=false", subjects="[anatomy]", limit=2)
+    docs = {}
+    for name, extra in (("given", []), ("circ", ["scoring.choice_order=circular"])):
+        got = _eval(cli, tmp_path, *args, *extra, out=name)
+        assert got.code == 0, got.err
+        docs[name] = json.loads((tmp_path / name / "results.json").read_text())
+        docs[name]["rows"] = [
+            json.loads(x) for x in (tmp_path / name / "predictions.jsonl").read_text().splitlines()
+        ]
+    given, circ = docs["given"], docs["circ"]
+    assert [r["logprobs"] for r in circ["rows"]] == [r["logprobs"] for r in given["rows"]]
+    assert all(len(r["rotations"]) == 3 for r in circ["rows"])
+    assert circ["timing"]["requests"] - given["timing"]["requests"] >= 3 * 2  # 3 more prompts per question
+    assert circ["circular"]["accuracy"]["micro"]["n"] == 2
