@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from mmlu_track.console import redacted_stderr
 from mmlu_track.resources import CONF_DIR
 
 if TYPE_CHECKING:
@@ -98,11 +99,12 @@ def register_defaults() -> None:
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
-    from mmlu_track.config import CompareConfig, EvalConfig
+    from mmlu_track.config import CompareConfig, EvalConfig, NoiseConfig
 
     store = ConfigStore.instance()
     store.store(name="eval_defaults", node=_node(EvalConfig))
     store.store(name="compare_defaults", node=_node(CompareConfig))
+    store.store(name="noise_defaults", node=_node(NoiseConfig))
     if not OmegaConf.has_resolver("required"):
         OmegaConf.register_new_resolver("required", _required)
 
@@ -124,34 +126,6 @@ def hydra_exit_codes(then: str) -> Iterator[None]:
     except KeyboardInterrupt:
         print(f"mmlu_track: interrupted; {then}", file=sys.stderr)
         raise SystemExit(130) from None
-
-
-class _RedactedStream:
-    def __init__(self, stream: Any) -> None:
-        from mmlu_track.credentials import redact_text
-
-        self._stream, self._redact = stream, redact_text
-
-    def write(self, text: str) -> int:
-        return int(self._stream.write(self._redact(text)))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-@contextmanager
-def redacted_stderr() -> Iterator[None]:
-    """Hydra's driver writes a failed sweep job's overrides to stderr as given, a URL's password
-    with them, and its grammar errors an override as typed: written without it."""
-    from mmlu_track.credentials import remember_overrides
-
-    remember_overrides(sys.argv[1:])
-    stream = sys.stderr
-    sys.stderr = _RedactedStream(stream)
-    try:
-        yield
-    finally:
-        sys.stderr = stream
 
 
 @contextmanager
@@ -233,31 +207,18 @@ def check_writable_cwd(argv: list[str]) -> None:
 def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str, Any]], object]) -> None:
     """With -m, compose and check every job's config before the first job starts (Hydra's own
     sweepers stop a sweep at its first bad job, after the jobs before it have run)."""
-    if not {"-m", "--multirun"} & set(argv):
-        return
     from hydra import compose, initialize_config_dir
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from mmlu_track.launchers import sweep_jobs
     from mmlu_track.typed import ConfigError
 
-    # Overrides only: options with values (-cd DIR, --config-name X) are Hydra's, not the job's.
-    args = [
-        a
-        for i, a in enumerate(argv)
-        if "=" in a and not a.startswith("-") and not (i > 0 and argv[i - 1].startswith("-c"))
-    ]
-    try:
-        parsed = OverridesParser.create().parse_overrides(args)
-        jobs = BasicSweeper.split_arguments(parsed, None)[0]
-        swept_keys = {o.get_key_element() for o in parsed if o.is_sweep_override()}
-    except HydraException:
-        return  # Hydra reports a malformed sweep itself
+    if not (sweep := sweep_jobs(argv)):
+        return
+    jobs, swept_keys = sweep
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        for number, job in enumerate(jobs, 1):
-            own = [o for o in job if not o.lstrip("+~").startswith("hydra")]
+        for number, own in enumerate(jobs, 1):
             try:
                 check(plain(compose(config_name=config_name, overrides=own)))
             except (ConfigError, OmegaConfBaseException, HydraException) as err:
@@ -319,16 +280,24 @@ def main() -> None:
         sys.exit(max(codes))
 
 
+def _RUN_ERRORS() -> tuple[type[Exception], ...]:
+    """What an evaluation raises for a fault of its input or surroundings: one line, exit 2."""
+    from mmlu_track.eval.backend import ModelError
+    from mmlu_track.eval.data import DataError
+    from mmlu_track.pipeline.evaluate import TruncationError
+    from mmlu_track.records.run import RecordError
+    from mmlu_track.store.db import StoreError
+
+    return DataError, ModelError, StoreError, RecordError, TruncationError
+
+
 def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     """One evaluation (a sweep's job): its micro accuracy; a sequential gate's exit code into `codes`."""
     from hydra.core.hydra_config import HydraConfig
 
-    from mmlu_track.eval.backend import ModelError
     from mmlu_track.eval.data import DataError
     from mmlu_track.launchers import job_command, job_folders, redact_hydra_files
     from mmlu_track.pipeline.evaluate import Origin, TruncationError, run
-    from mmlu_track.records.run import RecordError
-    from mmlu_track.store.db import StoreError
 
     try:
         eval_cfg = _eval_config(cfg)
@@ -351,7 +320,7 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
                 fail(str(err))
             return None
         out = run(eval_cfg, output_dir, origin=origin)
-    except (DataError, ModelError, StoreError, RecordError, TruncationError) as err:
+    except _RUN_ERRORS() as err:
         fail(str(err), refused=isinstance(err, DataError | TruncationError))  # raised before a run is claimed
     return out.scores.micro.acc if out.scores else None
 
@@ -409,6 +378,38 @@ def compare_main() -> None:
         app()
     # The verdict's code leaves only here: any exit 1 from inside Hydra is a usage error, not a verdict.
     sys.exit(max(codes, default=EXIT_PASS))
+
+
+def noise_main() -> None:
+    """`python -m mmlu_track.noise`: exit 0 with the measurement, 2 with one line."""
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig, OmegaConf, open_dict
+
+    from mmlu_track.config import NoiseConfig
+    from mmlu_track.gate.stats import ComparisonError
+    from mmlu_track.launchers import redact_hydra_files
+    from mmlu_track.noise_floor import measure
+    from mmlu_track.typed import ConfigError, from_mapping
+
+    @hydra.main(config_path=str(CONF_DIR), config_name="noise", version_base="1.3")
+    def app(cfg: DictConfig) -> None:
+        redact_hydra_files()
+        with open_dict(cfg):
+            raw = OmegaConf.to_container(cfg.pop("noise"), resolve=True)
+        try:
+            noise = from_mapping(NoiseConfig, raw, prefix="noise.")  # type: ignore[arg-type]
+        except ConfigError as err:
+            fail(str(err), refused=True)
+        errors: tuple[type[Exception], ...] = (*_RUN_ERRORS(), ComparisonError, ValueError)
+        try:
+            measure(_eval_config(cfg), noise, Path(HydraConfig.get().runtime.output_dir))
+        except errors as err:
+            fail(str(err))
+
+    check_writable_cwd(sys.argv[1:])
+    with hydra_exit_codes("run the same command to resume"), redacted_stderr():
+        app()
 
 
 # At import: Hydra's launchers (joblib, Ray, submitit) compose each job's config again in their own

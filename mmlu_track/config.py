@@ -184,6 +184,7 @@ class EvalConfig:
     limit: int | None = None  # questions per subject (a seeded sample kept in source order); None = all
     seed: int = 1234  # seeds python, numpy, torch, the question sample and random shot selection
     shot_selection: ShotSelection = "first"  # the k first dev rows (as the references do) | random
+    shot_seed: int | None = None  # the seed of shot_selection=random apart from the sample's; None: seed
     batch_size: int = 64  # most questions per forward pass; scores do not depend on batching
     batch_tokens: int | None = 1024  # most padded tokens per forward pass (None: batch_size alone)
     dtype: Dtype = "auto"  # auto: float32 on a CPU, bfloat16 on a GPU; lower precision moves scores
@@ -241,6 +242,19 @@ class CompareConfig:
     tracking: TrackingConfig = TrackingConfig()
     mode: CompareMode = "gate"  # gate (release verdict, exit 0/1) | fewshot_gap (k-shot vs 0-shot analysis)
     compare_experiment: str = "mmlu_track_compare"  # the MLflow experiment of comparisons
+
+
+@dataclass(frozen=True)
+class NoiseConfig:
+    """`python -m mmlu_track.noise`: beside the evaluation's own settings, what it is run against:
+    the same settings again, another batching, other few-shot examples (`shot_selection=random`
+    under each of `shot_seeds`) and, only when named, another dtype."""
+
+    shot_seeds: tuple[int, ...] = (1, 2, 3)  # 'noise.shot_seeds=[1,2,3,4,5]'; [] skips shot choice
+    batch_size: int = 1  # the batching variant's; scores should not depend on it
+    batch_tokens: int | None = None  # the batching variant's (None: batch_size alone)
+    dtype: Dtype | None = None  # e.g. bfloat16: measure precision too (a team may or may not accept it)
+    experiment: str = "mmlu_track_noise"  # the MLflow experiment of noise measurements
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -35,6 +35,10 @@ def _check_seed(key: str, seed: int) -> None:
 def _check_values(cfg: EvalConfig) -> None:
     _check_seed("seed", cfg.seed)
     _check_seed("model.tiny_seed", cfg.model.tiny_seed)
+    if cfg.shot_seed is not None:
+        _check_seed("shot_seed", cfg.shot_seed)
+        if cfg.shot_selection != "random":
+            raise ConfigError("shot_seed seeds shot_selection=random: add shot_selection=random, or drop it")
     if not 0 <= cfg.k <= DEV_EXAMPLES_PER_SUBJECT:
         raise ConfigError(
             f"k={cfg.k} is impossible: the dev split has {DEV_EXAMPLES_PER_SUBJECT} examples "

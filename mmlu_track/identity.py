@@ -40,6 +40,8 @@ def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
             out["model"].pop(key)
     if out["chat"] == dataclasses.asdict(ChatConfig()):  # raw prompts: as before chat prompts could be
         out.pop("chat")
+    if out["shot_seed"] is None:  # as before the shots' seed could be apart from the sample's
+        out.pop("shot_seed")
     if out["scoring"]["choice_order"] == "as_given":  # as before rotations could be asked
         out["scoring"].pop("choice_order")
     if out["scoring"]["extract"] == "first_char":  # as before answers could be read by patterns

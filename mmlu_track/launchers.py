@@ -194,3 +194,27 @@ def redact_hydra_files() -> None:
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # sweep jobs may rewrite one file at once
             tmp.write_text(clean, encoding="utf-8")
             os.replace(tmp, path)
+
+
+def sweep_jobs(argv: list[str]) -> tuple[list[list[str]], set[str]] | None:
+    """With -m, each job's own overrides (Hydra's `hydra.*` left out) and the keys swept; None
+    without -m, or for a sweep Hydra will refuse itself (malformed)."""
+    if not {"-m", "--multirun"} & set(argv):
+        return None
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    # Overrides only: options with values (-cd DIR, --config-name X) are Hydra's, not the job's.
+    args = [
+        a
+        for i, a in enumerate(argv)
+        if "=" in a and not a.startswith("-") and not (i > 0 and argv[i - 1].startswith("-c"))
+    ]
+    try:
+        parsed = OverridesParser.create().parse_overrides(args)
+        jobs = BasicSweeper.split_arguments(parsed, None)[0]
+    except HydraException:
+        return None
+    swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
+    return [[o for o in job if not o.lstrip("+~").startswith("hydra")] for job in jobs], swept

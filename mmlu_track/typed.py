@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
@@ -69,6 +69,10 @@ def _convert(value: Any, hint: Any, key: str, parsers: Parsers) -> Any:
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
         return value
+    if origin is tuple and get_args(hint)[1:] == (Ellipsis,):  # tuple[X, ...]: a list of X
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise ConfigError(f"{key} must be a list, e.g. {key}=[1,2,3], got {value!r}")
+        return tuple(_convert(v, get_args(hint)[0], f"{key}[{i}]", parsers) for i, v in enumerate(value))
     raise TypeError(f"unsupported config type {hint!r} for {key}")  # a bug here, not user input
 
 

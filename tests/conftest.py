@@ -187,6 +187,7 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
     mains: dict[str, Callable[[], object]] = {
         "eval": entry.main,
         "compare": entry.compare_main,
+        "noise": entry.noise_main,
         "runs": lambda: sys.exit(runs.main(sys.argv[1:])),
     }
 

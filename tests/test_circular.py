@@ -138,7 +138,29 @@ def test_a_circular_run_reports_and_records_the_rotations_and_rotation_0_is_the_
 def test_the_gate_on_circular_accuracy(cli: Cli, tmp_path: Path) -> None:
     """Two circular runs gate on all-4-correct; a circular and an as-given run are refused on
     `circular` (exit 2, naming the difference) and compared on plain accuracy."""
-    _, a, _ = _run(cli, tmp_path, "a", "scoring.choice_order=circular")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _, a, _ = _run(
+        cli,
+        tmp_path,
+        "a",
+        "scoring.choice_order=circular",
+        "tracking.mlflow=true",
+        f"tracking.mlflow_uri={uri}",
+    )
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    (logged,) = client.search_runs([client.get_experiment_by_name("mmlu_track_smoke").experiment_id])
+    metrics = logged.data.metrics
+    assert metrics["circular_micro"] == a["circular"]["accuracy"]["micro"]["acc"]  # type: ignore[index]
+    assert {
+        "consistency_micro",
+        "rotation_mean_micro",
+        "letter_following",
+        "predicted_share_A",
+        "recall_A",
+    } <= set(metrics)
+    assert "Choices in 4 rotations: circular accuracy" in logged.data.tags["mlflow.note.content"]
     _, b, _ = _run(cli, tmp_path, "b", "scoring.choice_order=circular", "model.tiny_seed=1")
     _, given, _ = _run(cli, tmp_path, "given", "model.tiny_seed=1")
     db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"

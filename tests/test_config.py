@@ -242,7 +242,7 @@ def test_bad_compare_values(overrides: list[str], message: str) -> None:
 
 def test_every_conf_file_is_covered() -> None:
     files = {p.relative_to(CONF_DIR).as_posix() for p in Path(CONF_DIR).rglob("*.yaml")}
-    covered = {"eval.yaml", "compare.yaml"} | {
+    covered = {"eval.yaml", "compare.yaml", "noise.yaml"} | {
         f"{g}/{o}.yaml" for g in (*GROUPS, "gate") for o in _options(g)
     }
     assert files == covered
@@ -277,7 +277,8 @@ def test_no_yaml_file_restates_a_default() -> None:
     restated = []
     for path in sorted(Path(CONF_DIR).rglob("*.yaml")):
         rel = path.relative_to(CONF_DIR)
-        cls = {"eval.yaml": EvalConfig, "compare.yaml": CompareConfig}.get(str(rel)) or schema[rel.parts[0]]
+        cls = {"eval.yaml": EvalConfig, "compare.yaml": CompareConfig, "noise.yaml": EvalConfig}.get(str(rel))
+        cls = cls or schema[rel.parts[0]]
         doc = yaml.safe_load(path.read_text()) or {}
         given = flatten({k: v for k, v in doc.items() if k not in ("defaults", "hydra")})
         defaults = _defaults(cls)
@@ -321,6 +322,6 @@ def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(
     assert "k" in settings
     # beyond the identity's keys: only those it leaves out while unset, as stored before they existed
     compat = {"model.tokenizer", "model.served_name", "chat.style", "chat.system", "scoring.extract"}
-    compat.add("scoring.choice_order")
+    compat |= {"scoring.choice_order", "shot_seed"}
     assert set(settings) - set(flat) <= compat | {"scoring.patterns"}
     assert report.what_differs(base, cand) == []  # identical settings: nothing differs

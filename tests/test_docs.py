@@ -113,7 +113,7 @@ def _split_eval_args(words: tuple[str, ...]) -> tuple[list[str], bool]:
 
 def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
     """A sweep's jobs (each value of each comma list, range or glob), as the CLI's validate_sweep
-    splits them; one job otherwise (where Hydra itself refuses a comma list)."""
+    (`launchers.sweep_jobs`) splits them; one job otherwise (where Hydra itself refuses a comma list)."""
     if not multirun:
         return [overrides]
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper

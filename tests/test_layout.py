@@ -78,6 +78,8 @@ ENTRY_POINTS = (
     "mmlu_track.cli",
     "mmlu_track.launchers",
     "mmlu_track.runs",
+    "mmlu_track.noise",
+    "mmlu_track.noise_floor",
     "mmlu_track.compare",
     "mmlu_track.__main__",
 )

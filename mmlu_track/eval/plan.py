@@ -119,7 +119,8 @@ class Plan:
 def plan(cfg: EvalConfig) -> Plan:
     data = load_subjects(cfg.data, cfg.subjects)
     chosen = {s: subsample(d.test, cfg.limit, cfg.seed) for s, d in data.items()}
-    shots = {s: prompts.select_shots(d.dev, cfg.k, cfg.shot_selection, cfg.seed) for s, d in data.items()}
+    seed = cfg.seed if cfg.shot_seed is None else cfg.shot_seed
+    shots = {s: prompts.select_shots(d.dev, cfg.k, cfg.shot_selection, seed) for s, d in data.items()}
     return Plan(
         questions=chosen,
         shots=shots,

@@ -16,10 +16,12 @@ from mmlu_track.records.run import DataInfo, HostInfo, RunStart
 
 @dataclass(frozen=True)
 class Origin:
-    """How this process was started: the sweep it is a job of, the command line it records."""
+    """How this process was started: the sweep it is a job of, the command line it records, and
+    whether it takes a finished run of the same identity as it is (`python -m mmlu_track.noise`)."""
 
     sweep: str | None = None  # the sweep's folder (a launched job); None outside a sweep
     command: list[str] | None = None  # the command recorded (default: this process's own)
+    reuse: bool = False  # a finished run of this identity is the result, nothing scored
 
 
 @dataclass(frozen=True)

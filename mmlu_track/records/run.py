@@ -117,7 +117,9 @@ class EvalProtocol:
             template_hash=template_hash,
             k=cfg.k,
             shot_selection=cfg.shot_selection,
-            shot_seed=cfg.seed if cfg.shot_selection == "random" and cfg.k > 0 else None,
+            shot_seed=(cfg.seed if cfg.shot_seed is None else cfg.shot_seed)
+            if cfg.shot_selection == "random" and cfg.k > 0
+            else None,
             dev_fingerprint=dev_fingerprint,
             max_length=cfg.max_length,
             allow_truncation=cfg.allow_truncation,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -264,10 +264,11 @@ class SqlStore:
         """What the processes of the run's `shards` shards did, summed (those that recorded it)."""
         return sum((c.work for c in self.shards(run_id) if c.work and c.shards == shards), ShardWork.none())
 
-    def unfinished(self, identity: str) -> StoredRun | None:
-        """The run a process with this identity would resume, if any."""
+    def unfinished(self, identity: str, statuses: Iterable[str] = UNFINISHED) -> StoredRun | None:
+        """The run a process with this identity would resume, if any (of other `statuses`: the
+        newest of them: `finished`)."""
         with self._session() as s:
-            query = select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED))
+            query = select(Run).where(Run.identity == identity, Run.status.in_(tuple(statuses)))
             row = s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
             return stored(row) if row is not None else None
 

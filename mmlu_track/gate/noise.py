@@ -1,0 +1,164 @@
+"""The evaluation's own noise: what a difference must exceed before it is the model's.
+
+Two runs of one model that differ only in what must not matter (the same settings again, another
+batching, other few-shot examples, another order of the choices) still differ on some questions.
+Per pair of runs over the same n questions: b answers lost and c gained (`paired.py`'s notation),
+the **flip rate** ψ̂ = (b + c)/n with its Wilson interval, and Δ = (c − b)/n with Tango's score
+interval (the gate's own). Across shot seeds, the spread of accuracy: the sample standard
+deviation (ddof = 1) and the range, per subject, category and overall.
+
+**The smallest margin the gate can use at this noise.** The gate passes a pair when it shows
+non-inferiority at δ: Tango's score test and the exact unconditional test (Hsueh, Liu & Chen 2001)
+both reject H₀: Δ ≤ −δ (`gate.stats.noninferiority`). For two runs that differ by noise alone
+(Δ = 0) with flip rate ψ over n questions, the probability that the gate passes is
+
+    P_pass(δ; n, ψ) = Σ_(b,c) P(b, c | n, ψ, Δ = 0) · 1[the gate shows Δ > −δ at (b, c, n)],
+
+summed exactly over every outcome (`paired.outcome_distribution`: b + c ~ Bin(n, ψ), b | b + c ~
+Bin(b + c, ½)). The recommended margin is the smallest δ with P_pass ≥ 0.95 — a noise-only pair
+then passes 19 times in 20 — found by bisection (P_pass rises with δ). Worked example: with no
+flips (ψ = 0) a pair passes exactly when the one-sided lower limit −z²/(n + z²) exceeds −δ
+(Tango's interval at b = c = 0, `paired.py`), so δ_min = z²/(n + z²): at n = 268 and α = 0.05,
+1.645²/(268 + 1.645²) = 0.99 points, the README's "268 questions at δ = 1 point" read backwards.
+
+**The questions needed** at a chosen δ and the measured ψ: `paired.questions_needed` (80 % power
+when nothing changed), the number an INCONCLUSIVE verdict prints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from mmlu_track import paired
+
+PASS_PROBABILITY = 0.95  # a noise-only pair must pass this often at the recommended margin
+
+
+def pass_probability(n: int, psi: float, margin: float, alpha: float) -> float:
+    """P(the gate passes | Δ = 0, flip rate `psi`, `n` questions, margin δ) (module docstring)."""
+    if margin <= 0:
+        return 0.0
+    b, c, w = paired.outcome_distribution(n, psi, 0.0)
+    t = paired.tango_statistic(b, c, n, -margin)
+    shown = (t >= paired.critical_value(n, margin, alpha)) & (t > float(stats.norm.ppf(1 - alpha)))
+    return float(np.sum(w * shown))
+
+
+def smallest_margin(n: int, psi: float, alpha: float, probability: float = PASS_PROBABILITY) -> float:
+    """The smallest δ at which a noise-only pair passes with `probability` (to 0.05 points, above),
+    by bisection on the exact pass probability, bracketed around the normal approximation's δ
+    (`paired.questions_needed` at that power: cheap, and close)."""
+
+    def passes(delta: float) -> bool:
+        return pass_probability(n, psi, delta, alpha) >= probability
+
+    lo, hi = 1e-4, 1.0
+    while hi - lo > 1e-4:  # the approximation's δ: questions_needed(δ) <= n
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if paired.questions_needed(psi, mid, alpha, probability) <= n else (mid, hi)
+    guess = hi
+    lo, hi = 0.6 * guess, min(1.6 * guess, 1.0)
+    while not passes(hi):
+        if hi >= 1.0:
+            return 1.0
+        lo, hi = hi, min(2 * hi, 1.0)
+    while lo > 0 and passes(lo):
+        lo, hi = lo / 2, lo
+    while hi - lo > 5e-4:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if passes(mid) else (mid, hi)
+    return hi
+
+
+@dataclass(frozen=True)
+class PairNoise:
+    """A reference run against one that differs only in what must not matter."""
+
+    name: str  # what differs: "repeat", "batching", "shot seed 2", ...
+    n: int
+    lost: int
+    gained: int
+    flip_low: float  # the flip rate's Wilson interval
+    flip_high: float
+    delta_low: float  # Δ's two-sided score interval (Tango)
+    delta_high: float
+
+    @property
+    def flip_rate(self) -> float:
+        return (self.lost + self.gained) / self.n if self.n else 0.0
+
+    @property
+    def delta(self) -> float:
+        return (self.gained - self.lost) / self.n if self.n else 0.0
+
+
+def pair_noise(name: str, reference: Sequence[bool], other: Sequence[bool], alpha: float = 0.05) -> PairNoise:
+    """`name`'s flips against the reference, question by question (aligned outcomes)."""
+    x, y = np.asarray(reference, dtype=bool), np.asarray(other, dtype=bool)
+    if x.shape != y.shape:
+        raise ValueError(f"{name}: {len(y)} questions against the reference's {len(x)}")
+    n, lost, gained = len(x), int(np.sum(x & ~y)), int(np.sum(~x & y))
+    f_low, f_high = paired.wilson(lost + gained, n, alpha)
+    d_low, d_high = paired.tango_interval(lost, gained, n, alpha)
+    return PairNoise(name, n, lost, gained, f_low, f_high, float(d_low), float(d_high))
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Accuracy across runs that differ only in their shot seed: its SD (ddof = 1) and range."""
+
+    accuracies: tuple[float, ...]
+
+    @property
+    def sd(self) -> float:
+        return float(np.std(self.accuracies, ddof=1)) if len(self.accuracies) > 1 else math.nan
+
+    @property
+    def range(self) -> float:
+        return max(self.accuracies) - min(self.accuracies)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    n: int
+    flip_rate: float  # the largest measured among the pairs: the gate must live with the worst
+    margin: float  # the smallest δ at which a noise-only pair passes 95 % of the time
+    chosen_margin: float  # the δ the user's gate uses
+    needed_at_chosen: int | None  # questions for 80 % power at the chosen δ (None: δ = 0)
+    alpha: float
+
+    def paragraph(self, spread: Spread | None) -> str:
+        """One paragraph a release manager can paste."""
+        shots = (
+            f" Accuracy moved {100 * spread.range:.1f} points across {len(spread.accuracies)} shot seeds "
+            f"(SD {100 * spread.sd:.2f})."
+            if spread is not None and len(spread.accuracies) > 1
+            else ""
+        )
+        need = f"{self.needed_at_chosen:,}" if self.needed_at_chosen is not None else "no number of"
+        verdict = (
+            "is below this floor: it gates on noise" if self.chosen_margin < self.margin else "clears it"
+        )
+        flips, n, floor = 100 * self.flip_rate, f"{self.n:,}", 100 * self.margin
+        return (
+            f"This evaluation's own noise: up to {flips:.1f} % of the answers flip between runs that differ "
+            f"only in what must not matter, at n = {n}.{shots} At that noise the smallest margin the gate "
+            f"can use is δ = {floor:.2f} points (a noise-only pair passes {100 * PASS_PROBABILITY:.0f} % "
+            f"of the time at α = {self.alpha}); the configured gate.margin = {100 * self.chosen_margin:.2f} "
+            f"points {verdict}, and showing it with 80 % power needs {need} questions."
+        )
+
+
+def recommend(pairs: Sequence[PairNoise], chosen_margin: float, alpha: float) -> Recommendation:
+    """The margin and sample size this noise allows (module docstring)."""
+    if not pairs:
+        raise ValueError("no pair of runs to measure noise on")
+    n = min(p.n for p in pairs)
+    psi = max(p.flip_rate for p in pairs)
+    needed = paired.questions_needed(psi, chosen_margin, alpha) if chosen_margin > 0 else None
+    return Recommendation(n, psi, smallest_margin(n, psi, alpha), chosen_margin, needed, alpha)

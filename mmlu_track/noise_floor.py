@@ -1,0 +1,151 @@
+"""The evaluation's own noise, for one model and one protocol (`python -m mmlu_track.noise`).
+
+    python -m mmlu_track.noise [evaluation settings ...] [noise.shot_seeds=[1,2,3]] [noise.dtype=bfloat16]
+
+It runs the evaluation it is given (the **reference**; a finished run of the same identity in the
+store is taken as it is) and the evaluations that differ from it only in what must not matter:
+
+- **repeat**: the same settings again (determinism; a served model's own nondeterminism);
+- **batching**: `noise.batch_size` / `noise.batch_tokens` instead of the evaluation's;
+- **shot seed s**: `shot_selection=random shot_seed=s` for each of `noise.shot_seeds` (the same
+  questions: the sample keeps `seed`);
+- **dtype** (only when `noise.dtype` is named);
+- **option order**: a circular reference's rotations 1-3 against rotation 0 (no further run).
+
+Each is measured against the reference question by question (`gate.noise`), and the margin the
+gate can use at this noise is recommended from the pairs the gate itself would compare (repeat,
+batching, dtype: the same prompts); shot seeds and option order show what the protocol's own
+choices move, and runs with other shots or orders are never gated against each other.
+Exit 0, or 2 with one line. Hydra-free: `cli.noise_main` composes `conf/noise.yaml` and calls
+`measure`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from mmlu_track.config import EvalConfig, NoiseConfig
+from mmlu_track.gate.noise import PairNoise, Recommendation, Spread, pair_noise, recommend
+from mmlu_track.gate.stats import pts
+from mmlu_track.pipeline.evaluate import run
+from mmlu_track.pipeline.prepare import Origin
+from mmlu_track.pipeline.session import RunOutput
+from mmlu_track.records.results import QuestionResult
+
+NOISE_FILE = "noise.json"
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    cfg: EvalConfig
+    reuse: bool  # a finished run of its identity is taken as it is (not: repeat, batching)
+    gated: bool  # the gate would compare it with the reference (the same prompts)
+
+
+def variants(cfg: EvalConfig, noise: NoiseConfig) -> list[Variant]:
+    """The reference, then what differs from it only in what must not matter (module docstring)."""
+    out = [Variant("reference", cfg, True, True), Variant("repeat", cfg, False, True)]
+    batching = replace(cfg, batch_size=noise.batch_size, batch_tokens=noise.batch_tokens)
+    if (batching.batch_size, batching.batch_tokens) != (cfg.batch_size, cfg.batch_tokens):
+        out.append(Variant(f"batching ({noise.batch_size}, {noise.batch_tokens})", batching, False, True))
+    for seed in noise.shot_seeds:
+        shots = replace(cfg, shot_selection="random", shot_seed=seed)
+        out.append(Variant(f"shot seed {seed}", shots, True, False))
+    if noise.dtype is not None and noise.dtype != cfg.dtype:
+        out.append(Variant(f"dtype {noise.dtype}", replace(cfg, dtype=noise.dtype), True, True))
+    return out
+
+
+@dataclass(frozen=True)
+class NoiseReport:
+    reference_run: str
+    runs: dict[str, str]  # variant name -> its run id
+    pairs: tuple[PairNoise, ...]
+    gated: tuple[str, ...]  # the names of the pairs the recommendation rests on
+    spread: Spread | None  # accuracy across the shot seeds (and the reference, when it is random)
+    recommendation: Recommendation
+
+    def to_json(self) -> dict[str, Any]:
+        rec = self.recommendation
+        return {
+            "reference_run": self.reference_run,
+            "runs": self.runs,
+            "pairs": [{**asdict(p), "flip_rate": p.flip_rate, "delta": p.delta} for p in self.pairs],
+            "gated": list(self.gated),
+            "shot_seed_accuracies": list(self.spread.accuracies) if self.spread else None,
+            "recommendation": {**asdict(rec), "paragraph": rec.paragraph(self.spread)},
+        }
+
+
+def _outcomes(results: Sequence[QuestionResult], rotation: int | None = None) -> dict[tuple[str, int], bool]:
+    if rotation is None:
+        return {(r.subject, r.index): r.correct for r in results}
+    return {(r.subject, r.index): r.chosen[rotation] == r.gold for r in results}
+
+
+def _pair(name: str, ref: dict[tuple[str, int], bool], other: dict[tuple[str, int], bool]) -> PairNoise:
+    if ref.keys() != other.keys():
+        raise ValueError(f"{name} scored other questions than the reference (a bug: the sample keeps `seed`)")
+    keys = sorted(ref)
+    return pair_noise(name, [ref[k] for k in keys], [other[k] for k in keys])
+
+
+def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = print) -> NoiseReport:
+    """Run (or reuse) every variant, pair each with the reference, recommend; write noise.json."""
+    outs: dict[str, RunOutput] = {}
+    for v in variants(cfg, noise):
+        folder = output_dir / v.name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
+        out = run(v.cfg, folder, echo=lambda _: None, origin=Origin(reuse=v.reuse))
+        if out.record is None or out.run_id is None:
+            raise RuntimeError(f"the {v.name} evaluation did not finish (a bug: it runs unsharded)")
+        outs[v.name] = out
+        echo(f"{v.name}: run {out.run_id[:12]}, accuracy {100 * out.record.scores.micro.acc:.2f} %")
+    gated_names = [v.name for v in variants(cfg, noise) if v.gated and v.name != "reference"]
+    ref = _outcomes(outs["reference"].results)
+    pairs = [_pair(name, ref, _outcomes(out.results)) for name, out in outs.items() if name != "reference"]
+    if cfg.scoring.choice_order == "circular":
+        pairs += [_pair(f"option order {r}", ref, _outcomes(outs["reference"].results, r)) for r in (1, 2, 3)]
+    seeds = [
+        out.record.scores.micro.acc
+        for name, out in outs.items()
+        if name.startswith("shot seed") and out.record
+    ]
+    spread = Spread(tuple(seeds)) if seeds else None
+    gate = cfg.gate
+    margin, alpha = (gate.margin, gate.alpha) if gate is not None else (0.01, 0.05)
+    rec = recommend([p for p in pairs if p.name in gated_names], margin, alpha)
+    report = NoiseReport(
+        reference_run=str(outs["reference"].run_id),
+        runs={name: str(out.run_id) for name, out in outs.items()},
+        pairs=tuple(pairs),
+        gated=tuple(gated_names),
+        spread=spread,
+        recommendation=rec,
+    )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / NOISE_FILE).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+    echo(table(report))
+    echo(rec.paragraph(spread))
+    return report
+
+
+def table(report: NoiseReport) -> str:
+    """Each pair's flips and Δ against the reference, with their 95 % intervals."""
+    width = max(len(p.name) for p in report.pairs) + 2
+    head = f"{'against the reference':<{width}}{'n':>6} {'lost':>5} {'gained':>6}  {'flips % [95% CI]':<22} "
+    head += "Δ pts [95% CI]"
+    rows = [head, "-" * len(head)]
+    for p in report.pairs:
+        flips = f"{100 * p.flip_rate:5.2f} [{100 * p.flip_low:.2f}, {100 * p.flip_high:.2f}]"
+        mark = "" if p.name in report.gated else "  (not gated: other prompts)"
+        rows.append(
+            f"{p.name:<{width}}{p.n:>6} {p.lost:>5} {p.gained:>6}  {flips:<22} "
+            f"{pts(p.delta)} [{pts(p.delta_low)}, {pts(p.delta_high)}]{mark}"
+        )
+    return "\n".join(rows)

@@ -1,0 +1,107 @@
+"""The evaluation's own noise (issue 41): the recommended margin against the gate's own decision
+(a worked example at no flips, and by simulation at small and large n), the pairs' counts, and
+the command on the tiny model through the real entry point (in-process)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mmlu_track.gate.noise import Spread, pair_noise, pass_probability, recommend, smallest_margin
+from mmlu_track.gate.stats import noninferiority
+
+from .conftest import CliResult
+
+Cli = Callable[..., CliResult]
+Z = 1.6448536269514722  # z_0.95: the gate's one-sided level α = 0.05
+
+
+def _gate_passes(b: int, c: int, n: int, margin: float) -> bool:
+    return noninferiority(b, c, n, margin, 0.05).shown
+
+
+def test_at_no_flips_the_margin_is_where_the_gate_starts_passing_an_identical_pair() -> None:
+    """Worked example (module docstring): with b = c = 0 the score test's one-sided lower limit
+    is −z²/(n + z²); the exact test can only ask more. The recommended margin is where the gate's
+    own decision on an identical pair turns to pass."""
+    for n in (100, 268):
+        found = smallest_margin(n, 0.0, 0.05)
+        assert found >= Z**2 / (n + Z**2) - 1e-9
+        assert _gate_passes(0, 0, n, found)
+        assert not _gate_passes(0, 0, n, found - 5e-4)
+    assert pytest.approx(0.0100, abs=1e-4) == Z**2 / (268 + Z**2)  # the README's 268 at δ = 1 point
+
+
+@pytest.mark.parametrize(("n", "psi"), [(100, 0.06), (1000, 0.06)])
+def test_a_noise_only_pair_passes_95_percent_of_the_time_at_the_recommended_margin(
+    n: int, psi: float
+) -> None:
+    """By simulation: pairs drawn with the measured flip rate and no true change, decided by the
+    gate's rule (`noninferiority`: the score test and the exact test both reject), pass at the
+    recommended margin at least 95 % of the time (up to simulation error), and below it less often."""
+    from mmlu_track import paired
+
+    margin = smallest_margin(n, psi, 0.05)
+    assert pass_probability(n, psi, margin, 0.05) >= 0.95
+    draws = np.random.default_rng(7).multinomial(n, [psi / 2, psi / 2, 1 - psi], size=20_000)
+    se = np.sqrt(0.95 * 0.05 / len(draws))
+    for delta in (margin, margin - 2e-3):
+        t = paired.tango_statistic(draws[:, 0], draws[:, 1], n, -delta)
+        rate = float(np.mean((t >= paired.critical_value(n, delta, 0.05)) & (t > Z)))
+        exact = pass_probability(n, psi, delta, 0.05)
+        assert abs(rate - exact) <= 4 * se, (n, psi, delta, rate, exact)
+    assert pass_probability(n, psi, margin - 2e-3, 0.05) < 0.95
+    b, c = int(draws[0, 0]), int(draws[0, 1])
+    t0 = float(paired.tango_statistic(b, c, n, -margin))
+    assert _gate_passes(b, c, n, margin) == (t0 >= paired.critical_value(n, margin, 0.05) and t0 > Z)
+
+
+def test_pairs_count_flips_and_the_recommendation_takes_the_worst() -> None:
+    ref = [True, True, False, False, True]
+    other = [True, False, True, True, True]
+    p = pair_noise("repeat", ref, other)
+    assert (p.n, p.lost, p.gained, p.flip_rate, p.delta) == (5, 1, 2, 0.6, 0.2)
+    assert p.flip_low < 0.6 < p.flip_high
+    assert p.delta_low < 0.2 < p.delta_high
+    quiet = pair_noise("batching", ref, ref)
+    rec = recommend([quiet, p], 0.01, 0.05)
+    assert (rec.n, rec.flip_rate) == (5, 0.6)
+    assert rec.margin > 0.5  # 5 questions flipping 60 %: a noise-only pair passes only a huge margin
+    assert "gates on noise" in rec.paragraph(None)
+    spread = Spread((0.40, 0.45, 0.41))
+    assert spread.range == pytest.approx(0.05)
+    assert spread.sd == pytest.approx(float(np.std([0.40, 0.45, 0.41], ddof=1)))
+    with pytest.raises(ValueError, match="2 questions against the reference's 5"):
+        pair_noise("x", ref, [True, False])
+
+
+def test_the_noise_command_measures_the_tiny_model(cli: Cli, tmp_path: Path) -> None:
+    db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"
+    args = ["experiment=smoke", "device=cpu", "tracking.mlflow=false", db, f"hydra.run.dir={tmp_path / 'n'}"]
+    got = cli("noise", *args, "noise.shot_seeds=[1,2]", cwd=tmp_path)
+    assert got.code == 0, got.err
+    doc = json.loads((tmp_path / "n" / "noise.json").read_text())
+    names = [p["name"] for p in doc["pairs"]]
+    assert names == ["repeat", "batching (1, None)", "shot seed 1", "shot seed 2"]
+    assert doc["gated"] == ["repeat", "batching (1, None)"]
+    repeat = doc["pairs"][0]
+    assert (repeat["lost"], repeat["gained"], repeat["n"]) == (0, 0, 4)  # in-process scoring is deterministic
+    assert len(doc["shot_seed_accuracies"]) == 2
+    assert "This evaluation's own noise" in got.out
+    assert doc["recommendation"]["paragraph"] in got.out
+    # Run again: the reference and the shot seeds are taken from the store; repeat and batching run.
+    again = cli(
+        "noise", *args[:-1], f"hydra.run.dir={tmp_path / 'm'}", "noise.shot_seeds=[1,2]", cwd=tmp_path
+    )
+    assert again.code == 0, again.err
+    doc2 = json.loads((tmp_path / "m" / "noise.json").read_text())
+    assert doc2["runs"]["shot seed 1"] == doc["runs"]["shot seed 1"]
+    assert doc2["runs"]["repeat"] != doc["runs"]["repeat"]
+    bad = cli("noise", *args[:-1], "noise.shot_seeds=1", cwd=tmp_path)
+    assert bad.code == 2
+    (line,) = bad.errors
+    assert "noise.shot_seeds must be a list" in line
