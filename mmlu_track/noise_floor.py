@@ -22,19 +22,30 @@ Exit 0, or 2 with one line. Hydra-free: `cli.noise_main` composes `conf/noise.ya
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mmlu_track.config import EvalConfig, NoiseConfig
+from mmlu_track.console import warn
 from mmlu_track.gate.noise import PairNoise, Recommendation, Spread, pair_noise, recommend
 from mmlu_track.gate.stats import pts
 from mmlu_track.pipeline.evaluate import run
 from mmlu_track.pipeline.prepare import Origin
 from mmlu_track.pipeline.session import RunOutput
 from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.run import RunRecord
+from mmlu_track.records.stored import NoiseEntry
+from mmlu_track.store.mlflow import ComparisonLog, log_comparison, metric_key
+from mmlu_track.store.mlflow_client import MlflowUnavailable
+from mmlu_track.store.mlflow_pages import NOTE_TAG
+from mmlu_track.store.noise import save_noise, set_noise_mlflow
+from mmlu_track.store.sql import open_store
 
 NOISE_FILE = "noise.json"
 Echo = Callable[[str], None]
@@ -132,7 +143,65 @@ def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = 
     (output_dir / NOISE_FILE).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
     echo(table(report))
     echo(rec.paragraph(spread))
+    reference = outs["reference"].record
+    if reference is not None:
+        record(report, reference, cfg, noise, output_dir, echo)
     return report
+
+
+def record(
+    report: NoiseReport,
+    reference: RunRecord,
+    cfg: EvalConfig,
+    noise: NoiseConfig,
+    output_dir: Path,
+    echo: Echo,
+) -> NoiseEntry:
+    """The measurement into the SQL store (the gate finds it by protocol) and, when tracking.mlflow,
+    as an MLflow run of its own in `noise.experiment`."""
+    rec, spread = report.recommendation, report.spread
+    entry = NoiseEntry(
+        id=uuid.uuid4().hex,
+        protocol_key=reference.start.protocol.key(),
+        model_name=reference.start.model.name,
+        reference_run_id=report.reference_run,
+        n=rec.n,
+        flip_rate=rec.flip_rate,
+        margin=rec.margin,
+        shot_seed_range=spread.range if spread else None,
+        report_json=json.dumps(report.to_json()),
+        created_at=datetime.now(UTC).replace(tzinfo=None),
+    )
+    store = open_store(cfg.tracking)
+    try:
+        save_noise(store, entry)
+        echo(f"noise measurement {entry.id[:12]} stored in {store.url}: the gate reads it for this protocol")
+        if not cfg.tracking.mlflow:
+            return entry
+        metrics = {"n": float(rec.n), "flip_rate_max": rec.flip_rate, "recommended_margin": rec.margin}
+        metrics |= {metric_key("flip_rate", p.name): p.flip_rate for p in report.pairs}
+        if spread is not None:
+            metrics |= {"shot_seed_range": spread.range} | (
+                {"shot_seed_sd": spread.sd} if len(spread.accuracies) > 1 else {}
+            )
+        log = ComparisonLog(
+            name=f"noise {entry.model_name} n={rec.n}",
+            tags={NOTE_TAG: rec.paragraph(spread), "mmlu_track.noise_id": entry.id},
+            params={metric_key("run", name): run_id for name, run_id in report.runs.items()},
+            metrics=metrics,
+            files=[output_dir / NOISE_FILE],
+            kind="noise",
+        )
+        try:
+            mlflow_id = log_comparison(cfg.tracking.mlflow_uri, noise.experiment, log)
+        except MlflowUnavailable as err:
+            warn(f"{err}; the measurement is kept in the SQL store")
+            return entry
+        set_noise_mlflow(store, entry.id, mlflow_id)
+        echo(f"MLflow run {mlflow_id} (experiment {noise.experiment!r})")
+        return dataclasses.replace(entry, mlflow_run_id=mlflow_id)
+    finally:
+        store.close()
 
 
 def table(report: NoiseReport) -> str:

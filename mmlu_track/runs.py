@@ -3,6 +3,7 @@
 python -m mmlu_track.runs list                # newest first, with MLflow run ids
 python -m mmlu_track.runs show RUN            # one run: settings and per-subject scores
 python -m mmlu_track.runs sync                # log finished runs that MLflow missed
+python -m mmlu_track.runs noise               # the noise measurements (python -m mmlu_track.noise)
 python -m mmlu_track.runs --db URL db-upgrade # migrate a shared server database (explicitly, once)
 """
 
@@ -191,7 +192,28 @@ def _db_upgrade(url: str) -> None:
         engine.dispose()
 
 
-COMMANDS = {"list": _list, "show": _show, "sync": _sync}
+def _noise(store: SqlStore, args: argparse.Namespace) -> int:
+    """The noise measurements, newest first: what the gate reads for a protocol."""
+    from mmlu_track.store.noise import noise_entries
+
+    entries = noise_entries(store, args.limit)
+    if not entries:
+        print("no noise measurement recorded yet: python -m mmlu_track.noise model=... [settings]")
+        return 0
+    print(
+        f"{'id':<12} {'created':<19}  {'model':<28} {'n':>6} {'flips %':>7} {'floor pts':>9}  "
+        "reference    mlflow"
+    )
+    for e in entries:
+        print(
+            f"{e.id[:12]:<12} {e.created_at:%Y-%m-%d %H:%M:%S}  {e.model_name[:28]:<28} {e.n:>6} "
+            f"{100 * e.flip_rate:>7.2f} {100 * e.margin:>9.2f}  {e.reference_run_id[:12]} "
+            f"{e.mlflow_run_id or '-'}"
+        )
+    return 0
+
+
+COMMANDS = {"list": _list, "show": _show, "sync": _sync, "noise": _noise}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         "--mlflow-uri", default=None, help="tracking URI (default: each run's own, else MLflow's default)"
     )
     p_sync.add_argument("--experiment", default=None, help="(default: each run's own, else mmlu_track)")
+    p_noise = sub.add_parser("noise", help="list the noise measurements, newest first")
+    p_noise.add_argument("--limit", type=int, default=20)
     sub.add_parser("db-upgrade", help="upgrade a shared (server) results database to this version's schema")
     args = parser.parse_args(argv)
 

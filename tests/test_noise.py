@@ -94,13 +94,30 @@ def test_the_noise_command_measures_the_tiny_model(cli: Cli, tmp_path: Path) -> 
     assert "This evaluation's own noise" in got.out
     assert doc["recommendation"]["paragraph"] in got.out
     # Run again: the reference and the shot seeds are taken from the store; repeat and batching run.
-    again = cli(
-        "noise", *args[:-1], f"hydra.run.dir={tmp_path / 'm'}", "noise.shot_seeds=[1,2]", cwd=tmp_path
-    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    logged = [f"tracking.mlflow_uri={uri}", "tracking.mlflow=true", f"hydra.run.dir={tmp_path / 'm'}"]
+    again = cli("noise", *args[:-1], *logged, "noise.shot_seeds=[1,2]", cwd=tmp_path)
     assert again.code == 0, again.err
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    (noise_run,) = client.search_runs([client.get_experiment_by_name("mmlu_track_noise").experiment_id])
+    assert noise_run.data.metrics["recommended_margin"] > 0
+    assert noise_run.data.tags["mlflow.note.content"].startswith("This evaluation's own noise")
+    assert noise_run.data.tags["mmlu_track.kind"] == "noise"
     doc2 = json.loads((tmp_path / "m" / "noise.json").read_text())
     assert doc2["runs"]["shot seed 1"] == doc["runs"]["shot seed 1"]
     assert doc2["runs"]["repeat"] != doc["runs"]["repeat"]
+    # Stored: `runs noise` lists it, and a gate over this protocol states it and warns.
+    listed = cli("runs", "--db", db.split("=", 1)[1], "noise", cwd=tmp_path)
+    assert listed.code == 0
+    assert listed.out.count("tiny-random-llama") == 2
+    base, cand = doc["runs"]["reference"], doc["runs"]["repeat"]
+    cmp_args = [f"baseline={base}", f"candidate={cand}", db, "tracking.mlflow=false", "gate.warn_only=true"]
+    gated = cli("compare", *cmp_args, f"hydra.run.dir={tmp_path / 'cmp'}", cwd=tmp_path)
+    assert gated.code == 0, gated.err
+    assert "this evaluation's own noise (measurement" in gated.out
+    assert "warning: gate.margin = 1.00 pts is below this evaluation's noise floor" in gated.out
     bad = cli("noise", *args[:-1], "noise.shot_seeds=1", cwd=tmp_path)
     assert bad.code == 2
     (line,) = bad.errors

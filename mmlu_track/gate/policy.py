@@ -18,7 +18,7 @@ from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.stored import RunStatus
 
 if TYPE_CHECKING:
-    from mmlu_track.records.stored import StoredRun
+    from mmlu_track.records.stored import NoiseEntry, StoredRun
     from mmlu_track.store.sql import SqlStore
 
 EXIT_PASS, EXIT_REGRESSION = 0, 1  # 2, unusable input, is the command line's (cli.py)
@@ -209,3 +209,36 @@ def check_comparable(base: StoredRun, cand: StoredRun, cfg: CompareConfig, store
         require_finished(run, side, store)
     if problems := incomparable(base, cand, cfg.mode, cfg.gate.metric):
         raise ComparisonError(f"runs are not comparable: {problems[0]}")
+
+
+def noise_notes(noise: NoiseEntry | None, comp: Comparison, g: GateConfig) -> list[str]:
+    """What the evaluation's own noise, when measured for this protocol, says of this verdict: the
+    floor beside it (naming the measurement), and a warning when gate.margin is below it or when
+    this many questions cannot show it at the measured flip rate."""
+    if noise is None:
+        return []
+    from mmlu_track.paired import questions_needed
+
+    spread = (
+        f"; shot-seed range {100 * noise.shot_seed_range:.1f} pts"
+        if noise.shot_seed_range is not None
+        else ""
+    )
+    out = [
+        f"this evaluation's own noise (measurement {noise.id[:12]} of {noise.created_at:%Y-%m-%d}, "
+        f"reference run {noise.reference_run_id[:12]}): up to {100 * noise.flip_rate:.1f} % of answers "
+        f"flip at n = {noise.n:,}, where a noise-only pair passes 95 % of the time from "
+        f"δ = {100 * noise.margin:.2f} pts{spread}"
+    ]
+    n = comp.micro.n
+    if g.margin < noise.margin and n <= noise.n:
+        out.append(
+            f"warning: gate.margin = {100 * g.margin:.2f} pts is below this evaluation's noise floor "
+            f"({100 * noise.margin:.2f} pts at n = {noise.n:,}): two runs differing only by noise may fail it"
+        )
+    if g.margin > 0 and (needed := questions_needed(noise.flip_rate, g.margin, g.alpha)) > n:
+        out.append(
+            f"warning: at the measured {100 * noise.flip_rate:.1f} % flips, showing "
+            f"δ = {100 * g.margin:.2f} pts needs about {needed:,} questions; this comparison has {n:,}"
+        )
+    return out

@@ -19,11 +19,13 @@ from mmlu_track.gate.policy import (
     decide,
     incomparable,
     metric_note,
+    noise_notes,
     same_prompts,
     unrecorded,
 )
 from mmlu_track.gate.publish import Outcome, publish
 from mmlu_track.gate.stats import ComparisonError, compare, pair
+from mmlu_track.store.noise import latest_noise
 from mmlu_track.store.sql import open_existing_store
 
 if TYPE_CHECKING:
@@ -151,6 +153,8 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
         sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))
         notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]
         notes += unrecorded(base, cand) + metric_note(base, cand, metric)
+        if cfg.mode == "gate":
+            notes += noise_notes(latest_noise(store, cand.protocol.key()), comp, g)
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
         publish(store, Outcome(comp, verdict, base, cand, cfg), output_dir, echo)
         if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":

@@ -32,6 +32,7 @@ from mmlu_track.gate.policy import (
     flagged_drop,
     incomparable,
     metric_note,
+    noise_notes,
     require_finished,
     same_prompts,
 )
@@ -42,6 +43,7 @@ from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair, pt
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop
 from mmlu_track.records.stored import RunStatus
+from mmlu_track.store.noise import latest_noise
 from mmlu_track.store.sql import open_existing_store
 
 if TYPE_CHECKING:
@@ -181,8 +183,11 @@ class SequentialLooks:
                 exit_code=EXIT_REGRESSION,
                 reasons=(drop, *verdict.reasons),
             )
-        if note := metric_note(base, cand, gate.metric):
-            verdict = replace(verdict, reasons=(*verdict.reasons, *note))
+        notes = metric_note(base, cand, gate.metric) + noise_notes(
+            latest_noise(store, cand.protocol.key()), comp, gate
+        )
+        if notes:
+            verdict = replace(verdict, reasons=(*verdict.reasons, *notes))
         compare_cfg = CompareConfig(base.id, cand.id, gate, self.cfg.tracking, "gate")
         outcome = Outcome(comp, verdict, base, cand, compare_cfg, extra=_extra(res, self.count, cand))
         publish(store, outcome, output_dir / "gate", echo)

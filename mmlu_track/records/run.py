@@ -130,6 +130,10 @@ class EvalProtocol:
             choice_order=cfg.scoring.choice_order,
         )
 
+    def key(self) -> str:
+        """What a noise measurement is stored under: the hash of this protocol."""
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
+
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if out["choice_order"] == "as_given":  # as before rotations: an as-given run's identity unchanged

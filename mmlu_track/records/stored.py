@@ -143,6 +143,24 @@ class ComparisonEntry:
 
 
 @dataclass(frozen=True)
+class NoiseEntry:
+    """One measurement of an evaluation's own noise, as the store keeps it (`noise_floors`): the
+    gate finds it by the protocol of the runs it compares (`EvalProtocol.key`)."""
+
+    id: str
+    protocol_key: str
+    model_name: str
+    reference_run_id: str
+    n: int
+    flip_rate: float  # the largest among the pairs the gate would compare
+    margin: float  # the smallest δ at which a noise-only pair passes 95 % of the time
+    shot_seed_range: float | None  # accuracy's range across shot seeds (None: none measured)
+    report_json: str
+    created_at: datetime
+    mlflow_run_id: str | None = None
+
+
+@dataclass(frozen=True)
 class ShardWork:
     """What one shard's process did, recorded when its units are committed: a sharded run's
     record sums its shards' work (`Timing`), where the finalizer's own share was all it had."""

@@ -351,6 +351,7 @@ class ComparisonLog:
     metrics: Mapping[str, float]
     files: Sequence[Path]
     candidate: tuple[str, str] | None = None
+    kind: str = "comparison"  # the run's mmlu_track.kind tag: comparison | noise (no runs-table view)
 
 
 def log_comparison(uri: str | None, experiment: str, entry: ComparisonLog) -> str:
@@ -361,9 +362,11 @@ def log_comparison(uri: str | None, experiment: str, entry: ComparisonLog) -> st
     try:
         from mlflow.entities import Metric, Param
 
-        client, exp_id = client_and_experiment(uri, experiment, "comparisons")
+        client, exp_id = client_and_experiment(
+            uri, experiment, "comparisons" if entry.kind == "comparison" else None
+        )
         with quiet():
-            run = client.create_run(exp_id, run_name=name, tags={KIND_TAG: "comparison", **run_tags})
+            run = client.create_run(exp_id, run_name=name, tags={KIND_TAG: entry.kind, **run_tags})
             rid = run.info.run_id
             ts = int(run.info.start_time)
             client.log_batch(

@@ -119,3 +119,21 @@ class ComparisonRow(Base):
     report_json: Mapped[str] = mapped_column(Text)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class NoiseRow(Base):
+    """One measurement of an evaluation's own noise (`python -m mmlu_track.noise`)."""
+
+    __tablename__ = "noise_floors"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    protocol_key: Mapped[str] = mapped_column(String(64), index=True)  # records.run.EvalProtocol.key()
+    model_name: Mapped[str] = mapped_column(String(255))
+    reference_run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    n: Mapped[int] = mapped_column(Integer)
+    flip_rate: Mapped[float] = mapped_column(Float)  # the largest among the gated pairs
+    margin: Mapped[float] = mapped_column(Float)  # the smallest δ a noise-only pair passes 95 % of the time
+    shot_seed_range: Mapped[float | None] = mapped_column(Float)
+    report_json: Mapped[str] = mapped_column(Text)  # noise_floor.NoiseReport.to_json()
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
