@@ -212,7 +212,10 @@ class GateConfig:
 
     name: str
     alpha: float = 0.05  # one-sided level of each test; two-sided intervals are 1 - alpha
-    margin: float = 0.01  # δ: the largest drop in micro accuracy that still counts as "no worse"
+    # δ: the largest drop in micro accuracy that still counts as "no worse"; auto (the compare
+    # command): the smallest margin of the runs' protocol's stored noise measurement
+    # (python -m mmlu_track.noise).
+    margin: float | Literal["auto"] = 0.01
     min_effect: float = 0.05  # a subject is flagged only if it also drops by at least this (5 points)
     correction: Correction = "holm"  # across subjects: holm (family-wise) | fdr_bh (Benjamini-Hochberg)
     fail_on_flagged_subjects: bool = False
@@ -229,6 +232,13 @@ class GateConfig:
     baseline: str | None = None  # id or prefix, MLflow run id, model name, models:/<name>@<alias>
     sequential: bool = False
     looks: int = 20  # looks over the questions (20 = every 5 %); each covers the subjects in proportion
+
+    @property
+    def delta(self) -> float:
+        """δ as a number: `margin=auto` is resolved (`gate.policy.auto_margin`) before it is read."""
+        if isinstance(self.margin, str):
+            raise ValueError("gate.margin=auto was read before it was resolved (a bug)")
+        return self.margin
 
 
 @dataclass(frozen=True)

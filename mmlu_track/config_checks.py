@@ -179,8 +179,10 @@ def _check_gate(g: GateConfig) -> None:
     if not 0 < g.alpha <= 0.5:
         raise ConfigError(f"gate.alpha={g.alpha} must be in (0, 0.5]: a one-sided test level, 0.05 = 5 %")
     _check_seed("gate.seed", g.seed)
-    if not 0 <= g.margin < 1:
-        raise ConfigError(f"gate.margin={g.margin} must be in [0, 1): an accuracy difference, 0.01 = 1 point")
+    if g.margin != "auto" and not 0 <= g.delta < 1:
+        raise ConfigError(
+            f"gate.margin={g.margin} must be in [0, 1): an accuracy difference, 0.01 = 1 point (or auto)"
+        )
     if not 0 <= g.min_effect < 1:
         raise ConfigError(f"gate.min_effect={g.min_effect} must be in [0, 1): 0.05 = 5 points")
     if g.bootstrap_resamples < 0:
@@ -199,7 +201,12 @@ def _check_sequential(cfg: EvalConfig) -> None:
             "gate.baseline is read by the sequential gate: add gate.sequential=true, or compare after a full "
             "run with python -m mmlu_track.compare baseline=RUN candidate=RUN"
         )
-    if g.margin <= 0:
+    if g.margin == "auto":
+        raise ConfigError(
+            "gate.margin=auto applies to python -m mmlu_track.compare: a sequential gate's δ is fixed before "
+            "its first look; give it a number (python -m mmlu_track.runs noise shows the measured floors)"
+        )
+    if g.delta <= 0:
         raise ConfigError(
             f"gate.sequential=true needs gate.margin > 0 (got {g.margin}): δ is what it bets on"
         )

@@ -129,7 +129,7 @@ def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = 
     ]
     spread = Spread(tuple(seeds)) if seeds else None
     gate = cfg.gate
-    margin, alpha = (gate.margin, gate.alpha) if gate is not None else (0.01, 0.05)
+    margin, alpha = (gate.delta, gate.alpha) if gate is not None and gate.margin != "auto" else (0.01, 0.05)
     rec = recommend([p for p in pairs if p.name in gated_names], margin, alpha)
     report = NoiseReport(
         reference_run=str(outs["reference"].run_id),

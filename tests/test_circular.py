@@ -251,7 +251,7 @@ def test_a_served_model_answers_each_rotation(server: LlamaServer, cli: Cli, tmp
     """Four requests per question (or more: echo), the first rotation's the as-given run's."""
     from .test_served import _eval, _served
 
-    args = _served(server.base_url, "k=0", "tracking.mlflow=false", subjects="[anatomy]", limit=2)
+    args = _served(server.base_url, "k=0", "tracking.mlflow=false", subjects="[anatomy]", limit=1)
     docs = {}
     for name, extra in (("given", []), ("circ", ["scoring.choice_order=circular"])):
         got = _eval(cli, tmp_path, *args, *extra, out=name)
@@ -263,5 +263,5 @@ def test_a_served_model_answers_each_rotation(server: LlamaServer, cli: Cli, tmp
     given, circ = docs["given"], docs["circ"]
     assert [r["logprobs"] for r in circ["rows"]] == [r["logprobs"] for r in given["rows"]]
     assert all(len(r["rotations"]) == 3 for r in circ["rows"])
-    assert circ["timing"]["requests"] - given["timing"]["requests"] >= 3 * 2  # 3 more prompts per question
-    assert circ["circular"]["accuracy"]["micro"]["n"] == 2
+    assert circ["timing"]["requests"] - given["timing"]["requests"] >= 3  # 3 more prompts per question
+    assert circ["circular"]["accuracy"]["micro"]["n"] == 1

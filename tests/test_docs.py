@@ -174,6 +174,19 @@ def _check_compare(cmd: Command, args: tuple[str, ...]) -> None:
     compare_config_from_dict(raw)
 
 
+def _check_noise(cmd: Command, args: tuple[str, ...]) -> None:
+    """The noise command's settings: the evaluation's (checked as one) and its own `noise.*`."""
+    from mmlu_track.config import NoiseConfig
+    from mmlu_track.typed import from_mapping
+
+    overrides, multirun = _split_eval_args(args)
+    assert not multirun, "the noise command is not swept"
+    raw = plain(_composed("noise", overrides))
+    from_mapping(NoiseConfig, raw.pop("noise"), prefix="noise.")
+    eval_config_from_dict(raw)
+    _check_paths(raw)
+
+
 class _Parsed(Exception):
     pass
 
@@ -305,6 +318,8 @@ def _check(cmd: Command, monkeypatch: pytest.MonkeyPatch) -> None:
     checks = [
         (("python", "-m", "mmlu_track.compare"), _check_compare),
         (("mmlu-track-compare",), _check_compare),
+        (("python", "-m", "mmlu_track.noise"), _check_noise),
+        (("mmlu-track-noise",), _check_noise),
         (("python", "-m", "mmlu_track.runs"), lambda c, a: _check_runs(c, a, monkeypatch)),
         (("mmlu-track-runs",), lambda c, a: _check_runs(c, a, monkeypatch)),
         (("python", "-m", "mmlu_track"), _check_eval),

@@ -118,6 +118,18 @@ def test_the_noise_command_measures_the_tiny_model(cli: Cli, tmp_path: Path) -> 
     assert gated.code == 0, gated.err
     assert "this evaluation's own noise (measurement" in gated.out
     assert "warning: gate.margin = 1.00 pts is below this evaluation's noise floor" in gated.out
+    auto = cli("compare", *cmp_args, "gate.margin=auto", f"hydra.run.dir={tmp_path / 'auto'}", cwd=tmp_path)
+    assert auto.code == 0, auto.err
+    floor = doc["recommendation"]["margin"]
+    assert f"gate.margin=auto: δ = {100 * floor:.2f} pts, the floor of measurement" in auto.out
+    report = json.loads(next((tmp_path / "auto").rglob("report.json")).read_text())
+    assert report["policy"]["margin"] == pytest.approx(floor)
+    from mmlu_track.config import GateConfig
+    from mmlu_track.gate.policy import auto_margin
+    from mmlu_track.gate.stats import ComparisonError
+
+    with pytest.raises(ComparisonError, match=r"gate\.margin=auto needs a noise measurement"):
+        auto_margin(GateConfig("default", margin="auto"), None, "m")
     bad = cli("noise", *args[:-1], "noise.shot_seeds=1", cwd=tmp_path)
     assert bad.code == 2
     (line,) = bad.errors

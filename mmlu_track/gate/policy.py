@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from mmlu_track.config import CompareConfig, CompareMode, GateConfig, is_served
@@ -42,7 +42,7 @@ def decide(comp: Comparison, gate: GateConfig) -> Verdict:
     is shown; the data cannot tell, and the gate still fails unless the policy only warns.
     """
     ni, micro, a = comp.noninferiority, comp.micro, gate.alpha
-    delta_txt = f"δ = {100 * gate.margin:.1f} pts"
+    delta_txt = f"δ = {100 * gate.delta:.1f} pts"
     ni_line = (
         f"non-inferiority at {delta_txt} {'shown' if ni.shown else 'not shown'}: one-sided "
         f"{100 * (1 - a):.0f}% lower bound of Δ micro {pts(ni.lower_bound)} pts (p = {ni.p_value:.3g}), "
@@ -231,14 +231,27 @@ def noise_notes(noise: NoiseEntry | None, comp: Comparison, g: GateConfig) -> li
         f"δ = {100 * noise.margin:.2f} pts{spread}"
     ]
     n = comp.micro.n
-    if g.margin < noise.margin and n <= noise.n:
+    if g.delta < noise.margin and n <= noise.n:
         out.append(
-            f"warning: gate.margin = {100 * g.margin:.2f} pts is below this evaluation's noise floor "
+            f"warning: gate.margin = {100 * g.delta:.2f} pts is below this evaluation's noise floor "
             f"({100 * noise.margin:.2f} pts at n = {noise.n:,}): two runs differing only by noise may fail it"
         )
-    if g.margin > 0 and (needed := questions_needed(noise.flip_rate, g.margin, g.alpha)) > n:
+    if g.delta > 0 and (needed := questions_needed(noise.flip_rate, g.delta, g.alpha)) > n:
         out.append(
             f"warning: at the measured {100 * noise.flip_rate:.1f} % flips, showing "
-            f"δ = {100 * g.margin:.2f} pts needs about {needed:,} questions; this comparison has {n:,}"
+            f"δ = {100 * g.delta:.2f} pts needs about {needed:,} questions; this comparison has {n:,}"
         )
     return out
+
+
+def auto_margin(g: GateConfig, noise: NoiseEntry | None, protocol_of: str) -> GateConfig:
+    """`gate.margin=auto`: δ is the stored noise measurement's smallest margin for this protocol."""
+    if g.margin != "auto":
+        return g
+    if noise is None:
+        raise ComparisonError(
+            f"gate.margin=auto needs a noise measurement of these runs' protocol and there is none (the "
+            f"runs of {protocol_of}): measure it with python -m mmlu_track.noise and the same settings, or "
+            "give a number"
+        )
+    return replace(g, margin=noise.margin)

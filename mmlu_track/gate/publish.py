@@ -120,7 +120,7 @@ def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> None:
         delta_macro=comp.macro.delta,
         p_regression=comp.micro.p_regression,
         p_noninferiority=comp.noninferiority.p_value,
-        margin=g.margin,
+        margin=g.delta,
         n_flagged=sum(s.flagged for s in comp.subjects),
         report_json=json.dumps(reports.doc),
         created_at=datetime.now(UTC).replace(tzinfo=None),
@@ -181,7 +181,7 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> str | None:
         "candidate_run": cand.id,
         "mode": o.mode,
         "alpha": str(cfg.gate.alpha),
-        **({} if gap else {"policy": cfg.gate.name, "margin_pts": str(100 * cfg.gate.margin)}),
+        **({} if gap else {"policy": cfg.gate.name, "margin_pts": str(100 * cfg.gate.delta)}),
         **({"looks": str(cfg.gate.looks)} if extra else {}),
     }
     # Runs logged while MLflow was down have no MLflow id until `runs sync`.

@@ -221,7 +221,7 @@ def markdown(
     lines = [heading, ""]
     lines += [f"- {md_text(r)}" for r in verdict.reasons]
     policy = (
-        f", policy {md_code(cfg.gate.name)} (α={s.alpha}, δ={100 * s.margin:.1f} pts, min effect "
+        f", policy {md_code(cfg.gate.name)} (α={s.alpha}, δ={100 * s.delta:.1f} pts, min effect "
         f"{100 * s.min_effect:.0f} pts, {s.correction})"
         if gate_mode
         else f" (α={s.alpha}, {s.correction})"
@@ -352,7 +352,7 @@ def deltas_png(comp: Comparison, path: Path, heading: str, margin_line: bool = T
         100 * comp.micro.delta, color="#DD8452", linestyle="--", label=f"micro Δ {pts(comp.micro.delta)}"
     )
     if margin_line:
-        ax.axvline(-100 * comp.settings.margin, color="#C44E52", linestyle=":", label="−δ (margin)")
+        ax.axvline(-100 * comp.settings.delta, color="#C44E52", linestyle=":", label="−δ (margin)")
     lows, highs = [100 * d.ci_low for d in ordered], [100 * d.ci_high for d in ordered]
     pad = 0.05 * max(1.0, max(highs) - min(lows))
     ax.set_xlim(max(-100.0, min(lows) - pad), min(100.0, max(highs) + pad))

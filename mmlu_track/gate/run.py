@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from mmlu_track.config import CompareConfig, CompareMode, GateConfig
 from mmlu_track.gate.policy import (
     analysis,
+    auto_margin,
     check_comparable,
     decide,
     incomparable,
@@ -144,7 +145,10 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
                 f"{cfg.candidate!r}): a verdict needs two different runs"
             )
         check_comparable(base, cand, cfg, store)
-        g = cfg.gate
+        noise = latest_noise(store, cand.protocol.key())
+        auto = cfg.gate.margin == "auto"
+        g = auto_margin(cfg.gate, noise, cand.model_name)
+        cfg = replace(cfg, gate=g)
         base_results, cand_results = store.question_results(base.id), store.question_results(cand.id)
         if cfg.mode == "gate":
             same_prompts(base_results, cand_results)
@@ -154,7 +158,11 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
         notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]
         notes += unrecorded(base, cand) + metric_note(base, cand, metric)
         if cfg.mode == "gate":
-            notes += noise_notes(latest_noise(store, cand.protocol.key()), comp, g)
+            notes += noise_notes(noise, comp, g)
+            if auto and noise is not None:
+                notes.append(
+                    f"gate.margin=auto: δ = {100 * g.delta:.2f} pts, the floor of measurement {noise.id[:12]}"
+                )
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
         publish(store, Outcome(comp, verdict, base, cand, cfg), output_dir, echo)
         if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":

@@ -142,7 +142,7 @@ class SequentialLooks:
             gained += now and not before
         self.counts.append(LookCounts(len(results), lost, gained))
         self.used.extend(results)
-        self.result = decide_looks(self.counts, self.gate.margin, self.gate.alpha)
+        self.result = decide_looks(self.counts, self.gate.delta, self.gate.alpha)
         if self.result.decision == "continue" or number == self.count:
             return None  # at the last look every question is scored: the run finishes
         if self.candidate is None:
@@ -201,7 +201,7 @@ def _baseline(gate: GateConfig) -> str:
 
 
 def headline(res: SequentialResult, gate: GateConfig, looks: int) -> str:
-    delta = f"δ = {100 * gate.margin:.1f} pts"
+    delta = f"δ = {100 * gate.delta:.1f} pts"
     if res.decision == "pass":
         return f"non-inferiority shown at {delta} at look {res.look} of {looks}, no drop shown"
     if res.decision == "regression":

@@ -274,7 +274,7 @@ def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
         micro=micro,
         macro=_macro(subjects, a),
         bootstrap=_bootstrap(pairs, settings) if settings.bootstrap_resamples > 0 else None,
-        noninferiority=noninferiority(micro.lost, micro.gained, micro.n, settings.margin, a),
+        noninferiority=noninferiority(micro.lost, micro.gained, micro.n, settings.delta, a),
         subjects=tuple(subjects),
         categories=categories,
     )
