@@ -71,7 +71,7 @@ def test_pairs_count_flips_and_the_recommendation_takes_the_worst() -> None:
     rec = recommend([quiet, p], 0.01, 0.05)
     assert (rec.n, rec.flip_rate) == (5, 0.6)
     assert rec.margin > 0.5  # 5 questions flipping 60 %: a noise-only pair passes only a huge margin
-    assert "gates on noise" in rec.paragraph(None)
+    assert "is below it: at n = 5 two runs differing only by noise would fail it" in rec.paragraph(None)
     spread = Spread((0.40, 0.45, 0.41))
     assert spread.range == pytest.approx(0.05)
     assert spread.sd == pytest.approx(float(np.std([0.40, 0.45, 0.41], ddof=1)))

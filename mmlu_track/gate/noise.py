@@ -142,7 +142,10 @@ class Recommendation:
         )
         need = f"{self.needed_at_chosen:,}" if self.needed_at_chosen is not None else "no number of"
         verdict = (
-            "is below this floor: it gates on noise" if self.chosen_margin < self.margin else "clears it"
+            f"is below it: at n = {self.n:,} two runs differing only by noise would fail it more than "
+            f"{100 * (1 - PASS_PROBABILITY):.0f} % of the time"
+            if self.chosen_margin < self.margin
+            else "clears it"
         )
         flips, n, floor = 100 * self.flip_rate, f"{self.n:,}", 100 * self.margin
         return (
