@@ -84,6 +84,15 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
             r.n_questions,
         )
         print(_ROW.format(*cells, micro, macro, created, r.mlflow_run_id or "-"))
+    from mmlu_track.store.noise import noise_entries
+
+    if measured := noise_entries(store, 1000):
+        references = {e.reference_run_id[:12] for e in measured}
+        print(
+            f"{len(measured)} noise measurement{'s' * (len(measured) > 1)} (reference runs "
+            f"{', '.join(sorted(references)[:5])}{' …' * (len(references) > 5)}): "
+            "python -m mmlu_track.runs noise"
+        )
     return 0
 
 
@@ -111,6 +120,18 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
         print(
             f"shard {claim.shard} of {claim.shards}  {claim.status}  process {who}  "
             f"scheduler {claim.scheduler or '-'}  {beat}"
+        )
+    from mmlu_track.store.noise import latest_noise
+
+    if noise := latest_noise(store, run.protocol.key()):
+        print(
+            f"noise floor of this protocol: measurement {noise.id[:12]} ({noise.created_at:%Y-%m-%d}, "
+            f"reference {noise.reference_run_id[:12]}): up to {100 * noise.flip_rate:.1f} % flips at "
+            f"n = {noise.n}, δ from {100 * noise.margin:.2f} pts"
+        )
+    else:
+        print(
+            "noise floor of this protocol: not measured (python -m mmlu_track.noise with this run's settings)"
         )
     if stop := run.early_stop:
         resumed = "" if run.status == RunStatus.STOPPED else " (since resumed)"

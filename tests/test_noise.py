@@ -112,6 +112,10 @@ def test_the_noise_command_measures_the_tiny_model(cli: Cli, tmp_path: Path) -> 
     listed = cli("runs", "--db", db.split("=", 1)[1], "noise", cwd=tmp_path)
     assert listed.code == 0
     assert listed.out.count("tiny-random-llama") == 2
+    runs_db = ["runs", "--db", db.split("=", 1)[1]]
+    assert "2 noise measurements (reference runs" in cli(*runs_db, "list", cwd=tmp_path).out
+    shown = cli(*runs_db, "show", doc["runs"]["reference"], cwd=tmp_path).out
+    assert "noise floor of this protocol: measurement" in shown
     base, cand = doc["runs"]["reference"], doc["runs"]["repeat"]
     cmp_args = [f"baseline={base}", f"candidate={cand}", db, "tracking.mlflow=false", "gate.warn_only=true"]
     gated = cli("compare", *cmp_args, f"hydra.run.dir={tmp_path / 'cmp'}", cwd=tmp_path)
