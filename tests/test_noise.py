@@ -138,3 +138,28 @@ def test_the_noise_command_measures_the_tiny_model(cli: Cli, tmp_path: Path) -> 
     assert bad.code == 2
     (line,) = bad.errors
     assert "noise.shot_seeds must be a list" in line
+
+
+def test_evaluations_sharded_beforehand_are_reused(cli: Cli, tmp_path: Path) -> None:
+    """Shards (here in turn; through Hydra's launchers the same) make the run the noise command
+    would make: it takes them as they are, and scores only the repeat and the batching."""
+    db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"
+    common = ["experiment=smoke", "device=cpu", "tracking.mlflow=false", db]
+    for shard in (0, 1):
+        got = cli(
+            "eval",
+            *common,
+            "limit=2",
+            "shards=2",
+            f"shard={shard}",
+            f"hydra.run.dir={tmp_path / str(shard)}",
+            cwd=tmp_path,
+        )
+        assert got.code == 0, got.err
+    (sharded,) = (json.loads(p.read_text())["run_id"] for p in tmp_path.rglob("results.json"))
+    got = cli("noise", *common, "noise.shot_seeds=[]", f"hydra.run.dir={tmp_path / 'n'}", cwd=tmp_path)
+    assert got.code == 0, got.err
+    doc = json.loads((tmp_path / "n" / "noise.json").read_text())
+    assert doc["runs"]["reference"] == sharded
+    assert [p["name"] for p in doc["pairs"]] == ["repeat", "batching (1, None)"]
+    assert doc["shot_seed_accuracies"] is None
