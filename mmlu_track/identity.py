@@ -18,6 +18,9 @@ SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_r
 # outside what a comparison reports as differing (`gate.report.what_differs`). One list for both.
 _HOW_RUN = ("tracking", "cache_dir", "batch_size", "batch_tokens", "shards", "shard", "gate")
 RESULT_NEUTRAL = (*_HOW_RUN, *(f"model.{key}" for key in SERVER_ONLY))
+# Of those, what a comparison still names when it differs, apart and as not changing results: a
+# noise check between batch sizes says which ones it checked.
+SHOWN_NEUTRAL = ("batch_size", "batch_tokens", "shards", "model.max_concurrency", "model.top_logprobs")
 
 
 def is_result_neutral(key: str) -> bool:

@@ -115,14 +115,16 @@ def synthetic_run(
     formulation: str = "original",
     calibration: str = "none",
     dtype: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> str:
     """A finished run written straight into a store, with the given correctness per question
-    (loaded in float32, or in `dtype=` asked for)."""
+    (loaded in float32, or in `dtype=` asked for; `extra`: more overrides)."""
     from mmlu_track.records.results import QuestionResult, aggregate
 
     cfg = compose_eval(
         ["model=tiny", f"k={k}", f"formulation={formulation}", f"scoring.calibration={calibration}"]
         + ([f"dtype={dtype}"] if dtype else [])
+        + list(extra)
     )
     start = synthetic_start(cfg, model, fingerprint, sum(map(len, correct.values())))
     run_id, _ = store.start_or_resume(start, f"{model}-{k}-{fingerprint}-{os.urandom(8).hex()}")

@@ -239,3 +239,13 @@ def test_two_runs_of_one_model_are_titled_by_what_differs(cli: Cli, tmp_path: Pa
     md = (tmp_path / "r2" / "report.md").read_text()
     assert "What differs: dtype auto (float32) → bfloat16." in md
     assert "ran in" not in md
+    # A noise check between batch sizes names them, apart from what changes results (it said
+    # "nothing recorded" when batch_size was 64 vs 8).
+    small = synthetic_run(store, "m", flags, extra=("batch_size=8",))
+    got = cli("compare", f"baseline={auto}", f"candidate={small}", f"tracking.db_url={db}",
+              "tracking.mlflow=false", f"hydra.run.dir={tmp_path / 'r3'}", cwd=tmp_path)  # fmt: skip
+    assert got.code in (0, 1), got.err
+    md = (tmp_path / "r3" / "report.md").read_text()
+    neutral = "not changing results: batch\\_size 64 → 8."  # Markdown-escaped
+    assert f"What differs: nothing that changes results (a noise check); {neutral}" in md
+    assert "m, baseline → candidate: batch_size 64 → 8 (not changing results)" in got.out

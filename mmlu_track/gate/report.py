@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from mmlu_track.config import is_served, to_dict
 from mmlu_track.gate.stats import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta, pts
-from mmlu_track.identity import is_result_neutral
+from mmlu_track.identity import SHOWN_NEUTRAL, is_result_neutral
 from mmlu_track.typed import flatten
 
 if TYPE_CHECKING:
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
 
 TITLE_CHARS = 90  # characters of a deltas.png title line: 8-inch figure, 10-point font
-NOTHING_DIFFERS = "nothing recorded (a noise check)"
+NOTHING_DIFFERS = "nothing that changes results (a noise check)"
+NEUTRAL = "not changing results"
 ICONS = {
     "pass": "✅ PASS",
     "regression": "❌ REGRESSION",
@@ -67,7 +68,8 @@ def title(base: StoredRun, cand: StoredRun, mode: str) -> str:
     """The comparison in a line; for two runs of one model, what else differs (baseline → candidate)."""
     if mode == "fewshot_gap":
         return f"Few-shot gap of {cand.model_name}: k={cand.k} vs k={base.k}"
-    if cand.model_name == base.model_name and (differs := what_differs(base, cand)):
+    differs = what_differs(base, cand) or [f"{d} ({NEUTRAL})" for d in neutral_differs(base, cand)]
+    if cand.model_name == base.model_name and differs:
         more = f" (+{len(differs) - 2} more)" if len(differs) > 2 else ""
         return f"{cand.model_name}, baseline → candidate: {'; '.join(differs[:2])}{more}"
     return f"{cand.model_name} vs baseline {base.model_name}"
@@ -111,6 +113,20 @@ def what_differs(base: StoredRun, cand: StoredRun) -> list[str]:
         resolved = {"dtype": (dtype(sa.get("dtype"), ma.dtype), dtype(sb.get("dtype"), mb.dtype))}
         pairs = [(n, *resolved.get(n, (x, y))) for n, x, y in pairs]
     return [f"{name} {x} → {y}" for name, x, y in pairs if x != y]
+
+
+def neutral_differs(base: StoredRun, cand: StoredRun) -> list[str]:
+    """The settings of `identity.SHOWN_NEUTRAL` that differ (`batch_size 64 → 8`): they do not
+    change results, and a noise check is about them."""
+    a, b = (flatten(to_dict(r.config)) for r in (base, cand))
+    return [f"{k} {a.get(k)} → {b.get(k)}" for k in SHOWN_NEUTRAL if a.get(k) != b.get(k)]
+
+
+def _differs_line(base: StoredRun, cand: StoredRun) -> str:
+    text = "; ".join(map(md_text, what_differs(base, cand))) or NOTHING_DIFFERS
+    if neutral := neutral_differs(base, cand):
+        text += f"; {NEUTRAL}: {'; '.join(map(md_text, neutral))}"
+    return f"What differs: {text}."
 
 
 def _p(p: float | None) -> str:
@@ -233,7 +249,7 @@ def markdown(
         f"scoring {md_code(cand.scoring)}, "
         f"k={base.k}{'' if base.k == cand.k else f'→{cand.k}'}{policy}.",
         "",
-        f"What differs: {'; '.join(map(md_text, what_differs(base, cand))) or NOTHING_DIFFERS}.",
+        _differs_line(base, cand),
         *_mlflow_links(base, cand, cfg.tracking.mlflow_uri),
         "",
         _HEADER,
