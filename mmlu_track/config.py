@@ -27,6 +27,7 @@ GateMetric = Literal["accuracy", "circular"]
 Dtype = Literal["float32", "bfloat16", "float16", "auto"]
 
 DEV_EXAMPLES_PER_SUBJECT = 5  # MMLU's dev split has exactly 5 per subject
+DEFAULT_SEED = 1234
 MAX_SEED = 2**63 - 1  # torch.manual_seed and numpy's generators overflow (a traceback) beyond 64 bits
 
 
@@ -182,7 +183,7 @@ class EvalConfig:
     chat: ChatConfig = ChatConfig()  # chat=none (raw prompts) | single_turn | multiturn (its chat template)
     subjects: tuple[str, ...] = SUBJECTS  # `all`, one subject, or a list: 'subjects=[anatomy,virology]'
     limit: int | None = None  # questions per subject (a seeded sample kept in source order); None = all
-    seed: int = 1234  # seeds python, numpy, torch, the question sample and random shot selection
+    seed: int = DEFAULT_SEED  # seeds python, numpy, torch, the question sample and random shot selection
     shot_selection: ShotSelection = "first"  # the k first dev rows (as the references do) | random
     shot_seed: int | None = None  # the seed of shot_selection=random apart from the sample's; None: seed
     batch_size: int = 64  # most questions per forward pass; scores do not depend on batching

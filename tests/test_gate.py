@@ -250,12 +250,12 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
     assert client.get_model_version_by_alias("mmlu-model", "champion").run_id == promoted_run.mlflow_run_id
     # the candidate's own run leads to its latest verdict
     tag = client.get_run(str(promoted_run.mlflow_run_id)).data.tags["mmlu_track.gate"]
-    assert tag.startswith("PASS vs baseline m-base-original-k5-logprob-float32 (comparison run ")
+    assert tag.startswith("PASS vs baseline m-base@seed0-k5-logprob-float32 (comparison run ")
     comparison = tag.rstrip(")").rpartition(" ")[2]  # and its description links to it
     note = client.get_run(str(promoted_run.mlflow_run_id)).data.tags["mlflow.note.content"]
     assert f"/runs/{comparison})" in note
     assert (
-        note.count("**Latest gate:** [PASS vs baseline m-base-original-k5-logprob-float32](#/experiments/")
+        note.count("**Latest gate:** [PASS vs baseline m-base@seed0-k5-logprob-float32](#/experiments/")
         == 1
     )
     unlogged = synthetic_run(store, "m-new", _correct(10))

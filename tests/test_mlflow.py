@@ -56,7 +56,8 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
     assert p["prompt.template_hash"] == out.record.start.template_hash
     assert p["version.transformers"] == out.record.start.versions["transformers"]
     assert "model.revision" not in p  # unset: left out, never the string "None"
-    assert got.info.run_name == "tiny-random-llama-original-k2-logprob-float32-limit3-seed1234"
+    # The model's identity (a random model's seed), then what differs from the defaults (issue 42).
+    assert got.info.run_name == "tiny-random-llama@seed0-k2-logprob-2subjects-float32-limit3"
     assert t[RUN_ID_TAG] == out.run_id
     assert t[SWEEP_TAG] == "/sweeps/s1"
     assert "git_commit" in t

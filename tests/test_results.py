@@ -79,3 +79,19 @@ def test_subject_plot_order_is_fixed_by_category_then_subject() -> None:
     order = subject_order(["virology", "anatomy", "college_physics", "philosophy", "abstract_algebra"])
     assert order == subject_order(sorted(order))  # the accuracies (and the input order) do not matter
     assert order[-2:] == ["college_physics", "abstract_algebra"]  # STEM first, at the top of the plot
+
+
+def test_run_names_tell_model_versions_and_settings_apart() -> None:
+    """Two versions of a random model were named alike (the sample's seed was the only seed in
+    the name), and a calibration run differed only past the runs table's cut (issue 42)."""
+    from .conftest import compose_eval, synthetic_start
+
+    def name(*overrides: str) -> str:
+        return synthetic_start(compose_eval(["experiment=smoke", *overrides])).name
+
+    assert name("model.tiny_seed=1") != name("model.tiny_seed=2")
+    assert name("model.tiny_seed=1").startswith("m@seed1-k2-logprob")
+    assert name("scoring.calibration=mean").startswith("m@seed0-k2-logprob-cal-mean")
+    assert name("seed=7").endswith("limit3-sample7")
+    assert name().endswith("-float32-limit3")  # the default sample seed is not repeated
+    assert "circular" in name("scoring.choice_order=circular")

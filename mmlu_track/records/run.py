@@ -19,10 +19,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.config import EvalConfig, to_dict
+from mmlu_track.config import DEFAULT_SEED, EvalConfig, to_dict
 from mmlu_track.config_checks import eval_config_from_dict
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.robustness import CircularScores, LetterBias
+from mmlu_track.records.subjects import SUBJECTS
 from mmlu_track.typed import ConfigError
 
 SCHEMA_VERSION = 1
@@ -252,20 +253,33 @@ class RunStart:
 
     @property
     def name(self) -> str:
-        """What tells runs apart: model, formulation, chat style, k, scoring, calibration, dtype,
-        limit and seed."""
-        cfg = self.config
-        parts = [self.model.name, cfg.formulation, f"k{cfg.k}", cfg.scoring.method]
-        if cfg.chat.style != "none":
-            parts.insert(2, f"chat-{cfg.chat.style}")
-        if cfg.scoring.calibration != "none":
-            parts.append(f"cal-{cfg.scoring.calibration}")
-        if cfg.scoring.extract != "first_char":
-            parts.append(f"extract-{cfg.scoring.extract}")
-        parts.append(self.model.dtype)
+        """What tells runs apart, in the order a reviewer scans: the model and its identity (a
+        random model's seed, else the revision or the weights' digest), k, the scoring, then each
+        setting that differs from its default (formulation, chat, calibration, extraction, choice
+        order, random shots, subjects, context), the dtype it ran in, and a sample's size and seed."""
+        cfg, m = self.config, self.model
+        ident = (
+            f"seed{cfg.model.tiny_seed}" if m.source == "tiny" else (m.revision or m.weights_sha256 or "")[:8]
+        )
+        parts = [f"{m.name}@{ident}" if ident else m.name, f"k{cfg.k}", cfg.scoring.method]
+        optional = [
+            (cfg.formulation != "original", cfg.formulation),
+            (cfg.chat.style != "none", f"chat-{cfg.chat.style}"),
+            (cfg.scoring.calibration != "none", f"cal-{cfg.scoring.calibration}"),
+            (cfg.scoring.extract != "first_char", f"extract-{cfg.scoring.extract}"),
+            (cfg.scoring.choice_order != "as_given", cfg.scoring.choice_order),
+            (
+                cfg.shot_selection == "random",
+                f"shots-random{cfg.seed if cfg.shot_seed is None else cfg.shot_seed}",
+            ),
+            (len(cfg.subjects) != len(SUBJECTS), f"{len(cfg.subjects)}subjects"),
+            (cfg.max_length is not None, f"ctx{cfg.max_length}"),
+        ]
+        parts += [text for wanted, text in optional if wanted]
+        parts.append(m.dtype)
         if cfg.limit is not None:
-            parts += [f"limit{cfg.limit}", f"seed{cfg.seed}"]
-        return "-".join(str(p) for p in parts)
+            parts.append(f"limit{cfg.limit}" + (f"-sample{cfg.seed}" if cfg.seed != DEFAULT_SEED else ""))
+        return "-".join(parts)
 
 
 @dataclass(frozen=True)
