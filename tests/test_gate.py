@@ -255,8 +255,7 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
     note = client.get_run(str(promoted_run.mlflow_run_id)).data.tags["mlflow.note.content"]
     assert f"/runs/{comparison})" in note
     assert (
-        note.count("**Latest gate:** [PASS vs baseline m-base@seed0-k5-logprob-float32](#/experiments/")
-        == 1
+        note.count("**Latest gate:** [PASS vs baseline m-base@seed0-k5-logprob-float32](#/experiments/") == 1
     )
     unlogged = synthetic_run(store, "m-new", _correct(10))
     refused = _compare(cli, tmp_path, db, f"baseline={cand}", f"candidate={unlogged}", promote[0],
