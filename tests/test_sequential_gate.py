@@ -132,7 +132,7 @@ def test_stops_early_reports_and_resumes_to_completion(
 
 
 def _sequential(cfg: EvalConfig, out: Path, lines: list[str]) -> int:
-    with sequential_gate(cfg) as gate:
+    with sequential_gate(cfg, echo=lines.append) as gate:
         gated = run(cfg, out, progress=False, echo=lines.append, looks=gate)
         return gate.conclude(gated.run_id, out, echo=lines.append)
 
@@ -175,6 +175,10 @@ def test_no_decision_says_how_many_questions_would_be_needed(tmp_path: Path) -> 
     assert "no decision after all 10 looks (200 questions)" in text
     assert "questions would be needed at the observed" in text
     assert "more than this run's 200: raise limit" in text
+    assert "look 10/10: 200 questions" in text
+    assert text.count(": no decision: the run is over") == 1  # the last look's state is final
+    report = json.loads(next((tmp_path / "c").rglob("report.json")).read_text())
+    assert report["sequential"]["decision"] == "undecided"
 
 
 def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Path) -> None:
@@ -189,6 +193,9 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     code = _sequential(compose_eval([*logged, f"gate.baseline={base.run_id}", *GATE]), tmp_path / "c", lines)
     assert code == 1
     assert any("REGRESSION: a drop shown at look 1 of 10" in line for line in lines), lines
+    assert any(
+        line.startswith("look 1/10: 20 questions, ") and line.endswith(": regression") for line in lines
+    )
     (stopped,) = [r for r in _runs(db).values() if r.status == "stopped"]
 
     # In MLflow the stopped run says so in its name and tags; resumed to completion, it no longer does.

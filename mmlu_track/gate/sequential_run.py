@@ -19,7 +19,7 @@ Exit codes as the compare command's: 0 pass, 1 regression or inconclusive, 2 unu
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,12 +52,12 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def sequential_gate(cfg: EvalConfig) -> Iterator[SequentialLooks]:
+def sequential_gate(cfg: EvalConfig, echo: Callable[[str], None] = print) -> Iterator[SequentialLooks]:
     """The sequential gate of the evaluation `cfg` (gate.sequential=true), over its store: pass it
     to the evaluation as its `looks`, then `conclude` with the run the evaluation recorded."""
     store = open_existing_store(cfg.tracking)
     try:
-        yield SequentialLooks(store, cfg)
+        yield SequentialLooks(store, cfg, echo)
     finally:
         store.close()
 
@@ -65,7 +65,8 @@ def sequential_gate(cfg: EvalConfig) -> Iterator[SequentialLooks]:
 class SequentialLooks:
     """The pipeline's `Looks`: observes each committed look, pairs it with the baseline, decides."""
 
-    def __init__(self, store: SqlStore, cfg: EvalConfig) -> None:
+    def __init__(self, store: SqlStore, cfg: EvalConfig, echo: Callable[[str], None] = print) -> None:
+        self.echo = echo  # a line per look
         if cfg.gate is None:
             raise ComparisonError("the sequential gate needs gate.sequential=true gate.baseline=RUN")
         gate = cfg.gate
@@ -143,6 +144,17 @@ class SequentialLooks:
         self.counts.append(LookCounts(len(results), lost, gained))
         self.used.extend(results)
         self.result = decide_looks(self.counts, self.gate.delta, self.gate.alpha)
+        res = self.result
+        state = (
+            res.decision
+            if res.decision != "continue" or number < self.count
+            else "no decision: the run is over"
+        )
+        self.echo(
+            f"look {number}/{self.count}: {res.n:,} questions, {res.lost} lost, {res.gained} gained, "
+            f"Δ {pts(res.delta)} pts, anytime-valid interval [{pts(res.lower)}, {pts(res.upper)}] pts: "
+            f"{state}"
+        )
         if self.result.decision == "continue" or number == self.count:
             return None  # at the last look every question is scored: the run finishes
         if self.candidate is None:
@@ -257,7 +269,8 @@ def _extra(res: SequentialResult, looks: int, cand: StoredRun) -> tuple[dict[str
             "questions_used": res.n,
             "questions_total": cand.n_questions,
             "questions_saved": cand.n_questions - res.n,
-            "decision": res.decision,
+            # After the last look "continue" is final: the run is over, undecided.
+            "decision": "undecided" if res.decision == "continue" else res.decision,
             "lower": res.lower,
             "upper": res.upper,
             "lost": res.lost,
@@ -272,7 +285,7 @@ def _extra(res: SequentialResult, looks: int, cand: StoredRun) -> tuple[dict[str
         "sequential/look": float(res.look),
         "sequential/questions_used": float(res.n),
         "sequential/questions_saved": float(cand.n_questions - res.n),
-        "sequential/ci_low": res.lower,
-        "sequential/ci_high": res.upper,
+        "sequential/ci_low_pts": 100 * res.lower,  # in points, as every other interval metric
+        "sequential/ci_high_pts": 100 * res.upper,
     }
     return section, metrics
