@@ -212,6 +212,15 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     assert "acc_micro" not in seen.data.metrics
     artifacts = {a.path for a in client.list_artifacts(seen.info.run_id)}
     assert artifacts == {"predictions.jsonl", "early_stop.json"}
+    # The comparison's page carries the verdict's own numbers: the anytime-valid interval under
+    # gate/, the fixed-sample one under reference/ (issue 42).
+    (gated,) = client.search_runs([client.get_experiment_by_name("mmlu_track_compare").experiment_id])
+    section = json.loads(next((tmp_path / "c").rglob("report.json")).read_text())["sequential"]
+    metrics = gated.data.metrics
+    assert metrics["gate/ci_low_micro_pts"] == pytest.approx(100 * section["lower"])
+    assert metrics["sequential/ci_low_pts"] == pytest.approx(100 * section["lower"])
+    assert "reference/fixed_sample_ci_low_micro_pts" in metrics
+    assert any("anytime-valid interval [" in line and "REGRESSION" in line for line in lines)
     run(compose_eval(logged), tmp_path / "rest", progress=False, echo=lambda _: None)
     seen = client.get_run(str(stopped.mlflow_run_id))
     assert seen.info.run_name.startswith("tiny-random-llama")

@@ -150,6 +150,10 @@ def comparison_metrics(outcome: Outcome) -> dict[str, float]:
         return out
     ni = comp.noninferiority
     fixed = "reference/fixed_sample_" if outcome.extra is not None else "gate/"
+    if (seq := outcome.sequential) is not None:  # the verdict's interval is the anytime-valid one
+        out["reference/fixed_sample_ci_low_micro_pts"] = out.pop("gate/ci_low_micro_pts")
+        out["reference/fixed_sample_ci_high_micro_pts"] = out.pop("gate/ci_high_micro_pts")
+        out["gate/ci_low_micro_pts"], out["gate/ci_high_micro_pts"] = 100 * seq["lower"], 100 * seq["upper"]
     return out | {
         "gate/p_regression": comp.micro.p_regression or 1.0,
         f"{fixed}p_noninferiority": ni.p_value,

@@ -214,11 +214,12 @@ def _baseline(gate: GateConfig) -> str:
 
 def headline(res: SequentialResult, gate: GateConfig, looks: int) -> str:
     delta = f"δ = {100 * gate.delta:.1f} pts"
+    ci = f"anytime-valid interval [{pts(res.lower)}, {pts(res.upper)}] pts"  # the verdict's own
     if res.decision == "pass":
-        return f"non-inferiority shown at {delta} at look {res.look} of {looks}, no drop shown"
+        return f"non-inferiority shown at {delta} at look {res.look} of {looks} ({ci}), no drop shown"
     if res.decision == "regression":
-        return f"a drop shown at look {res.look} of {looks}: Δ micro {pts(res.delta)} pts"
-    return f"neither non-inferiority at {delta} nor a drop shown after all {looks} looks"
+        return f"a drop shown at look {res.look} of {looks}: Δ micro {pts(res.delta)} pts ({ci})"
+    return f"neither non-inferiority at {delta} nor a drop shown after all {looks} looks ({ci})"
 
 
 def _verdict(res: SequentialResult, gate: GateConfig, looks: int, total: int) -> Verdict:
