@@ -236,12 +236,20 @@ def test_the_sequential_gate_on_circular_accuracy(tmp_path: Path) -> None:
     gate = ["gate.sequential=true", "gate.margin=0.05", "gate.looks=5", "gate.metric=circular"]
     lines: list[str] = []
     cfg = compose_eval([*over, "model.tiny_seed=1", f"gate.baseline={base.run_id}", *gate])
-    with sequential_gate(cfg) as looks:
+    with sequential_gate(cfg, echo=lines.append) as looks:
         gated = run(cfg, tmp_path / "cand", progress=False, echo=lines.append, looks=looks)
         code = looks.conclude(gated.run_id, tmp_path / "cand", echo=lines.append)
     assert code == 1
     assert any("REGRESSION" in line for line in lines), lines
     assert any("the verdict rests on circular accuracy" in line for line in lines), lines
+    # 60 questions cannot show non-inferiority at 5 points even with no change: said before look 1.
+    said = [
+        i
+        for i, line in enumerate(lines)
+        if "cannot show non-inferiority at δ = 5.0 pts on 60 questions" in line
+    ]
+    assert said
+    assert said[0] < min(i for i, line in enumerate(lines) if line.startswith("look 1/5"))
     cfg = compose_eval([*over, "model.tiny_seed=2", f"gate.baseline={given.run_id}", *gate])
     with pytest.raises(ComparisonError, match="choice order differs"), sequential_gate(cfg) as looks:
         run(cfg, tmp_path / "refused", progress=False, echo=lines.append, looks=looks)

@@ -38,7 +38,7 @@ from mmlu_track.gate.policy import (
 )
 from mmlu_track.gate.publish import Outcome, publish
 from mmlu_track.gate.run import resolve
-from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide_looks
+from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide_looks, look_sizes
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair, pts
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop
@@ -97,6 +97,12 @@ class SequentialLooks:
             raise ComparisonError(
                 f"the baseline run {self.base.id} holds {len(self.baseline)} of its {cand.n_questions} "
                 "questions in the store: it cannot be paired question by question"
+            )
+        if not _can_pass(cand.n_questions, self.count, self.gate):
+            self.echo(
+                f"the sequential gate cannot show non-inferiority at δ = {100 * self.gate.delta:.1f} pts on "
+                f"{cand.n_questions:,} questions even if no answer changes: it will end undecided unless a "
+                "drop is shown (raise limit, or gate.margin)"
             )
 
     def _same_settings(self, earlier: StoredRun) -> None:
@@ -210,6 +216,12 @@ def _baseline(gate: GateConfig) -> str:
     if gate.baseline is None:
         raise ComparisonError("the sequential gate needs gate.baseline=RUN: the stored run to gate against")
     return gate.baseline
+
+
+def _can_pass(n: int, looks: int, gate: GateConfig) -> bool:
+    """Whether a candidate answering every question as the baseline did would pass by the last look."""
+    counts = [LookCounts(size, 0, 0) for size in look_sizes(n, looks) if size]
+    return bool(counts) and decide_looks(counts, gate.delta, gate.alpha).decision == "pass"
 
 
 def headline(res: SequentialResult, gate: GateConfig, looks: int) -> str:
