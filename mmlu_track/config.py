@@ -268,6 +268,35 @@ class NoiseConfig:
     experiment: str = "mmlu_track_noise"  # the MLflow experiment of noise measurements
 
 
+# Settings that apply to some model sources or scoring methods only (a flattened key -> when).
+_APPLIES_TO_SOURCE = {
+    **{f"model.{k}": ("tiny",) for k in ("tiny_hidden_size", "tiny_num_layers", "tiny_seed")},
+    **{
+        f"model.{k}": tuple(SERVED_SOURCES)
+        for k in (*SERVED_ONLY, "max_concurrency", "timeout_s", "max_retries", "top_logprobs")
+    },
+    "model.gguf_file": ("gguf",),
+    "model.device_map": ("hub",),
+    "model.trust_remote_code": ("hub",),
+}
+_APPLIES_TO_METHOD = {
+    "scoring.max_new_tokens": "generate",
+    "scoring.extract": "generate",
+    "scoring.patterns": "generate",
+    "scoring.calibration": "logprob",
+}
+
+
+def applies(key: str, cfg: EvalConfig) -> bool:
+    """Whether a flattened setting means anything for this run (`model.tiny_seed` does not for a
+    GGUF model, nor `scoring.patterns` for log-prob scoring): what a run's page lists."""
+    sources = _APPLIES_TO_SOURCE.get(key)
+    method = _APPLIES_TO_METHOD.get(key)
+    return (sources is None or cfg.model.source in sources) and (
+        method is None or cfg.scoring.method == method
+    )
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """A config dataclass as stored and reported: a JSON-ready dict, every URL's password `***`."""
     return redact_doc(dataclasses.asdict(cfg))

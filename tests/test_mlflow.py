@@ -186,7 +186,7 @@ def test_every_setting_and_every_loaded_fact_is_a_param() -> None:
     store/mlflow.py: the params are every one of them by dotted name (unset ones left out)."""
     import dataclasses
 
-    from mmlu_track.config import to_dict
+    from mmlu_track.config import applies, to_dict
     from mmlu_track.store.mlflow import params
 
     start = synthetic_start()
@@ -198,10 +198,19 @@ def test_every_setting_and_every_loaded_fact_is_a_param() -> None:
     for part, info in (("model", start.model), ("data", start.data)):
         values |= {f"{part}.{f.name}": getattr(info, f.name) for f in dataclasses.fields(info)}
     values.pop("scoring.method")  # logged as `scoring`, as before
-    assert {k for k, v in values.items() if v is not None} <= set(got)
+    values.pop("model.dtype")  # `dtype`: what it ran in, once
+    values["device"] = values.pop("model.device")  # `device`: where it ran, once
+    assert {k for k, v in values.items() if v is not None and applies(k, start.config)} <= set(got)
     assert not {k for k, v in values.items() if v is None} & set(got)  # never the string "None"
+    # What does not apply to a random model scored by log-probs is left out (issue 42).
+    assert not {"model.max_retries", "model.gguf_file", "scoring.patterns", "scoring.max_new_tokens"} & set(
+        got
+    )
+    assert "model.tiny_seed" in got
+    assert "scoring.calibration" in got
     assert got["scoring"] == "logprob"
     assert got["dtype"] == start.model.dtype
+    assert got["device"] == "cpu"  # the device it ran on, not the setting's `auto`
     assert got["model.revision"] == "r1"  # what was loaded, over what was asked for (None)
 
 

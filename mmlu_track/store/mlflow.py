@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from mmlu_track.config import to_dict
+from mmlu_track.config import applies, to_dict
 from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
@@ -130,8 +130,12 @@ def params(start: RunStart) -> dict[str, str]:
         **{f"version.{k}": v for k, v in start.versions.items()},
     }
     out.pop("scoring.method")
-    # An unset value (no revision for a local model, no limit) is left out, not logged as "None".
-    return {k: str(v)[:6000] for k, v in out.items() if v is not None}
+    # Once each: the dtype and device it ran in (the settings `auto` resolved) are `dtype`, `device`.
+    out["device"] = out.pop("model.device")
+    out.pop("model.dtype")
+    # An unset value (no revision for a local model, no limit) is left out, not logged as "None",
+    # and so is a setting that does not apply to this model or scoring (`config.applies`).
+    return {k: str(v)[:6000] for k, v in out.items() if v is not None and applies(k, cfg)}
 
 
 def tags(run_id: str, start: RunStart) -> dict[str, str]:
