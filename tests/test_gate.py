@@ -221,6 +221,8 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
     assert "metrics.`gate/delta_micro_pts`" in json.loads(view["state"])["selectedColumns"]
     assert "What differs: model m-base → m-cand." in logged.data.tags["mlflow.note.content"]
     zero_shot = synthetic_run(store, "m-cand", _correct(11), k=0)
+    cand_logged = client.create_run(exp).info.run_id
+    store.set_mlflow_run(cand, cand_logged, synced=True)
     gap = _compare(cli, tmp_path, db, f"baseline={zero_shot}", f"candidate={cand}", "mode=fewshot_gap",
                    "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}")  # fmt: skip
     assert gap.code == 0, gap.err
@@ -231,6 +233,7 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
     assert {k.split("/")[0] for k in gap_run.data.metrics} == {"gap", "baseline", "candidate"}
     assert "policy" not in gap_run.data.params
     assert "margin_pts" not in gap_run.data.params
+    assert "mmlu_track.gate" not in client.get_run(cand_logged).data.tags  # an analysis is no gate (issue 42)
     assert {a.path for a in client.list_artifacts(row.mlflow_run_id)} == {
         "report.md",
         "report.json",

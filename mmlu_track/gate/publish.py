@@ -195,9 +195,11 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> str | None:
     head = reports.markdown.split("\n### Subjects", maxsplit=1)[0]
     heading = report.title(base, cand, cfg.mode)  # what a reviewer recognises: what differs
     m = o.comp.micro
+    # The verdict's own interval: a sequential gate's is the anytime-valid one.
+    low, high = (o.sequential["lower"], o.sequential["upper"]) if o.sequential else (m.ci_low, m.ci_high)
     # Plain first line: the comparisons' runs table shows it in its Description column
     summary = (
-        f"{label}: Δ micro {100 * m.delta:+.2f} pts [{100 * m.ci_low:+.2f}, {100 * m.ci_high:+.2f}], "
+        f"{label}: Δ micro {100 * m.delta:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}], "
         f"{m.lost} lost / {m.gained} gained · baseline {100 * m.baseline_acc:.2f} % → candidate "
         f"{100 * m.candidate_acc:.2f} % ({m.n:,} paired questions)"
     )
@@ -207,8 +209,9 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> str | None:
         params=params,
         metrics={**comparison_metrics(o), **(extra[1] if extra else {})},
         files=tuple(reports.folder / name for name in ("report.md", "report.json", "deltas.png")),
+        # An analysis (the few-shot gap) is no gate: the candidate's gate column stays as it was.
         candidate=(cand.mlflow_run_id, f"{label} vs baseline {_run_name(base)}")
-        if cand.mlflow_run_id
+        if cand.mlflow_run_id and not gap
         else None,
     )
     try:
