@@ -79,8 +79,10 @@ class NoiseReport:
     runs: dict[str, str]  # variant name -> its run id
     pairs: tuple[PairNoise, ...]
     gated: tuple[str, ...]  # the names of the pairs the recommendation rests on
-    spread: Spread | None  # accuracy across the shot seeds (and the reference, when it is random)
+    spread: Spread | None  # micro accuracy across the shot seeds
     recommendation: Recommendation
+    # The same per category and per subject: {"categories": {name: Spread}, "subjects": {...}}.
+    spreads: dict[str, dict[str, Spread]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         rec = self.recommendation
@@ -90,6 +92,13 @@ class NoiseReport:
             "pairs": [{**asdict(p), "flip_rate": p.flip_rate, "delta": p.delta} for p in self.pairs],
             "gated": list(self.gated),
             "shot_seed_accuracies": list(self.spread.accuracies) if self.spread else None,
+            "shot_seed_spread": {
+                group: {
+                    name: {"accuracies": list(s.accuracies), "sd": s.sd, "range": s.range}
+                    for name, s in table.items()
+                }
+                for group, table in self.spreads.items()
+            },
             "recommendation": {**asdict(rec), "paragraph": rec.paragraph(self.spread)},
         }
 
@@ -128,6 +137,18 @@ def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = 
         if name.startswith("shot seed") and out.record
     ]
     spread = Spread(tuple(seeds)) if seeds else None
+    scored = [out.record.scores for name, out in outs.items() if name.startswith("shot seed") and out.record]
+    spreads = (
+        {
+            group: {
+                key: Spread(tuple(getattr(s, group)[key].acc for s in scored))
+                for key in getattr(scored[0], group)
+            }
+            for group in ("categories", "subjects")
+        }
+        if scored
+        else {}
+    )
     gate = cfg.gate
     margin, alpha = (gate.delta, gate.alpha) if gate is not None and gate.margin != "auto" else (0.01, 0.05)
     rec = recommend([p for p in pairs if p.name in gated_names], margin, alpha)
@@ -138,10 +159,12 @@ def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = 
         gated=tuple(gated_names),
         spread=spread,
         recommendation=rec,
+        spreads=spreads,
     )
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / NOISE_FILE).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
     echo(table(report))
+    _say_spreads(spreads, echo)
     echo(rec.paragraph(spread))
     reference = outs["reference"].record
     if reference is not None:
@@ -202,6 +225,17 @@ def record(
         return dataclasses.replace(entry, mlflow_run_id=mlflow_id)
     finally:
         store.close()
+
+
+def _say_spreads(spreads: dict[str, dict[str, Spread]], echo: Echo) -> None:
+    for name, s in spreads.get("categories", {}).items():
+        echo(f"shot seeds, {name}: accuracy range {100 * s.range:.1f} pts (SD {100 * s.sd:.2f})")
+    if subjects := spreads.get("subjects"):
+        worst = max(subjects, key=lambda k: subjects[k].range)
+        echo(
+            f"shot seeds, widest subject: {worst}, range {100 * subjects[worst].range:.1f} pts "
+            f"(every subject: {NOISE_FILE})"
+        )
 
 
 def table(report: NoiseReport) -> str:

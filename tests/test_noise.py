@@ -91,6 +91,10 @@ def test_the_noise_command_measures_the_tiny_model(cli: Cli, tmp_path: Path) -> 
     repeat = doc["pairs"][0]
     assert (repeat["lost"], repeat["gained"], repeat["n"]) == (0, 0, 4)  # in-process scoring is deterministic
     assert len(doc["shot_seed_accuracies"]) == 2
+    spread = doc["shot_seed_spread"]
+    assert set(spread["subjects"]) == {"abstract_algebra", "anatomy"}
+    assert len(spread["categories"]["STEM"]["accuracies"]) == 2
+    assert "shot seeds, widest subject:" in got.out
     assert "This evaluation's own noise" in got.out
     assert doc["recommendation"]["paragraph"] in got.out
     # Run again: the reference and the shot seeds are taken from the store; repeat and batching run.
