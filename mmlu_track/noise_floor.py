@@ -119,25 +119,21 @@ def _pair(name: str, ref: dict[tuple[str, int], bool], other: dict[tuple[str, in
 def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = print) -> NoiseReport:
     """Run (or reuse) every variant, pair each with the reference, recommend; write noise.json."""
     outs: dict[str, RunOutput] = {}
-    for v in variants(cfg, noise):
+    planned = variants(cfg, noise)
+    for v in planned:
         folder = output_dir / v.name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
         out = run(v.cfg, folder, echo=lambda _: None, origin=Origin(reuse=v.reuse))
         if out.record is None or out.run_id is None:
             raise RuntimeError(f"the {v.name} evaluation did not finish (a bug: it runs unsharded)")
         outs[v.name] = out
         echo(f"{v.name}: run {out.run_id[:12]}, accuracy {100 * out.record.scores.micro.acc:.2f} %")
-    gated_names = [v.name for v in variants(cfg, noise) if v.gated and v.name != "reference"]
+    gated_names = [v.name for v in planned if v.gated and v.name != "reference"]
     ref = _outcomes(outs["reference"].results)
     pairs = [_pair(name, ref, _outcomes(out.results)) for name, out in outs.items() if name != "reference"]
     if cfg.scoring.choice_order == "circular":
         pairs += [_pair(f"option order {r}", ref, _outcomes(outs["reference"].results, r)) for r in (1, 2, 3)]
-    seeds = [
-        out.record.scores.micro.acc
-        for name, out in outs.items()
-        if name.startswith("shot seed") and out.record
-    ]
-    spread = Spread(tuple(seeds)) if seeds else None
     scored = [out.record.scores for name, out in outs.items() if name.startswith("shot seed") and out.record]
+    spread = Spread(tuple(s.micro.acc for s in scored)) if scored else None
     spreads = (
         {
             group: {

@@ -29,6 +29,11 @@ class RotatedAnswer:
     logprobs: tuple[float, float, float, float] | None = None
     generated: str | None = None
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> RotatedAnswer:
+        lp = doc.get("logprobs")
+        return cls(doc["prediction"], (lp[0], lp[1], lp[2], lp[3]) if lp else None, doc.get("generated"))
+
 
 @dataclass(frozen=True)
 class QuestionResult:
@@ -103,10 +108,7 @@ class QuestionResult:
         fields = {k: rec[k] for k in cls.__dataclass_fields__ if k != "rotations"}
         if fields["logprobs"] is not None:
             fields["logprobs"] = tuple(fields["logprobs"])
-        rotations = tuple(
-            RotatedAnswer(a["prediction"], tuple(a["logprobs"]) if a["logprobs"] else None, a["generated"])
-            for a in rec.get("rotations") or ()
-        )
+        rotations = tuple(RotatedAnswer.from_json(a) for a in rec.get("rotations") or ())
         return cls(**fields, rotations=rotations)
 
 

@@ -24,20 +24,20 @@ def set_noise_mlflow(store: SqlStore, noise_id: str, mlflow_run_id: str) -> None
         s.execute(update(NoiseRow).where(NoiseRow.id == noise_id).values(mlflow_run_id=mlflow_run_id))
 
 
+def _entry(row: NoiseRow) -> NoiseEntry:
+    return NoiseEntry(**{f.name: getattr(row, f.name) for f in dataclasses.fields(NoiseEntry)})
+
+
 def latest_noise(store: SqlStore, protocol_key: str) -> NoiseEntry | None:
     """The newest noise measurement of this protocol, if any."""
-    query = select(NoiseRow).where(NoiseRow.protocol_key == protocol_key).order_by(NoiseRow.created_at.desc())
-    with Session(store.engine) as s:
-        row = s.scalars(query.limit(1)).first()
-        if row is None:
-            return None
-        return NoiseEntry(**{f.name: getattr(row, f.name) for f in dataclasses.fields(NoiseEntry)})
+    found = noise_entries(store, 1, protocol_key)
+    return found[0] if found else None
 
 
-def noise_entries(store: SqlStore, limit: int = 20) -> list[NoiseEntry]:
-    """The newest noise measurements, newest first (`runs noise`)."""
+def noise_entries(store: SqlStore, limit: int = 20, protocol_key: str | None = None) -> list[NoiseEntry]:
+    """The newest noise measurements (of one protocol, when given), newest first (`runs noise`)."""
+    query = select(NoiseRow).order_by(NoiseRow.created_at.desc()).limit(limit)
+    if protocol_key is not None:
+        query = query.where(NoiseRow.protocol_key == protocol_key)
     with Session(store.engine) as s:
-        rows = s.scalars(select(NoiseRow).order_by(NoiseRow.created_at.desc()).limit(limit))
-        return [
-            NoiseEntry(**{f.name: getattr(r, f.name) for f in dataclasses.fields(NoiseEntry)}) for r in rows
-        ]
+        return [_entry(r) for r in s.scalars(query)]

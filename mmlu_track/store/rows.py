@@ -45,10 +45,7 @@ def from_row(row: QuestionRow) -> QuestionResult:
 
 
 def _rotations(raw: str | None) -> tuple[RotatedAnswer, ...]:
-    return tuple(
-        RotatedAnswer(a["prediction"], tuple(a["logprobs"]) if a["logprobs"] else None, a["generated"])
-        for a in json.loads(raw or "[]")
-    )
+    return tuple(RotatedAnswer.from_json(a) for a in json.loads(raw or "[]"))
 
 
 def new_run(start: RunStart, identity: str, output_dir: str | None) -> Run:
