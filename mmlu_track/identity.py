@@ -1,6 +1,6 @@
 """Which settings determine a run's results: its identity (`identity_dict`, hashed with the
 protocol by `eval.plan.identity` so that only an evaluation that would produce the same results
-resumes a run) and what a comparison reports as differing (`gate.report.what_differs`) leave out
+resumes a run) and what a comparison reports as differing (`gate.differs.what_differs`) leave out
 the same settings, `RESULT_NEUTRAL`."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_r
 # Settings that say how a run is reached, batched, spread, cached or recorded, not what it computes
 # (scores do not depend on batching: a run that ran out of memory resumes with smaller batches; all
 # shards write into one run), nor the gate's own: outside a run's identity (`identity_dict`) and
-# outside what a comparison reports as differing (`gate.report.what_differs`). One list for both.
+# outside what a comparison reports as differing (`gate.differs.what_differs`). One list for both.
 _HOW_RUN = ("tracking", "cache_dir", "batch_size", "batch_tokens", "shards", "shard", "gate")
 RESULT_NEUTRAL = (*_HOW_RUN, *(f"model.{key}" for key in SERVER_ONLY))
 # Of those, what a comparison still names when it differs, apart and as not changing results: a

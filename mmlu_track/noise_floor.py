@@ -41,8 +41,9 @@ from mmlu_track.pipeline.session import RunOutput
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.records.stored import NoiseEntry
-from mmlu_track.store.mlflow import ComparisonLog, log_comparison, metric_key
+from mmlu_track.store.mlflow import metric_key
 from mmlu_track.store.mlflow_client import MlflowUnavailable
+from mmlu_track.store.mlflow_comparison import ComparisonLog, log_comparison
 from mmlu_track.store.mlflow_pages import NOTE_TAG
 from mmlu_track.store.noise import save_noise, set_noise_mlflow
 from mmlu_track.store.sql import open_store

@@ -302,7 +302,7 @@ def test_the_composed_config_has_every_field_at_its_default() -> None:
 def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(tmp_path: Path) -> None:
     """A run's identity and a comparison's "What differs" leave out the same settings
     (`identity.RESULT_NEUTRAL`): they were two lists, and batch_size was in one only."""
-    from mmlu_track.gate import report
+    from mmlu_track.gate import differs
     from mmlu_track.identity import RESULT_NEUTRAL, is_result_neutral
     from mmlu_track.store.sql import SqlStore
 
@@ -317,11 +317,11 @@ def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(
     assert base is not None
     assert cand is not None
     assert base.record is not None
-    settings = report._settings(base.record.start)
+    settings = differs._settings(base.record.start)
     assert "batch_size" not in settings
     assert "k" in settings
     # beyond the identity's keys: only those it leaves out while unset, as stored before they existed
     compat = {"model.tokenizer", "model.served_name", "chat.style", "chat.system", "scoring.extract"}
     compat |= {"scoring.choice_order", "shot_seed"}
     assert set(settings) - set(flat) <= compat | {"scoring.patterns"}
-    assert report.what_differs(base, cand) == []  # identical settings: nothing differs
+    assert differs.what_differs(base, cand) == []  # identical settings: nothing differs

@@ -109,7 +109,7 @@ def test_names_with_html_and_markdown_are_escaped_in_the_markdown_only(
     )  # fmt: skip
     assert res.code == 0, res.err
     md = (tmp_path / "r" / "report.md").read_text()
-    assert summary.read_text() == md + "\n"
+    assert summary.read_text().startswith(md.partition("### All")[0])
     for text in (md, summary.read_text()):
         assert "<img" not in text
         assert "<b>" not in text

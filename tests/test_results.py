@@ -95,3 +95,5 @@ def test_run_names_tell_model_versions_and_settings_apart() -> None:
     assert name("seed=7").endswith("limit3-sample7")
     assert name().endswith("-float32-limit3")  # the default sample seed is not repeated
     assert "circular" in name("scoring.choice_order=circular")
+    # batching changes no result, but a noise check's two runs differ only there
+    assert name("batch_size=2", "batch_tokens=null").endswith("-float32-bs2-btnone-limit3")

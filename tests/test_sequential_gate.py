@@ -80,7 +80,7 @@ def test_stops_early_reports_and_resumes_to_completion(
     env = {"GITHUB_STEP_SUMMARY": str(summary)}
     proc = _cli(cli, tmp_path, *cand_cmd, f"hydra.run.dir={tmp_path / 'cand'}", env=env)
     assert proc.code == 0, proc.err
-    assert "PASS: non-inferiority shown at δ = 5.0 pts at look 6 of 10" in proc.out
+    assert "PASS ✅: non-inferiority shown at δ = 5.0 pts at look 6 of 10" in proc.out
     assert "120 of 200 questions (60 %), 80 questions saved" in proc.out
     (stopped,) = set(_runs(db)) - {baseline}
     row = _runs(db)[stopped]
@@ -90,10 +90,10 @@ def test_stops_early_reports_and_resumes_to_completion(
     assert json.loads((folder / "early_stop.json").read_text())["look"] == 6
     assert len((folder / "predictions.jsonl").read_text().splitlines()) == 120
     md = (tmp_path / "cand" / "gate" / "report.md").read_text()
-    assert md.startswith("## MMLU release gate: ✅ PASS")
+    assert md.startswith("## MMLU release gate: PASS ✅")
     assert "anytime-valid 90% interval of Δ micro [" in md
     assert "(not valid after stopping on the data)" in md
-    assert summary.read_text() == md + "\n"
+    assert summary.read_text().startswith(md.partition("\n### All ")[0] + "\n<details>")
     doc = json.loads((tmp_path / "cand" / "gate" / "report.json").read_text())
     assert doc["sequential"] | {"lower": 0, "upper": 0} == doc["sequential"] | {
         "look": 6, "looks": 10, "questions_used": 120, "questions_saved": 80, "stopped_early": True,
@@ -150,8 +150,10 @@ def test_the_fixed_sample_reading_is_called_invalid_only_after_an_early_stop() -
     assert "not valid" not in full
     assert "(every look was taken: the planned sample, read once)" in full
     # deltas.png's title, with the sequential gate's line, in lines the figure can hold (it was cut)
-    title = report.wrapped("m vs baseline m\nsequential gate: " + "pass at look 10 of 20, " * 8)
-    assert max(map(len, title.splitlines())) <= report.TITLE_CHARS
+    from mmlu_track.gate import plot
+
+    title = plot.wrapped("m vs baseline m\nsequential gate: " + "pass at look 10 of 20, " * 8)
+    assert max(map(len, title.splitlines())) <= plot.TITLE_CHARS
     assert title.startswith("m vs baseline m\nsequential gate: pass")
 
 
@@ -193,7 +195,7 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     logged = [*over, "tracking.mlflow=true", f"tracking.mlflow_uri={uri}"]
     code = _sequential(compose_eval([*logged, f"gate.baseline={base.run_id}", *GATE]), tmp_path / "c", lines)
     assert code == 1
-    assert any("REGRESSION: a drop shown at look 1 of 10" in line for line in lines), lines
+    assert any("REGRESSION ❌: a drop shown at look 1 of 10" in line for line in lines), lines
     assert any(
         line.startswith("look 1/10: 20 questions, ") and line.endswith(": regression") for line in lines
     )

@@ -26,6 +26,9 @@ from mmlu_track.gate.stats import Comparison, ComparisonError
 from mmlu_track.records.stored import ComparisonEntry
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from mmlu_track.records.results import QuestionResult
     from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
@@ -43,6 +46,8 @@ class Outcome:
     cand: StoredRun
     cfg: CompareConfig
     extra: SequentialExtra | None = None  # set when the sequential gate decided
+    # The paired questions' results (baseline, candidate): MLflow's per-question table
+    results: tuple[Sequence[QuestionResult], Sequence[QuestionResult]] | None = None
 
     @property
     def sequential(self) -> dict[str, Any] | None:
@@ -56,10 +61,12 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Reports:
-    """What `render` wrote: the report's JSON and Markdown, in `folder`."""
+    """What `render` wrote: the report's JSON and Markdown (report.md; `summary`, the same with its
+    long table folded, for GitHub's job summary), in `folder`."""
 
     doc: dict[str, Any]
     markdown: str
+    summary: str
     folder: Path
     comparison_id: str
 
@@ -70,7 +77,7 @@ def publish(store: SqlStore, outcome: Outcome, output_dir: Path, echo: Any) -> N
 
     o = outcome
     reports = render(o, output_dir)
-    _append_summary(reports.markdown)
+    _append_summary(reports.summary)
     echo(report.console(o.comp, o.verdict, o.base, o.cand, o.cfg, sequential=o.sequential))
     echo(f"reports in {reports.folder}")
     record_verdict(store, o, reports)
@@ -80,29 +87,36 @@ def render(outcome: Outcome, output_dir: Path) -> Reports:
     """report.md, report.json, deltas.png into `output_dir`, or a subfolder of it named after the
     comparison when another comparison's reports are already there."""
     from mmlu_track.gate import report
+    from mmlu_track.gate.differs import title
+    from mmlu_track.gate.plot import Figure, deltas_png
 
     o, comparison_id = outcome, uuid.uuid4().hex
     doc = report.to_json(o.comp, o.verdict, o.base, o.cand, o.cfg)
     if o.extra:
         doc.update(o.extra[0])
     sequential = o.sequential
-    markdown = report.markdown(o.comp, o.verdict, o.base, o.cand, o.cfg, sequential=sequential)
-    heading = report.title(o.base, o.cand, o.cfg.mode)
-    if sequential:  # the plot's intervals are not what decided
+    body = report.markdown(o.comp, o.verdict, o.base, o.cand, o.cfg, sequential=sequential)
+    markdown, summary = body + report.all_subjects(o.comp), body + report.all_subjects_folded(o.comp)
+    heading = f"{o.verdict.status.upper()}: {o.verdict.headline}\n{title(o.base, o.cand, o.cfg.mode)}"
+    if sequential:  # the fixed-sample intervals of macro and the categories are not what decided
         heading += (
             f"\nsequential gate: {sequential['decision']} at look {sequential['look']} of "
-            f"{sequential['looks']}, {sequential['questions_used']:,} questions (fixed-sample intervals, "
-            "for reference)"
+            f"{sequential['looks']}, {sequential['questions_used']:,} questions"
         )
+    figure = Figure(
+        heading,
+        margin_line=o.cfg.mode == "gate",
+        verdict_interval=(sequential["lower"], sequential["upper"]) if sequential else None,
+    )
     name = f"compare-{o.cand.id[:12]}-vs-{o.base.id[:12]}"
     folder = _own_folder(output_dir, name, comparison_id)
     try:
         (folder / "report.md").write_text(markdown, encoding="utf-8")
         (folder / "report.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
-        report.deltas_png(o.comp, folder / "deltas.png", heading, margin_line=o.cfg.mode == "gate")
+        deltas_png(o.comp, folder / "deltas.png", figure)
     except OSError as err:
         raise _unwritable(folder, err) from err
-    return Reports(doc, markdown, folder, comparison_id)
+    return Reports(doc, markdown, summary, folder, comparison_id)
 
 
 def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> None:
@@ -149,15 +163,19 @@ def comparison_metrics(outcome: Outcome) -> dict[str, float]:
     if mode == "fewshot_gap":
         return out
     ni = comp.noninferiority
-    fixed = "reference/fixed_sample_" if outcome.extra is not None else "gate/"
+    # `gate/lower_bound_pts`: what the verdict held against −δ (the runs table's column beside the
+    # margin): Tango's one-sided bound, or a sequential gate's anytime-valid lower end.
+    out["gate/lower_bound_pts"] = 100 * ni.lower_bound
     if (seq := outcome.sequential) is not None:  # the verdict's interval is the anytime-valid one
         out["reference/fixed_sample_ci_low_micro_pts"] = out.pop("gate/ci_low_micro_pts")
         out["reference/fixed_sample_ci_high_micro_pts"] = out.pop("gate/ci_high_micro_pts")
+        out["reference/fixed_sample_lower_bound_pts"] = out.pop("gate/lower_bound_pts")
         out["gate/ci_low_micro_pts"], out["gate/ci_high_micro_pts"] = 100 * seq["lower"], 100 * seq["upper"]
+        out["gate/lower_bound_pts"] = 100 * seq["lower"]
+    fixed = "reference/fixed_sample_" if seq is not None else "gate/"
     return out | {
         "gate/p_regression": comp.micro.p_regression or 1.0,
         f"{fixed}p_noninferiority": ni.p_value,
-        f"{fixed}noninferiority_lower_bound_pts": 100 * ni.lower_bound,
         "gate/n_flagged": float(sum(d.flagged for d in comp.subjects)),
         "gate/exit_code": float(outcome.verdict.exit_code),
     }
@@ -173,9 +191,12 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> str | None:
     described by a plain line (verdict, Δ, both accuracies) and the report's head, linked to both
     runs' own MLflow runs; None (warned) on failure: logging never costs the verdict."""
     from mmlu_track.gate import report
-    from mmlu_track.store.mlflow import ComparisonLog, log_comparison
+    from mmlu_track.gate.differs import title
     from mmlu_track.store.mlflow_client import MlflowUnavailable
+    from mmlu_track.store.mlflow_comparison import ComparisonLog, log_comparison
     from mmlu_track.store.mlflow_pages import NOTE_TAG
+    from mmlu_track.store.mlflow_tables import paired_columns
+    from mmlu_track.store.mlflow_views import RUN_COLOR_TAG, VERDICT_COLORS
 
     o, cfg = outcome, outcome.cfg
     base, cand, extra = o.base, o.cand, o.extra
@@ -192,8 +213,8 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> str | None:
     sides = (("baseline", base), ("candidate", cand))
     params.update({f"{side}_mlflow_run": run.mlflow_run_id for side, run in sides if run.mlflow_run_id})
     label = "few-shot gap" if gap else o.verdict.status.upper()
-    head = reports.markdown.split("\n### Subjects", maxsplit=1)[0]
-    heading = report.title(base, cand, cfg.mode)  # what a reviewer recognises: what differs
+    head = "\n".join(report.description(o.comp, o.verdict, base, cand, cfg))
+    heading = title(base, cand, cfg.mode)  # what a reviewer recognises: what differs
     m = o.comp.micro
     # The verdict's own interval: a sequential gate's is the anytime-valid one.
     low, high = (o.sequential["lower"], o.sequential["upper"]) if o.sequential else (m.ci_low, m.ci_high)
@@ -205,7 +226,11 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> str | None:
     )
     entry = ComparisonLog(
         name=heading if gap else f"{label}: {heading}",
-        tags={"verdict": o.verdict.status, NOTE_TAG: f"{summary}\n\n{head}"},
+        tags={
+            "verdict": o.verdict.status,
+            NOTE_TAG: f"{summary}\n\n{head}",
+            RUN_COLOR_TAG: VERDICT_COLORS[o.verdict.status],  # the dot beside the name says the verdict
+        },
         params=params,
         metrics={**comparison_metrics(o), **(extra[1] if extra else {})},
         files=tuple(reports.folder / name for name in ("report.md", "report.json", "deltas.png")),
@@ -213,6 +238,7 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> str | None:
         candidate=(cand.mlflow_run_id, f"{label} vs baseline {_run_name(base)}")
         if cand.mlflow_run_id and not gap
         else None,
+        table=paired_columns(*o.results, cfg.gate.metric) if o.results else None,
     )
     try:
         return log_comparison(cfg.tracking.mlflow_uri, cfg.compare_experiment, entry)

@@ -1,38 +1,31 @@
-"""Reports of a comparison, rendered only (no I/O beyond the PNG file asked for): console table,
-Markdown (verdict first), JSON, PNG."""
+"""Reports of a comparison, rendered only: the console table, Markdown (verdict first: report.md,
+GitHub's job summary, the MLflow description) and JSON. The figure: `gate.plot`."""
 
 from __future__ import annotations
 
 import dataclasses
 import html
 import re
-import textwrap
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from mmlu_track.config import is_served, to_dict
+from mmlu_track.gate.differs import NEUTRAL, NOTHING_DIFFERS, neutral_differs, title, what_differs
 from mmlu_track.gate.stats import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta, pts
-from mmlu_track.identity import SHOWN_NEUTRAL, is_result_neutral
-from mmlu_track.typed import flatten
 
 if TYPE_CHECKING:
     from mmlu_track.config import CompareConfig
     from mmlu_track.gate.policy import Verdict
-    from mmlu_track.records.run import ModelInfo, RunStart
     from mmlu_track.records.stored import StoredRun
 
-TITLE_CHARS = 90  # characters of a deltas.png title line: 8-inch figure, 10-point font
-NOTHING_DIFFERS = "nothing that changes results (a noise check)"
-NEUTRAL = "not changing results"
+# The word first: where no emoji font is installed (a browser on a server, a CI log) the emoji is a box.
 ICONS = {
-    "pass": "✅ PASS",
-    "regression": "❌ REGRESSION",
-    "inconclusive": "⚠️ INCONCLUSIVE",
-    "analysis": "📊 ANALYSIS",
+    "pass": "PASS ✅",
+    "regression": "REGRESSION ❌",
+    "inconclusive": "INCONCLUSIVE ⚠️",
+    "analysis": "ANALYSIS 📊",
 }
-GAP_ROWS = 6  # a few-shot gap shows this many biggest gains and biggest losses unfolded
+GAP_ROWS = 4  # a few-shot gap shows this many biggest gains and biggest losses in its table
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$#])")
 # Our own intervals ("[-1.20 pts, +0.40 pts]") stay as written: with every other bracket escaped
@@ -64,64 +57,6 @@ def md_code(text: str) -> str:
     return f"`{text}`" if _PLAIN_CODE.fullmatch(text) else md_text(text)
 
 
-def title(base: StoredRun, cand: StoredRun, mode: str) -> str:
-    """The comparison in a line; for two runs of one model, what else differs (baseline → candidate)."""
-    if mode == "fewshot_gap":
-        return f"Few-shot gap of {cand.model_name}: k={cand.k} vs k={base.k}"
-    differs = what_differs(base, cand) or [f"{d} ({NEUTRAL})" for d in neutral_differs(base, cand)]
-    if cand.model_name == base.model_name and differs:
-        more = f" (+{len(differs) - 2} more)" if len(differs) > 2 else ""
-        return f"{cand.model_name}, baseline → candidate: {'; '.join(differs[:2])}{more}"
-    return f"{cand.model_name} vs baseline {base.model_name}"
-
-
-def _settings(start: RunStart) -> dict[str, object]:
-    """The run's settings that can change its results (`identity.RESULT_NEUTRAL` left out)."""
-    return {k: v for k, v in flatten(to_dict(start.config)).items() if not is_result_neutral(k)}
-
-
-def what_differs(base: StoredRun, cand: StoredRun) -> list[str]:
-    """What differs between two comparable runs beyond the protocol (which the gate requires equal),
-    as `setting baseline → candidate`: every setting that differs, then what they resolved to (the
-    weights, the dtype and device they ran in, the engine) and the libraries."""
-    a, b = base.record, cand.record
-    if a is None or b is None:
-        return []
-    ma, mb = a.start.model, b.start.model
-
-    def weights(m: ModelInfo) -> str:
-        return m.revision or (m.weights_sha256 or "?")[:12]
-
-    def engine(m: ModelInfo) -> str:
-        return "served" if is_served(m.source) else "in-process"
-
-    def dtype(setting: object, ran: str) -> str:
-        return ran if setting == ran else f"{setting} ({ran})"  # `auto (float32)`: said once
-
-    sa, sb = _settings(a.start), _settings(b.start)
-    pairs: list[tuple[str, object, object]] = [("model", ma.name, mb.name)]
-    pairs += [(k, sa.get(k), sb.get(k)) for k in sorted(sa.keys() | sb.keys()) if k != "model.name"]
-    pairs += [
-        ("weights", weights(ma), weights(mb)),
-        ("engine", engine(ma), engine(mb)),
-        ("ran in", ma.dtype, mb.dtype),
-        ("ran on", ma.device, mb.device),
-        *((lib, a.start.versions.get(lib), b.start.versions.get(lib)) for lib in ("transformers", "torch")),
-    ]
-    if sa.get("dtype") != sb.get("dtype"):  # the setting with what it resolved to; no `ran in` line
-        pairs = [(n, x, y) for n, x, y in pairs if n != "ran in"]
-        resolved = {"dtype": (dtype(sa.get("dtype"), ma.dtype), dtype(sb.get("dtype"), mb.dtype))}
-        pairs = [(n, *resolved.get(n, (x, y))) for n, x, y in pairs]
-    return [f"{name} {x} → {y}" for name, x, y in pairs if x != y]
-
-
-def neutral_differs(base: StoredRun, cand: StoredRun) -> list[str]:
-    """The settings of `identity.SHOWN_NEUTRAL` that differ (`batch_size 64 → 8`): they do not
-    change results, and a noise check is about them."""
-    a, b = (flatten(to_dict(r.config)) for r in (base, cand))
-    return [f"{k} {a.get(k)} → {b.get(k)}" for k in SHOWN_NEUTRAL if a.get(k) != b.get(k)]
-
-
 def _differs_line(base: StoredRun, cand: StoredRun) -> str:
     text = "; ".join(map(md_text, what_differs(base, cand))) or NOTHING_DIFFERS
     if neutral := neutral_differs(base, cand):
@@ -133,27 +68,55 @@ def _p(p: float | None) -> str:
     return "–" if p is None else f"{p:.3g}"
 
 
+def _label(d: Delta, subject: bool) -> str:
+    # A subject's words, not its identifier: MLflow's artifact viewer gives a table's columns equal
+    # widths and broke `abstract_algebra` mid-word; at the spaces, it wraps where a reader expects.
+    return d.name.replace("_", " ") if subject else d.name
+
+
 def _row(d: Delta, mark: str = "", *, subject: bool = False) -> str:
     """A table row; Δ in bold only where it is a real difference: a subject flagged or improved
-    after correction, an overall or category row whose interval excludes 0."""
+    after correction, an overall or category row whose interval excludes 0. The p-value: a
+    subject's after correction (what flags it), an overall row's own."""
     real = d.flagged or d.improved if subject else d.ci_low > 0 or d.ci_high < 0
     delta = f"**{pts(d.delta)}**" if real else pts(d.delta)
     return (
-        f"| {mark}{d.name} | {d.n} | {100 * d.baseline_acc:.2f} | {100 * d.candidate_acc:.2f} | "
+        f"| {mark}{_label(d, subject)} | {d.n} | {100 * d.baseline_acc:.2f} | {100 * d.candidate_acc:.2f} | "
         f"{delta} | [{pts(d.ci_low)}, {pts(d.ci_high)}] | {d.lost} / {d.gained} | "
-        f"{_p(d.p_regression)} | {_p(d.p_regression_adj)} |"
+        f"{_p(d.p_regression_adj if subject else d.p_regression)} |"
     )
 
 
-_HEADER = (
-    "| | n | baseline % | candidate % | Δ pts | 95% CI | lost / gained | p (drop) | p adj. |\n"
-    "|---|---:|---:|---:|---:|---|---:|---:|---:|"
-)
+def _bullet(d: Delta, *, subject: bool = True) -> str:
+    """A row as a list item: a table of 57 rows is a scroll box in MLflow's artifact viewer, and its
+    descriptions show a table as run-together text."""
+    real = d.flagged or d.improved if subject else d.ci_low > 0 or d.ci_high < 0
+    delta = f"**{pts(d.delta)}**" if real else pts(d.delta)
+    p = f", p adj. {_p(d.p_regression_adj)}" if subject else ""
+    return (
+        f"- {_mark(d)}{_label(d, subject)} ({d.n} q): {100 * d.baseline_acc:.2f} → "
+        f"{100 * d.candidate_acc:.2f} %, Δ {delta} pts [{pts(d.ci_low)}, {pts(d.ci_high)}], "
+        f"{d.lost} lost / {d.gained} gained{p}"
+    )
 
 
-def _first_line(verdict: Verdict, escape: Callable[[str], str] = str) -> str:
-    code = "" if verdict.status == "analysis" else f" (exit {verdict.exit_code})"
-    return f"{ICONS[verdict.status]}: {escape(verdict.headline)}{code}"
+# Short headers: MLflow's viewer cuts a header wider than its (equal) column with an ellipsis.
+_ALIGN = "|---|---:|---:|---:|---:|---|---:|---:|"
+_HEADER = f"| | n | base % | cand % | Δ pts | 95% CI | lost/gained | p (drop) |\n{_ALIGN}"
+_SUBJECT_HEADER = f"| subject | n | base % | cand % | Δ pts | 95% CI | lost/gained | p adj. |\n{_ALIGN}"
+TABLE_ROWS = 8  # the most rows of a table: MLflow's viewer shows about that many before scrolling
+
+
+def _first_line(verdict: Verdict, escape: Callable[[str], str] = str, *, code: bool = True) -> str:
+    """The verdict in words first (then its emoji), its headline, and (`code`) the exit code."""
+    exit_code = "" if verdict.status == "analysis" or not code else f" (exit {verdict.exit_code})"
+    return f"{ICONS[verdict.status]}: {escape(verdict.headline)}{exit_code}"
+
+
+def exit_line(verdict: Verdict) -> str:
+    """What the verdict does to a release, said once below the reasons (not in the heading)."""
+    does = "does not block the release" if verdict.exit_code == 0 else "blocks the release"
+    return f"Exit code {verdict.exit_code}: {does}."
 
 
 def _gap_rows(ordered: list[Delta]) -> list[Delta]:
@@ -229,13 +192,17 @@ def markdown(
     *,
     sequential: dict[str, Any] | None = None,
 ) -> str:
-    """Verdict first, then the overall rows, then subjects sorted by Δ (flagged marked), full table folded."""
+    """Verdict first (in words, then its emoji), what it does to a release, the overall rows, then
+    the subjects that tell (flagged, changed) in a short table; every subject follows, by Δ, from
+    `all_subjects` (a list) or `all_subjects_folded` (a folded table, for GitHub's job summary)."""
     s = comp.settings
     gate_mode = cfg.mode == "gate"
     # Names (models, paths, ids, a policy's name) are the user's: escaped wherever they are shown.
-    heading = f"## MMLU {'release gate' if gate_mode else 'few-shot gap'}: {_first_line(verdict, md_text)}"
-    lines = [heading, ""]
+    kind = "release gate" if gate_mode else "few-shot gap"
+    lines = [f"## MMLU {kind}: {_first_line(verdict, md_text, code=False)}", ""]
     lines += [f"- {md_text(r)}" for r in verdict.reasons]
+    if verdict.status != "analysis":
+        lines += ["", exit_line(verdict)]
     policy = (
         f", policy {md_code(cfg.gate.name)} (α={s.alpha}, δ={100 * s.delta:.1f} pts, min effect "
         f"{100 * s.min_effect:.0f} pts, {s.correction})"
@@ -259,26 +226,61 @@ def markdown(
         "",
         *_method_lines(comp, gate_mode, sequential),
     ]
+    return "\n".join([*lines, "", *_subject_lines(comp, gate_mode)])
+
+
+def _subject_lines(comp: Comparison, gate_mode: bool) -> list[str]:
     ordered = sorted(comp.subjects, key=lambda d: d.delta)
     flagged = [d for d in ordered if d.flagged]
     improved = [d for d in ordered if d.improved]
-    lines += ["", f"### Subjects: {len(flagged)} flagged ⚠️, {len(improved)} improved ⬆️", ""]
+    lines = [f"### Subjects: {len(flagged)} flagged ⚠️, {len(improved)} improved ⬆️", ""]
     if gate_mode:  # flagged, then the subjects whose answers changed most: unchanged ones add nothing
         changed = [d for d in ordered if not d.flagged and d.lost + d.gained]
         changed.sort(key=lambda d: (-abs(d.delta), -(d.lost + d.gained)))
-        shown = flagged + changed[: max(0, 10 - len(flagged))]
+        shown = (flagged + changed)[:TABLE_ROWS]
+        what = "flagged first, then the largest changes"
     else:
         shown = _gap_rows(ordered)
+        what = "the largest losses and gains"
     if shown:
-        lines += [_HEADER, *(_row(d, _mark(d), subject=True) for d in shown)]
+        lines += [f"Of {len(ordered)} subjects, {len(shown)} ({what}):", "", _SUBJECT_HEADER]
+        lines += [_row(d, _mark(d), subject=True) for d in shown]
     else:
         lines += ["No subject has a changed answer."]
     if improved and gate_mode:
-        lines += ["", "Improved: " + ", ".join(f"{d.name} ({pts(d.delta)})" for d in improved)]
-    lines += ["", f"<details><summary>All {len(ordered)} subjects, sorted by Δ</summary>", "", _HEADER]
+        lines += ["", "Improved: " + ", ".join(f"{_label(d, True)} ({pts(d.delta)})" for d in improved)]
+    return lines
+
+
+def all_subjects(comp: Comparison) -> str:
+    """Every subject by Δ, as a list (report.md: MLflow's viewer shows a long table in a scroll box
+    and raw HTML as text)."""
+    ordered = sorted(comp.subjects, key=lambda d: d.delta)
+    return "\n".join(["", f"### All {len(ordered)} subjects, sorted by Δ", "", *map(_bullet, ordered), ""])
+
+
+def all_subjects_folded(comp: Comparison) -> str:
+    """Every subject by Δ, as a table folded under `<details>` (GitHub's job summary renders it)."""
+    ordered = sorted(comp.subjects, key=lambda d: d.delta)
+    lines = ["", f"<details><summary>All {len(ordered)} subjects, sorted by Δ</summary>", "", _SUBJECT_HEADER]
     lines += [_row(d, _mark(d), subject=True) for d in ordered]
-    lines += ["", "</details>", ""]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", "</details>", ""])
+
+
+def description(
+    comp: Comparison, verdict: Verdict, base: StoredRun, cand: StoredRun, cfg: CompareConfig
+) -> list[str]:
+    """A comparison's MLflow description after its first line: the verdict's reasons and exit code,
+    what differs, and the overall rows as a list (MLflow renders a description's table as run-together
+    text)."""
+    lines = [f"**{md_text(title(base, cand, cfg.mode))}**", ""]
+    lines += [f"- {md_text(r)}" for r in verdict.reasons]
+    if verdict.status != "analysis":
+        lines += ["", exit_line(verdict)]
+    lines += ["", _differs_line(base, cand), ""]
+    lines += [_bullet(d, subject=False) for d in (comp.micro, comp.macro, *comp.categories)]
+    flagged = sum(d.flagged for d in comp.subjects)
+    return [*lines, "", f"Subjects flagged: {flagged} of {len(comp.subjects)} (all of them in report.md)."]
 
 
 def _mark(d: Delta) -> str:
@@ -338,45 +340,3 @@ def to_json(
         "candidate": run(cand),
         **{k: v for k, v in dataclasses.asdict(comp).items() if k != "settings"},
     }
-
-
-def wrapped(heading: str, width: int = TITLE_CHARS) -> str:
-    """A plot title in lines that fit the figure's width (a long one was cut at its edge)."""
-    return "\n".join(textwrap.fill(line, width) for line in heading.splitlines())
-
-
-def deltas_png(comp: Comparison, path: Path, heading: str, margin_line: bool = True) -> Path:
-    """Per-subject Δ with its score interval; flagged subjects red, improved green; −δ in a gate."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ordered = sorted(comp.subjects, key=lambda d: d.delta)
-    colors = ["#C44E52" if d.flagged else "#55A868" if d.improved else "#4C72B0" for d in ordered]
-    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.22 * len(ordered) + 1.5)))
-    y = range(len(ordered))
-    ax.errorbar(
-        [100 * d.delta for d in ordered], list(y), fmt="none",
-        xerr=[[100 * (d.delta - d.ci_low) for d in ordered], [100 * (d.ci_high - d.delta) for d in ordered]],
-        ecolor="#888888", capsize=2,
-    )  # fmt: skip
-    ax.scatter([100 * d.delta for d in ordered], list(y), c=colors, zorder=3, s=18)
-    ax.set_yticks(list(y), [d.name for d in ordered], fontsize=7)
-    ax.axvline(0, color="#333333", linewidth=0.8)
-    ax.axvline(
-        100 * comp.micro.delta, color="#DD8452", linestyle="--", label=f"micro Δ {pts(comp.micro.delta)}"
-    )
-    if margin_line:
-        ax.axvline(-100 * comp.settings.delta, color="#C44E52", linestyle=":", label="−δ (margin)")
-    lows, highs = [100 * d.ci_low for d in ordered], [100 * d.ci_high for d in ordered]
-    pad = 0.05 * max(1.0, max(highs) - min(lows))
-    ax.set_xlim(max(-100.0, min(lows) - pad), min(100.0, max(highs) + pad))
-    level = f"{100 * (1 - comp.settings.alpha):.0f}%"
-    ax.set_xlabel(f"Δ accuracy, points (candidate − baseline), {level} score intervals")
-    ax.set_title(wrapped(heading), fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -164,7 +164,8 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
                     f"gate.margin=auto: δ = {100 * g.delta:.2f} pts, the floor of measurement {noise.id[:12]}"
                 )
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
-        publish(store, Outcome(comp, verdict, base, cand, cfg), output_dir, echo)
+        outcome = Outcome(comp, verdict, base, cand, cfg, results=(base_results, cand_results))
+        publish(store, outcome, output_dir, echo)
         if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":
             echo(_promote(cand, g.promote_alias, g, uri))
         return verdict.exit_code

@@ -207,7 +207,15 @@ class SequentialLooks:
         if notes:
             verdict = replace(verdict, reasons=(*verdict.reasons, *notes))
         compare_cfg = CompareConfig(base.id, cand.id, gate, self.cfg.tracking, "gate")
-        outcome = Outcome(comp, verdict, base, cand, compare_cfg, extra=_extra(res, self.count, cand))
+        outcome = Outcome(
+            comp,
+            verdict,
+            base,
+            cand,
+            compare_cfg,
+            extra=_extra(res, self.count, cand),
+            results=(base_used, self.used),
+        )
         publish(store, outcome, output_dir / "gate", echo)
         return verdict.exit_code
 

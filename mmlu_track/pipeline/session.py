@@ -246,16 +246,14 @@ class EvaluationSession:
         return with_rotations(each)
 
     def _log_subject(self, subject: str) -> None:
-        """A subject complete in this process goes to MLflow with the run's progress; in a sharded
-        run, a subject whose slices other shards scored goes there from the shard that commits its
-        last slice, and the progress is the whole run's, from the store (a shard holds its own)."""
+        """A subject complete: the run's progress to MLflow (micro accuracy so far, at step =
+        subjects done). In a sharded run, once the subject's last slice is committed by any shard,
+        and the progress is the whole run's, from the store (a shard holds its own)."""
         units_of = [u for u in self.everything if u.subject == subject]
-        held = all(u in self.held for u in units_of)
-        whole_here = [r for u in units_of for r in self.held[u]] if held else None  # the subject, all here
         if not self.sharded:
-            if whole_here is not None:
+            if all(u in self.held for u in units_of):
                 own = self._own()
-                self.recorder.subject_done(subject, acc(whole_here), len({r.subject for r in own}), acc(own))
+                self.recorder.subject_done(len({r.subject for r in own}), acc(own))
             return
         committed = self.recorder.committed_by_subject()
         questions = self.prep.plan.questions
@@ -263,9 +261,7 @@ class EvaluationSession:
             return
         whole = {s for s, (n, _) in committed.items() if n == len(questions[s])}
         n, k = (sum(v[i] for v in committed.values()) for i in (0, 1))
-        so_far = Accuracy(n=n, correct=k, acc=k / n, stderr=None)
-        subject_acc = acc(whole_here or self.recorder.question_results(subject))
-        self.recorder.subject_done(subject, subject_acc, len(whole), so_far)
+        self.recorder.subject_done(len(whole), Accuracy(n=n, correct=k, acc=k / n, stderr=None))
 
     def _score_looks(self, looks: Looks) -> EarlyStop | None:
         """Score look after look until `looks` stops the run (its EarlyStop) or none is left (None)."""

@@ -256,7 +256,8 @@ class RunStart:
         """What tells runs apart, in the order a reviewer scans: the model and its identity (a
         random model's seed, else the revision or the weights' digest), k, the scoring, then each
         setting that differs from its default (formulation, chat, calibration, extraction, choice
-        order, random shots, subjects, context), the dtype it ran in, and a sample's size and seed."""
+        order, random shots, subjects, context), the dtype it ran in, how it was batched or sharded,
+        and a sample's size and seed."""
         cfg, m = self.config, self.model
         ident = (
             f"seed{cfg.model.tiny_seed}" if m.source == "tiny" else (m.revision or m.weights_sha256 or "")[:8]
@@ -275,8 +276,14 @@ class RunStart:
             (len(cfg.subjects) != len(SUBJECTS), f"{len(cfg.subjects)}subjects"),
             (cfg.max_length is not None, f"ctx{cfg.max_length}"),
         ]
+        # then how it was run: no result depends on it, but a noise check's runs differ only there
+        optional += [
+            (True, m.dtype),
+            (cfg.batch_size != type(cfg).batch_size, f"bs{cfg.batch_size}"),
+            (cfg.batch_tokens != type(cfg).batch_tokens, f"bt{cfg.batch_tokens or 'none'}"),
+            (cfg.shards > 1, f"{cfg.shards}shards"),
+        ]
         parts += [text for wanted, text in optional if wanted]
-        parts.append(m.dtype)
         if cfg.limit is not None:
             parts.append(f"limit{cfg.limit}" + (f"-sample{cfg.seed}" if cfg.seed != DEFAULT_SEED else ""))
         return "-".join(parts)

@@ -1,7 +1,7 @@
 """MLflow, driven from here only: live evaluation runs, their later sync, comparisons, promotion.
 
 An evaluation's MLflow run opens when scoring starts (`LiveRun.open`: params and tags from the
-`RunStart`), takes each subject's accuracy as that subject is committed (`subject_done`: a run a
+`RunStart`), takes the running accuracy as each subject is committed (`subject_done`: a run a
 user can watch in the UI), and ends FINISHED with every metric and artifact (`finish`), or
 FAILED / KILLED (`end`). A resumed evaluation reopens the same MLflow run; the shards of a sharded
 run all log to one (`join`), which the shard that finalizes the run ends. Reaching a store
@@ -21,25 +21,24 @@ import json
 import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from mmlu_track.config import applies, to_dict
 from mmlu_track.credentials import redact, redact_text
-from mmlu_track.records.results import Accuracy, Docs, QuestionResult, write_jsonl
+from mmlu_track.records.results import Accuracies, Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.records.subjects import LETTERS
 from mmlu_track.store import mlflow_views
 from mmlu_track.store.locations import mlflow_uri
 from mmlu_track.store.mlflow_client import (
-    MlflowUnavailable,
     check_reachable,
     client_and_experiment,
     quiet,
 )
-from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, gate_line, percent
+from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, percent, shown
+from mmlu_track.store.mlflow_tables import QUESTIONS_TABLE, question_columns
 from mmlu_track.typed import flatten
 
 SWEEP_TAG = "mmlu_track.sweep"
@@ -71,23 +70,45 @@ def subject_metrics(subject: str, acc: Accuracy) -> dict[str, float]:
 
 
 def metrics(record: RunRecord) -> dict[str, float]:
+    """The run's metrics in the order its MLflow page lists them (the order logged): the headline
+    accuracies and categories first, then counts, robustness and timing, then the 57 subjects."""
     scores = record.scores
-    out: dict[str, float] = {
-        "acc_micro": scores.micro.acc,
-        "acc_macro": scores.macro.acc,
-        "invalid": float(scores.invalid),
+    out: dict[str, float] = {"acc_micro": scores.micro.acc, "acc_macro": scores.macro.acc}
+    for name, a in (("micro", scores.micro), ("macro", scores.macro)):
+        if a.stderr is not None:
+            out[f"stderr_{name}"] = a.stderr
+    out.update({metric_key("acc", "category", k): a.acc for k, a in scores.categories.items()})
+    out |= {
         "n_questions": float(scores.micro.n),
+        "invalid": float(scores.invalid),
         "questions_per_s": record.timing.questions_per_s,
     }
+    if record.timing.requests:  # a served model's
+        out["requests"] = float(record.timing.requests)
+        out["requests_abandoned"] = float(record.timing.abandoned_requests)
+    out.update(_robustness(record))
+    for subject, a in scores.subjects.items():
+        out.update(subject_metrics(subject, a))
+    for group, table in (("category", scores.categories), ("subcategory", scores.subcategories)):
+        for name, a in table.items():
+            out[metric_key("acc", group, name)] = a.acc
+            if a.stderr is not None:
+                out[metric_key("stderr", group, name)] = a.stderr
+    return out
+
+
+def _robustness(record: RunRecord) -> dict[str, float]:
+    """Circular accuracy (overall first, subjects after) and the letter bias."""
+    out: dict[str, float] = {}
+    figures_by_name: dict[str, Accuracies] = {}
     if c := record.circular:
-        for name, figures in (
-            ("circular", c.accuracy),
-            ("rotation_mean", c.mean_rotation),
-            ("consistency", c.consistency),
-        ):
+        figures_by_name = {
+            "circular": c.accuracy,
+            "rotation_mean": c.mean_rotation,
+            "consistency": c.consistency,
+        }
+        for name, figures in figures_by_name.items():
             out[f"{name}_micro"], out[f"{name}_macro"] = figures.micro.acc, figures.macro.acc
-            out.update({metric_key(name, s): a.acc for s, a in figures.subjects.items()})
-            out.update({metric_key(name, "category", k): a.acc for k, a in figures.categories.items()})
     if bias := record.letter_bias:
         asked = max(sum(bias.gold), 1)
         for letter, n, recall in zip(LETTERS, bias.predicted, bias.recall, strict=True):
@@ -96,20 +117,9 @@ def metrics(record: RunRecord) -> dict[str, float]:
                 out[f"recall_{letter}"] = recall
         if bias.letter_following is not None:
             out["letter_following"] = bias.letter_following
-    if record.timing.requests:  # a served model's
-        out["requests"] = float(record.timing.requests)
-        out["requests_abandoned"] = float(record.timing.abandoned_requests)
-    if scores.micro.stderr is not None:
-        out["stderr_micro"] = scores.micro.stderr
-    if scores.macro.stderr is not None:
-        out["stderr_macro"] = scores.macro.stderr
-    for subject, a in scores.subjects.items():
-        out.update(subject_metrics(subject, a))
-    for group, table in (("category", scores.categories), ("subcategory", scores.subcategories)):
-        for name, a in table.items():
-            out[metric_key("acc", group, name)] = a.acc
-            if a.stderr is not None:
-                out[metric_key("stderr", group, name)] = a.stderr
+    for name, figures in figures_by_name.items():
+        out.update({metric_key(name, "category", k): a.acc for k, a in figures.categories.items()})
+        out.update({metric_key(name, s): a.acc for s, a in figures.subjects.items()})
     return out
 
 
@@ -146,6 +156,7 @@ def tags(run_id: str, start: RunStart) -> dict[str, str]:
         "host": start.host.hostname,
         "device": start.model.device,
         "model": start.model.name,
+        mlflow_views.RUN_COLOR_TAG: mlflow_views.evaluation_color(run_id),
     }
     if start.sweep:
         out[SWEEP_TAG] = start.sweep
@@ -263,17 +274,16 @@ class LiveRun:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        self.client.log_batch(self.id, metrics=[Metric(k, float(v), ts, step) for k, v in values.items()])
+        self.client.log_batch(
+            self.id, metrics=[Metric(k, shown(k, float(v)), ts, step) for k, v in values.items()]
+        )
         self._logged.update(values)
 
-    def subject_done(
-        self, subject: str, acc: Accuracy, subjects_done: int | None = None, so_far: Accuracy | None = None
-    ) -> None:
-        """A subject's accuracy, and the run's micro accuracy so far at step = subjects done."""
+    def subject_done(self, subjects_done: int, so_far: Accuracy) -> None:
+        """The run's micro accuracy so far, at step = subjects done: a run a user can watch. The
+        subjects' own accuracies wait for `finish`, after the headline: MLflow lists a run's
+        metrics in the order they were logged, and a reviewer looks for `acc_micro` first."""
         if self.id is None:
-            return
-        self._call("logging a subject", lambda: self._log_metrics(subject_metrics(subject, acc)))
-        if subjects_done is None or so_far is None:
             return
         progress = {"progress/acc_micro": so_far.acc, "progress/questions": float(so_far.n)}
         self._call("logging progress", lambda: self._log_metrics(progress, step=subjects_done))
@@ -297,6 +307,10 @@ class LiveRun:
                 (out / "example_prompt.txt").write_text(record.start.example_prompt)
                 subject_accuracy_png(record.scores, out / "subject_accuracy.png", record.start.name)
                 self.client.log_artifacts(self.id, str(out))
+            if results:  # the questions as a table the artifact view shows and filters
+                self.client.log_table(
+                    self.id, data=question_columns(results, docs), artifact_file=QUESTIONS_TABLE
+                )
             self.client.set_tag(self.id, NOTE_TAG, description(record))
             self.client.set_terminated(self.id, status="FINISHED")
 
@@ -341,59 +355,3 @@ class LiveRun:
     def end(self, status: Literal["FAILED", "KILLED"]) -> None:
         if self.id is not None:
             self._call("ending the run", lambda: self.client.set_terminated(self.id, status=status))
-
-
-@dataclass(frozen=True)
-class ComparisonLog:
-    """A comparison of two runs as its MLflow run: its name, tags, params, metrics and files.
-    `candidate`: (the candidate's MLflow run id, a line): tagged on the candidate's run as
-    `mmlu_track.gate` with this comparison's id, so its page leads to its latest verdict."""
-
-    name: str
-    tags: Mapping[str, str]
-    params: Mapping[str, str]
-    metrics: Mapping[str, float]
-    files: Sequence[Path]
-    candidate: tuple[str, str] | None = None
-    kind: str = "comparison"  # the run's mmlu_track.kind tag: comparison | noise (no runs-table view)
-
-
-def log_comparison(uri: str | None, experiment: str, entry: ComparisonLog) -> str:
-    """Log a comparison as its own MLflow run in `experiment`; its id. Raises `MlflowUnavailable`."""
-    name, run_tags, run_params, run_metrics = entry.name, entry.tags, entry.params, entry.metrics
-    files, candidate = entry.files, entry.candidate
-    check_reachable(uri)
-    try:
-        from mlflow.entities import Metric, Param
-
-        client, exp_id = client_and_experiment(
-            uri, experiment, "comparisons" if entry.kind == "comparison" else None
-        )
-        with quiet():
-            run = client.create_run(exp_id, run_name=name, tags={KIND_TAG: entry.kind, **run_tags})
-            rid = run.info.run_id
-            ts = int(run.info.start_time)
-            client.log_batch(
-                rid,
-                metrics=[Metric(k, float(v), ts, 0) for k, v in run_metrics.items()],
-                params=[Param(k, v) for k, v in run_params.items()],
-            )
-            for path in files:
-                client.log_artifact(rid, str(path))
-            client.set_terminated(rid)
-            if candidate:
-                from mlflow.exceptions import MlflowException
-
-                with contextlib.suppress(MlflowException):  # a run on another server: not reachable here
-                    client.set_tag(candidate[0], GATE_TAG, f"{candidate[1]} (comparison run {rid})")
-                    note = client.get_run(candidate[0]).data.tags.get(NOTE_TAG, "")
-                    client.set_tag(
-                        candidate[0],
-                        NOTE_TAG,
-                        gate_line(note, candidate[1], f"#/experiments/{exp_id}/runs/{rid}"),
-                    )
-        return str(rid)
-    except Exception as err:
-        raise MlflowUnavailable(
-            f"logging to MLflow ({redact(uri or 'default')}) failed: {redact_text(str(err).splitlines()[0])}"
-        ) from err

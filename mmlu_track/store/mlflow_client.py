@@ -50,8 +50,9 @@ def _first_use_lock(uri: str | None) -> Iterator[None]:
 
 
 def client_and_experiment(uri: str | None, experiment: str, view: Kind | None = None) -> tuple[Any, str]:
-    """An MlflowClient with bounded HTTP retries, and the experiment's id (created if missing), with
-    mmlu_track's saved runs-table `view` of that kind (`mlflow_views`) where it is missing or old."""
+    """An MlflowClient with bounded HTTP retries, and the experiment's id (created if missing), marked
+    a machine-learning experiment (its link opens the runs table, not MLflow 3's GenAI overview),
+    with mmlu_track's saved runs-table `view` of that kind (`mlflow_views`) where it is missing or old."""
     for key, value in HTTP_LIMITS.items():
         os.environ.setdefault(key, value)
     from mlflow.tracking import MlflowClient
@@ -61,6 +62,10 @@ def client_and_experiment(uri: str | None, experiment: str, view: Kind | None = 
         client = MlflowClient(tracking_uri=mlflow_uri(uri))
         exp = client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else client.create_experiment(experiment, _artifacts(uri))
+        kind = mlflow_views.EXPERIMENT_KIND_TAG
+        if kind not in (exp.tags if exp else {}):  # a kind the user chose is kept
+            with contextlib.suppress(Exception):
+                client.set_experiment_tag(exp_id, kind, mlflow_views.EXPERIMENT_KIND)
         if view and mlflow_views.needs_writing(exp.tags.get(mlflow_views.VIEW_TAG) if exp else None):
             # A view is a convenience: a store refusing experiment tags costs no logging.
             with contextlib.suppress(Exception):

@@ -8,6 +8,7 @@ entity classes only, imported where used.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -16,6 +17,18 @@ from mmlu_track.records.results import Accuracy
 from mmlu_track.records.run import RunRecord, RunStart
 
 NOTE_TAG = "mlflow.note.content"  # the run page's Markdown description
+
+
+def shown(key: str, value: float) -> float:
+    """A metric as MLflow's pages should show it: points and percentages (`_pts`, `_pct`) to 2
+    decimals, as every report prints them; a count as it is; anything else to 4 significant
+    digits (`acc_micro` 0.2105 beside its 21.05 %). The exact figures stay in the SQL store and
+    results.json; MLflow's tables print a float's every digit and cut it."""
+    if not math.isfinite(value) or value == int(value):
+        return value
+    if key.endswith(("_pts", "_pct")):
+        return round(value, 2)
+    return float(f"{value:.4g}")
 
 
 def percent(a: Accuracy) -> str:
@@ -50,8 +63,9 @@ def description(record: RunRecord) -> str:
         )
     if record.letter_bias:
         lines.append(f"\n{record.letter_bias.line()[0].upper()}{record.letter_bias.line()[1:]}.")
-    lines += ["", "| category | accuracy % [95 % CI] (correct / n) |", "|---|---|"]
-    lines += [f"| {name} | {percent(a)} |" for name, a in scores.categories.items()]
+    # A list, not a table: MLflow renders a description's table as run-together text.
+    lines += ["", "Categories, accuracy [95 % CI] (correct / n):", ""]
+    lines += [f"- {name}: {percent(a)}" for name, a in scores.categories.items()]
     return "\n".join(lines)
 
 

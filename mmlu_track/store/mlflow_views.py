@@ -11,7 +11,8 @@ MLflow 3's GenAI overview. Ours, `mmlu_track`, shows what tells runs apart and h
   `acc_micro`, the dataset, the latest gate's verdict, k / dtype / formulation / scoring; the charts
   narrowed to the micro/macro and category accuracies (not 165 per-subject bars).
 - comparisons: the full name (verdict, then what differs), the description's first line (verdict,
-  Δ with its interval), Δ, both accuracies, the p-value of the drop test, the mode.
+  Δ with its interval), Δ, the lower bound that decides PASS beside the margin, both accuracies,
+  the p-value of the drop test, the mode.
 
 A view a user saved over ours (MLflow's "Override saved view") carries no `mmlu_track_view` field:
 it is theirs and left alone; ours is rewritten only when this version's layout is newer. Pure: the
@@ -20,6 +21,7 @@ caller writes the tag.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Literal
@@ -28,10 +30,14 @@ from mmlu_track.credentials import strip_userinfo
 
 VIEW_ID = "mmlu_track"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
-VERSION = 1  # raise when the layout changes: experiments holding an older one get the new one
+VERSION = 2  # raise when the layout changes: experiments holding an older one get the new one
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
 SERVED_BY_MLFLOW_UI = ("file", "sqlite", "postgresql", "mysql", "mssql")  # `mlflow ui --backend-store-uri`
 Kind = Literal["evaluations", "comparisons"]
+# MLflow 3 opens an experiment whose kind is unset (or GenAI) on its GenAI overview ("No data
+# available"), and a run page under GenAI's tabs; this kind opens the runs table and training tabs.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 
 
 def _col(kind: str, name: str) -> str:
@@ -56,19 +62,40 @@ COLUMNS: dict[Kind, tuple[tuple[str, int], ...]] = {
     "comparisons": (
         (RUN_NAME, 600),
         (DESCRIPTION, 420),
-        (_col("metrics", "gate/delta_micro_pts"), 110),
-        (_col("metrics", "gap/delta_micro_pts"), 110),
-        (_col("metrics", "baseline/acc_micro_pct"), 110),
-        (_col("metrics", "candidate/acc_micro_pct"), 110),
-        (_col("metrics", "gate/p_regression"), 110),
-        (_col("params", "mode"), 90),
+        # Wide enough for the metric's whole name and a rounded value (MLflow cuts both)
+        (_col("metrics", "gate/delta_micro_pts"), 170),
+        # The bound that decides PASS / INCONCLUSIVE, beside the margin it is held against (−δ)
+        (_col("metrics", "gate/lower_bound_pts"), 170),
+        (_col("params", "margin_pts"), 110),
+        (_col("metrics", "gap/delta_micro_pts"), 170),
+        (_col("metrics", "baseline/acc_micro_pct"), 190),
+        (_col("metrics", "candidate/acc_micro_pct"), 200),
+        (_col("metrics", "gate/p_regression"), 150),
+        (_col("params", "mode"), 100),
     ),
 }
 # The charts view's search (a regular expression over metric names)
 CHARTS: dict[Kind, str] = {
     "evaluations": r"^acc_m(icro|acro)$|^acc/category/",
-    "comparisons": r"^(gate|gap)/delta_micro_pts$|_acc_micro_pct$",
+    "comparisons": r"^(gate|gap)/delta_micro_pts$|^gate/lower_bound_pts$"
+    r"|^(baseline|candidate)/acc_micro_pct$",
 }
+# A run's colour dot (the runs table, every chart), which MLflow otherwise picks at random: red and
+# green beside a verdict read as the verdict. A comparison's is its verdict's; an evaluation's is
+# one of a palette without red or green (Okabe-Ito and Tableau hues), fixed by its run id.
+RUN_COLOR_TAG = "mlflow.runColor"
+VERDICT_COLORS = {
+    "pass": "#1A7F37",
+    "regression": "#CF222E",
+    "inconclusive": "#BF8700",
+    "analysis": "#6E7781",
+}
+EVALUATION_COLORS = ("#0072B2", "#E69F00", "#56B4E9", "#CC79A7", "#9467BD", "#8C564B", "#17BECF", "#7F7F7F")
+
+
+def evaluation_color(run_id: str) -> str:
+    """An evaluation's colour: the same on every page and every re-log (`runs sync`)."""
+    return EVALUATION_COLORS[int(hashlib.sha256(run_id.encode()).hexdigest(), 16) % len(EVALUATION_COLORS)]
 
 
 def envelope(kind: Kind, now_ms: int | None = None) -> str:

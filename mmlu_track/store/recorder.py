@@ -9,7 +9,7 @@ one process's shard of one run:
 - `open_mirror()`: the run's MLflow run, opened from the first shard's start; every shard of a run
   logs to one (the first recorded wins, a shard that opened another at the same moment joins it).
 - `commit(results)`: a unit's questions, committed at once (a kill loses at most the unit at work);
-  `subject_done(...)`: a finished subject's accuracy to MLflow.
+  `subject_done(...)`: the run's progress, as each subject finishes, to MLflow.
 - `finish(record, output_dir)` then `mirror_finished(record, results, docs)`, `stop(...)`,
   `fail(err)`: the run's three ends.
   `end_shard(work)` and `claim_finalization(n)` decide which process finalizes (exactly one).
@@ -122,10 +122,10 @@ class RunRecorder:
     def commit(self, results: Sequence[QuestionResult]) -> None:
         self.store.save_unit(self.run_id, results, self.shard)
 
-    def subject_done(self, subject: str, acc: Accuracy, subjects_done: int, so_far: Accuracy) -> None:
-        """A finished subject's accuracy, and the run's so far at step = subjects done, to MLflow."""
+    def subject_done(self, subjects_done: int, so_far: Accuracy) -> None:
+        """A subject finished: the run's accuracy so far, at step = subjects done, to MLflow."""
         if self.live is not None:
-            self.live.subject_done(subject, acc, subjects_done, so_far)
+            self.live.subject_done(subjects_done, so_far)
 
     def committed_by_subject(self) -> dict[str, tuple[int, int]]:
         """(committed, correct) by subject, over every shard of the run."""
