@@ -213,7 +213,7 @@ def record(
             kind="noise",
         )
         try:
-            mlflow_id = log_comparison(cfg.tracking.mlflow_uri, noise.experiment, log)
+            mlflow_id = log_comparison(cfg.tracking.mlflow_uri, noise.experiment, log).id
         except MlflowUnavailable as err:
             warn(f"{err}; the measurement is kept in the SQL store")
             return entry

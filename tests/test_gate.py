@@ -267,7 +267,7 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
     assert tag.startswith("PASS vs baseline m-base@seed0-k5-logprob-float32 (comparison run ")
     comparison = tag.rstrip(")").rpartition(" ")[2]  # and its description links to it
     note = client.get_run(str(promoted_run.mlflow_run_id)).data.tags["mlflow.note.content"]
-    assert f"/runs/{comparison})" in note
+    assert f"/runs/{comparison}?workflowType=machine_learning)" in note  # on the machine-learning pages
     assert (
         note.count("**Latest gate:** [PASS vs baseline m-base@seed0-k5-logprob-float32](#/experiments/") == 1
     )

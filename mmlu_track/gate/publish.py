@@ -19,44 +19,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmlu_track.config import CompareConfig
 from mmlu_track.console import warn
-from mmlu_track.gate.policy import Verdict
-from mmlu_track.gate.stats import Comparison, ComparisonError
+from mmlu_track.gate.outcome import Outcome
+from mmlu_track.gate.stats import ComparisonError
 from mmlu_track.records.stored import ComparisonEntry
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from mmlu_track.records.results import QuestionResult
     from mmlu_track.records.stored import StoredRun
+    from mmlu_track.store.mlflow_comparison import Logged
     from mmlu_track.store.sql import SqlStore
 
-# The sequential gate's section of report.json ({"sequential": {...}}) and its MLflow metrics.
-SequentialExtra = tuple[dict[str, Any], dict[str, float]]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A decided comparison of `base` and `cand`."""
-
-    comp: Comparison
-    verdict: Verdict
-    base: StoredRun
-    cand: StoredRun
-    cfg: CompareConfig
-    extra: SequentialExtra | None = None  # set when the sequential gate decided
-    # The paired questions' results (baseline, candidate): MLflow's per-question table
-    results: tuple[Sequence[QuestionResult], Sequence[QuestionResult]] | None = None
-
-    @property
-    def sequential(self) -> dict[str, Any] | None:
-        return self.extra[0]["sequential"] if self.extra else None
-
-    @property
-    def mode(self) -> str:
-        """How it was decided: `gate`, `fewshot_gap`, or `sequential`."""
-        return "sequential" if self.extra else self.cfg.mode
+__all__ = ["Outcome", "Reports", "publish", "record_verdict", "render"]
 
 
 @dataclass(frozen=True)
@@ -78,9 +51,10 @@ def publish(store: SqlStore, outcome: Outcome, output_dir: Path, echo: Any) -> N
     o = outcome
     reports = render(o, output_dir)
     _append_summary(reports.summary)
-    echo(report.console(o.comp, o.verdict, o.base, o.cand, o.cfg, sequential=o.sequential))
+    echo(report.console(o))
     echo(f"reports in {reports.folder}")
-    record_verdict(store, o, reports)
+    if page := record_verdict(store, o, reports):
+        echo(f"MLflow: {page}")
 
 
 def render(outcome: Outcome, output_dir: Path) -> Reports:
@@ -91,11 +65,11 @@ def render(outcome: Outcome, output_dir: Path) -> Reports:
     from mmlu_track.gate.plot import Figure, deltas_png
 
     o, comparison_id = outcome, uuid.uuid4().hex
-    doc = report.to_json(o.comp, o.verdict, o.base, o.cand, o.cfg)
+    doc = report.to_json(o)
     if o.extra:
         doc.update(o.extra[0])
     sequential = o.sequential
-    body = report.markdown(o.comp, o.verdict, o.base, o.cand, o.cfg, sequential=sequential)
+    body = report.markdown(o, _experiments(o))
     markdown, summary = body + report.all_subjects(o.comp), body + report.all_subjects_folded(o.comp)
     heading = f"{o.verdict.status.upper()}: {o.verdict.headline}\n{title(o.base, o.cand, o.cfg.mode)}"
     if sequential:  # the fixed-sample intervals of macro and the categories are not what decided
@@ -119,8 +93,9 @@ def render(outcome: Outcome, output_dir: Path) -> Reports:
     return Reports(doc, markdown, summary, folder, comparison_id)
 
 
-def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> None:
-    """The verdict's record: its row in the SQL store, then (tracking.mlflow) its MLflow run."""
+def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> str | None:
+    """The verdict's record: its row in the SQL store, then (tracking.mlflow) its MLflow run; the
+    run's page, where the store has a UI."""
     o, g = outcome, outcome.cfg.gate
     comp = o.comp
     entry = ComparisonEntry(
@@ -140,8 +115,21 @@ def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> None:
         created_at=datetime.now(UTC).replace(tzinfo=None),
     )
     store.save_comparison(entry)
-    if o.cfg.tracking.mlflow and (mlflow_id := _log_comparison(o, reports)):
-        store.set_comparison_mlflow(entry.id, mlflow_id)
+    if o.cfg.tracking.mlflow and (logged := _log_comparison(o, reports)):
+        store.set_comparison_mlflow(entry.id, logged.id)
+        return logged.url
+    return None
+
+
+def _experiments(o: Outcome) -> dict[str, str]:
+    """The two runs' MLflow experiments (run id → experiment id), for the report's links to their
+    pages; empty where MLflow is off, not a server, or does not answer (the links fall back)."""
+    uri, ids = o.cfg.tracking.mlflow_uri, [r.mlflow_run_id for r in (o.base, o.cand) if r.mlflow_run_id]
+    if not (o.cfg.tracking.mlflow and ids and uri and uri.startswith(("http://", "https://"))):
+        return {}
+    from mmlu_track.store.mlflow_client import experiments_of
+
+    return experiments_of(uri, ids)
 
 
 def comparison_metrics(outcome: Outcome) -> dict[str, float]:
@@ -186,7 +174,7 @@ def _run_name(run: StoredRun) -> str:
     return record.start.name if record else f"{run.model_name} {run.id[:8]}"
 
 
-def _log_comparison(outcome: Outcome, reports: Reports) -> str | None:
+def _log_comparison(outcome: Outcome, reports: Reports) -> Logged | None:
     """The comparison as an MLflow run named by its verdict and what differs (the report's title),
     described by a plain line (verdict, Δ, both accuracies) and the report's head, linked to both
     runs' own MLflow runs; None (warned) on failure: logging never costs the verdict."""
@@ -213,7 +201,7 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> str | None:
     sides = (("baseline", base), ("candidate", cand))
     params.update({f"{side}_mlflow_run": run.mlflow_run_id for side, run in sides if run.mlflow_run_id})
     label = "few-shot gap" if gap else o.verdict.status.upper()
-    head = "\n".join(report.description(o.comp, o.verdict, base, cand, cfg))
+    head = "\n".join(report.description(o))
     heading = title(base, cand, cfg.mode)  # what a reviewer recognises: what differs
     m = o.comp.micro
     # The verdict's own interval: a sequential gate's is the anytime-valid one.

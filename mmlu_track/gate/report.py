@@ -6,15 +6,14 @@ from __future__ import annotations
 import dataclasses
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from mmlu_track.gate.differs import NEUTRAL, NOTHING_DIFFERS, neutral_differs, title, what_differs
 from mmlu_track.gate.stats import BOOTSTRAP_MIN_FLIPS, BOOTSTRAP_MIN_PER_SUBJECT, Comparison, Delta, pts
 
 if TYPE_CHECKING:
-    from mmlu_track.config import CompareConfig
+    from mmlu_track.gate.outcome import Outcome
     from mmlu_track.gate.policy import Verdict
     from mmlu_track.records.stored import StoredRun
 
@@ -82,7 +81,7 @@ def _row(d: Delta, mark: str = "", *, subject: bool = False) -> str:
     delta = f"**{pts(d.delta)}**" if real else pts(d.delta)
     return (
         f"| {mark}{_label(d, subject)} | {d.n} | {100 * d.baseline_acc:.2f} | {100 * d.candidate_acc:.2f} | "
-        f"{delta} | [{pts(d.ci_low)}, {pts(d.ci_high)}] | {d.lost} / {d.gained} | "
+        f"{delta} | [{pts(d.ci_low)}, {pts(d.ci_high)}] | {d.lost} | {d.gained} | "
         f"{_p(d.p_regression_adj if subject else d.p_regression)} |"
     )
 
@@ -101,9 +100,9 @@ def _bullet(d: Delta, *, subject: bool = True) -> str:
 
 
 # Short headers: MLflow's viewer cuts a header wider than its (equal) column with an ellipsis.
-_ALIGN = "|---|---:|---:|---:|---:|---|---:|---:|"
-_HEADER = f"| | n | base % | cand % | Δ pts | 95% CI | lost/gained | p (drop) |\n{_ALIGN}"
-_SUBJECT_HEADER = f"| subject | n | base % | cand % | Δ pts | 95% CI | lost/gained | p adj. |\n{_ALIGN}"
+_ALIGN = "|---|---:|---:|---:|---:|---|---:|---:|---:|"
+_HEADER = f"| | n | base % | cand % | Δ pts | 95% CI | lost | gained | p drop |\n{_ALIGN}"
+_SUBJECT_HEADER = f"| subject | n | base % | cand % | Δ pts | 95% CI | lost | gained | p adj. |\n{_ALIGN}"
 TABLE_ROWS = 8  # the most rows of a table: MLflow's viewer shows about that many before scrolling
 
 
@@ -166,35 +165,29 @@ def _method_lines(comp: Comparison, gate_mode: bool, sequential: dict[str, Any] 
     return lines
 
 
-def _mlflow_links(base: StoredRun, cand: StoredRun, uri: str | None) -> list[str]:
-    """Links from the report to the two runs in the MLflow UI (a tracking server only)."""
+def _mlflow_links(o: Outcome, experiments: Mapping[str, str]) -> list[str]:
+    """Links from the report to the two runs in the MLflow UI (a tracking server only), on the
+    machine-learning pages when their experiments (`experiments`: MLflow run id → experiment id)
+    are known (a bare run link opens under MLflow 3's GenAI tabs)."""
+    uri = o.cfg.tracking.mlflow_uri
     if not (uri and uri.startswith(("http://", "https://"))):
         return []
-    from mmlu_track.credentials import strip_userinfo
+    from mmlu_track.store.mlflow_views import run_url
 
-    uri = strip_userinfo(uri)  # a report is shared: its links never carry a password (a browser asks)
-    # Percent-encoded: a `)`, `<` or space in the configured URI would end the link or start markup.
-    base_url = quote(uri.rstrip("/"), safe=":/?#[]@!$&'*+,;=%~")
     links = [
-        f"[{side} run]({base_url}/#/runs/{quote(run.mlflow_run_id, safe='')})"
-        for side, run in (("baseline", base), ("candidate", cand))
+        f"[{side} run]({run_url(uri, experiments.get(run.mlflow_run_id), run.mlflow_run_id)})"
+        for side, run in (("baseline", o.base), ("candidate", o.cand))
         if run.mlflow_run_id
     ]
     return ["", "MLflow: " + " · ".join(links)] if links else []
 
 
-def markdown(
-    comp: Comparison,
-    verdict: Verdict,
-    base: StoredRun,
-    cand: StoredRun,
-    cfg: CompareConfig,
-    *,
-    sequential: dict[str, Any] | None = None,
-) -> str:
+def markdown(o: Outcome, experiments: Mapping[str, str] | None = None) -> str:
     """Verdict first (in words, then its emoji), what it does to a release, the overall rows, then
     the subjects that tell (flagged, changed) in a short table; every subject follows, by Δ, from
-    `all_subjects` (a list) or `all_subjects_folded` (a folded table, for GitHub's job summary)."""
+    `all_subjects` (a list) or `all_subjects_folded` (a folded table, for GitHub's job summary).
+    `experiments`: the runs' MLflow experiments, for the links to their pages."""
+    comp, verdict, base, cand, cfg = o.comp, o.verdict, o.base, o.cand, o.cfg
     s = comp.settings
     gate_mode = cfg.mode == "gate"
     # Names (models, paths, ids, a policy's name) are the user's: escaped wherever they are shown.
@@ -217,14 +210,14 @@ def markdown(
         f"k={base.k}{'' if base.k == cand.k else f'→{cand.k}'}{policy}.",
         "",
         _differs_line(base, cand),
-        *_mlflow_links(base, cand, cfg.tracking.mlflow_uri),
+        *_mlflow_links(o, experiments or {}),
         "",
         _HEADER,
         _row(comp.micro),
         _row(comp.macro),
         *(_row(c) for c in comp.categories),
         "",
-        *_method_lines(comp, gate_mode, sequential),
+        *_method_lines(comp, gate_mode, o.sequential),
     ]
     return "\n".join([*lines, "", *_subject_lines(comp, gate_mode)])
 
@@ -267,13 +260,12 @@ def all_subjects_folded(comp: Comparison) -> str:
     return "\n".join([*lines, "", "</details>", ""])
 
 
-def description(
-    comp: Comparison, verdict: Verdict, base: StoredRun, cand: StoredRun, cfg: CompareConfig
-) -> list[str]:
+def description(o: Outcome) -> list[str]:
     """A comparison's MLflow description after its first line: the verdict's reasons and exit code,
     what differs, and the overall rows as a list (MLflow renders a description's table as run-together
     text)."""
-    lines = [f"**{md_text(title(base, cand, cfg.mode))}**", ""]
+    comp, verdict, base, cand = o.comp, o.verdict, o.base, o.cand
+    lines = [f"**{md_text(title(base, cand, o.cfg.mode))}**", ""]
     lines += [f"- {md_text(r)}" for r in verdict.reasons]
     if verdict.status != "analysis":
         lines += ["", exit_line(verdict)]
@@ -287,15 +279,8 @@ def _mark(d: Delta) -> str:
     return "⚠️ " if d.flagged else ("⬆️ " if d.improved else "")
 
 
-def console(
-    comp: Comparison,
-    verdict: Verdict,
-    base: StoredRun,
-    cand: StoredRun,
-    cfg: CompareConfig,
-    *,
-    sequential: dict[str, Any] | None = None,
-) -> str:
+def console(o: Outcome) -> str:
+    comp, verdict, base, cand, cfg = o.comp, o.verdict, o.base, o.cand, o.cfg
     width = max(len(d.name) for d in (*comp.subjects, *comp.categories)) + 4
     head = f"{'':<{width}}{'n':>6} {'base %':>7} {'cand %':>7} {'Δ pts':>7}  {'95% CI':<17} {'p adj':>8}"
 
@@ -313,13 +298,13 @@ def console(
         for d in sorted(comp.subjects, key=lambda d: d.delta)
     ]
     rows += ["-" * len(head), *(line(c) for c in comp.categories), line(comp.macro), line(comp.micro)]
-    rows += [r.replace("**", "") for r in _method_lines(comp, cfg.mode == "gate", sequential)]
+    rows += [r.replace("**", "") for r in _method_lines(comp, cfg.mode == "gate", o.sequential)]
     return "\n".join(rows)
 
 
-def to_json(
-    comp: Comparison, verdict: Verdict, base: StoredRun, cand: StoredRun, cfg: CompareConfig
-) -> dict[str, Any]:
+def to_json(o: Outcome) -> dict[str, Any]:
+    comp, verdict, base, cand, cfg = o.comp, o.verdict, o.base, o.cand, o.cfg
+
     def run(r: StoredRun) -> dict[str, Any]:
         return {
             "id": r.id, "model": r.model_name, "revision": r.model_revision, "k": r.k,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import CompareConfig, CompareMode, GateConfig
+from mmlu_track.gate.outcome import Outcome
 from mmlu_track.gate.policy import (
     analysis,
     auto_margin,
@@ -24,7 +25,7 @@ from mmlu_track.gate.policy import (
     same_prompts,
     unrecorded,
 )
-from mmlu_track.gate.publish import Outcome, publish
+from mmlu_track.gate.publish import publish
 from mmlu_track.gate.stats import ComparisonError, compare, pair
 from mmlu_track.store.noise import latest_noise
 from mmlu_track.store.sql import open_existing_store

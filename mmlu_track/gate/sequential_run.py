@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import CompareConfig, EvalConfig, GateConfig
+from mmlu_track.gate.outcome import Outcome
 from mmlu_track.gate.policy import (
     EXIT_PASS,
     EXIT_REGRESSION,
@@ -36,7 +37,7 @@ from mmlu_track.gate.policy import (
     require_finished,
     same_prompts,
 )
-from mmlu_track.gate.publish import Outcome, publish
+from mmlu_track.gate.publish import publish
 from mmlu_track.gate.run import resolve
 from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide_looks, look_sizes
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair, pts

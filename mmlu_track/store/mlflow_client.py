@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -49,17 +50,22 @@ def _first_use_lock(uri: str | None) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def client_and_experiment(uri: str | None, experiment: str, view: Kind | None = None) -> tuple[Any, str]:
-    """An MlflowClient with bounded HTTP retries, and the experiment's id (created if missing), marked
-    a machine-learning experiment (its link opens the runs table, not MLflow 3's GenAI overview),
-    with mmlu_track's saved runs-table `view` of that kind (`mlflow_views`) where it is missing or old."""
+def _client(uri: str | None) -> Any:
+    """An MlflowClient of the resolved URI, with bounded HTTP retries."""
     for key, value in HTTP_LIMITS.items():
         os.environ.setdefault(key, value)
     from mlflow.tracking import MlflowClient
 
+    return MlflowClient(tracking_uri=mlflow_uri(uri))
+
+
+def client_and_experiment(uri: str | None, experiment: str, view: Kind | None = None) -> tuple[Any, str]:
+    """An MlflowClient with bounded HTTP retries, and the experiment's id (created if missing), marked
+    a machine-learning experiment (where MLflow reads the kind: 3.17 reads the link's `workflowType`),
+    with mmlu_track's saved runs-table `view` of that kind (`mlflow_views`) where it is missing or old."""
     with _first_use_lock(uri), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        client = MlflowClient(tracking_uri=mlflow_uri(uri))
+        client = _client(uri)
         exp = client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else client.create_experiment(experiment, _artifacts(uri))
         kind = mlflow_views.EXPERIMENT_KIND_TAG
@@ -106,13 +112,35 @@ def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
         )
 
 
+# MLflow's own links, printed as a run ends ("🏃 View run NAME at: URI/#/..."): they carry the tracking
+# URI's password, and open under MLflow 3.17's GenAI tabs; mmlu_track prints its own.
+_MLFLOW_LINK = re.compile(r"^\W*View (run .* at|experiment at): ")
+
+
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    # MLflow prints its run links ("View run ... at: URI/#/...") with the tracking URI's password.
+    """MLflow's printing and warnings held back: what it prints passes, redacted, but its links."""
     printed = io.StringIO()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
             warnings.simplefilter("ignore")  # MLflow's own deprecation chatter is not the user's concern
             yield
     finally:
-        sys.stdout.write(redact_text(printed.getvalue()))
+        kept = [line for line in printed.getvalue().splitlines(keepends=True) if not _MLFLOW_LINK.match(line)]
+        sys.stdout.write(redact_text("".join(kept)))
+
+
+def experiments_of(uri: str, run_ids: list[str]) -> dict[str, str]:
+    """Each run's experiment id on the tracking store (the runs it knows); {} when it does not
+    answer within seconds: a link is a convenience, never a wait."""
+    try:
+        check_reachable(uri)
+        client = _client(uri)
+        found: dict[str, str] = {}
+        with quiet():
+            for rid in run_ids:
+                with contextlib.suppress(Exception):  # a run on another store: no link to its page
+                    found[rid] = str(client.get_run(rid).info.experiment_id)
+        return found
+    except MlflowUnavailable:
+        return {}

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mmlu_track.credentials import redact, redact_text
+from mmlu_track.store.locations import mlflow_uri
 from mmlu_track.store.mlflow import GATE_TAG, KIND_TAG
 from mmlu_track.store.mlflow_client import MlflowUnavailable, check_reachable, client_and_experiment, quiet
 from mmlu_track.store.mlflow_pages import NOTE_TAG, gate_line, shown
 from mmlu_track.store.mlflow_tables import PAIRED_TABLE, Columns
+from mmlu_track.store.mlflow_views import ML_PAGES, page
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,16 @@ class ComparisonLog:
     kind: str = "comparison"  # the run's mmlu_track.kind tag: comparison | noise (no runs-table view)
 
 
-def log_comparison(uri: str | None, experiment: str, entry: ComparisonLog) -> str:
-    """Log a comparison as its own MLflow run in `experiment`; its id. Raises `MlflowUnavailable`."""
+@dataclass(frozen=True)
+class Logged:
+    """A comparison's MLflow run: its id, and its page where the store has a UI."""
+
+    id: str
+    url: str | None
+
+
+def log_comparison(uri: str | None, experiment: str, entry: ComparisonLog) -> Logged:
+    """Log a comparison as its own MLflow run in `experiment`. Raises `MlflowUnavailable`."""
     name, run_tags, run_params, run_metrics = entry.name, entry.tags, entry.params, entry.metrics
     files, candidate = entry.files, entry.candidate
     check_reachable(uri)
@@ -68,9 +78,9 @@ def log_comparison(uri: str | None, experiment: str, entry: ComparisonLog) -> st
                     client.set_tag(
                         candidate[0],
                         NOTE_TAG,
-                        gate_line(note, candidate[1], f"#/experiments/{exp_id}/runs/{rid}"),
+                        gate_line(note, candidate[1], f"#/experiments/{exp_id}/runs/{rid}?{ML_PAGES}"),
                     )
-        return str(rid)
+        return Logged(str(rid), page(mlflow_uri(uri), exp_id, str(rid)))
     except Exception as err:
         raise MlflowUnavailable(
             f"logging to MLflow ({redact(uri or 'default')}) failed: {redact_text(str(err).splitlines()[0])}"

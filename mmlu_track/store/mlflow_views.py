@@ -38,6 +38,7 @@ Kind = Literal["evaluations", "comparisons"]
 # available"), and a run page under GenAI's tabs; this kind opens the runs table and training tabs.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+ML_PAGES = "workflowType=machine_learning"  # a link's query: MLflow 3.17 decides by it, not by the kind
 
 
 def _col(kind: str, name: str) -> str:
@@ -132,18 +133,39 @@ def _scheme(uri: str) -> str:
     return "databricks" if uri.startswith("databricks") else "file"
 
 
-def url(uri: str, experiment_id: str) -> str | None:
-    """The view's address for a resolved tracking URI (`mlflow_client.resolved_uri`): on the
-    tracking server, or on `mlflow ui`'s default for a store it serves (a file or a database); None
-    where neither (Databricks: its own workspace UI). Without the URI's credentials (a link is
-    printed and pasted)."""
+def _ui(uri: str) -> str | None:
+    """Where the UI of a resolved tracking URI is: the tracking server, or `mlflow ui`'s default for
+    a store it serves (a file or a database); None where neither (Databricks: its own workspace UI).
+    Without the URI's credentials (a link is printed and pasted)."""
     if uri.startswith(("http://", "https://")):
-        base = uri
-    elif _scheme(uri) in SERVED_BY_MLFLOW_UI:
-        base = LOCAL_UI
-    else:
+        return strip_userinfo(uri).rstrip("/")
+    return LOCAL_UI if _scheme(uri) in SERVED_BY_MLFLOW_UI else None
+
+
+def url(uri: str, experiment_id: str) -> str | None:
+    """The view's address for a resolved tracking URI (`mlflow_client.resolved_uri`), where it has a UI."""
+    base = _ui(uri)
+    if base is None:
         return None
-    return (
-        f"{strip_userinfo(base).rstrip('/')}/#/experiments/{experiment_id}/runs"
-        f"?workflowType=machine_learning&viewStateShareKey={VIEW_ID}"
-    )
+    return f"{base}/#/experiments/{experiment_id}/runs?{ML_PAGES}&viewStateShareKey={VIEW_ID}"
+
+
+def page(uri: str, experiment_id: str, run_id: str) -> str | None:
+    """A run's page for a resolved tracking URI, on MLflow's machine-learning pages, where it has a UI."""
+    base = _ui(uri)
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{ML_PAGES}" if base else None
+
+
+def run_url(uri: str, experiment_id: str | None, run_id: str) -> str:
+    """A run's page on an HTTP tracking server, without the URI's credentials (a link is shared),
+    percent-encoded (a `)`, `<` or space in the URI would end a Markdown link or start markup), on
+    MLflow's machine-learning pages: without `workflowType`, MLflow 3.17 opens any page under its
+    GenAI tabs in a browser that has not picked **Model training**. Without the experiment, MLflow's
+    bare run link (which drops the setting on its redirect)."""
+    from urllib.parse import quote
+
+    base = quote(strip_userinfo(uri).rstrip("/"), safe=":/?#[]@!$&'*+,;=%~")
+    run = quote(run_id, safe="")
+    if experiment_id is None:
+        return f"{base}/#/runs/{run}"
+    return f"{base}/#/experiments/{quote(experiment_id, safe='')}/runs/{run}?{ML_PAGES}"

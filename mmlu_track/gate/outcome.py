@@ -1,0 +1,41 @@
+"""A decided comparison: the one record every rendering (`report`, `plot`) and the verdict's
+record (`publish`) read — statistics, verdict, both runs, settings, the sequential gate's own
+section when it decided, and the paired questions' results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mmlu_track.config import CompareConfig
+from mmlu_track.gate.policy import Verdict
+from mmlu_track.gate.stats import Comparison
+from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.stored import StoredRun
+
+# The sequential gate's section of report.json ({"sequential": {...}}) and its MLflow metrics.
+SequentialExtra = tuple[dict[str, Any], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A decided comparison of `base` and `cand`."""
+
+    comp: Comparison
+    verdict: Verdict
+    base: StoredRun
+    cand: StoredRun
+    cfg: CompareConfig
+    extra: SequentialExtra | None = None  # set when the sequential gate decided
+    # The paired questions' results (baseline, candidate): MLflow's per-question table
+    results: tuple[Sequence[QuestionResult], Sequence[QuestionResult]] | None = None
+
+    @property
+    def sequential(self) -> dict[str, Any] | None:
+        return self.extra[0]["sequential"] if self.extra else None
+
+    @property
+    def mode(self) -> str:
+        """How it was decided: `gate`, `fewshot_gap`, or `sequential`."""
+        return "sequential" if self.extra else self.cfg.mode
