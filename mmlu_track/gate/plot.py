@@ -58,7 +58,7 @@ def deltas_png(comp: Comparison, path: Path, figure: Figure) -> Path:
 
     overall = [comp.micro, comp.macro, *comp.categories]
     subjects = changed_subjects(comp)
-    heights = [0.35 * len(overall) + 0.6, 0.26 * max(len(subjects), 2) + 0.6]
+    heights = [0.35 * len(overall) + 1.0, 0.22 * max(len(subjects), 2) + 0.8]
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(8, sum(heights) + 1.4), gridspec_kw={"height_ratios": heights}
     )
@@ -124,7 +124,8 @@ def _overall_panel(ax: Any, comp: Comparison, rows: list[Delta], figure: Figure)
     what = f"Overall and categories: Δ accuracy, points (candidate − baseline), {kind} interval on micro"
     ax.set_title(what, fontsize=8, loc="left")
     if figure.margin_line:
-        ax.legend(loc="lower left", fontsize=7)
+        # below the axis: inside, it hid the bottom row's interval
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.12), ncol=2, fontsize=7, frameon=False)
 
 
 def _subject_panel(ax: Any, comp: Comparison, rows: list[Delta]) -> None:
@@ -148,11 +149,11 @@ def _subject_panel(ax: Any, comp: Comparison, rows: list[Delta]) -> None:
     highs = [100 * (d.ci_high if d in drawn else d.delta) for d in rows]
     left, right = _limits(lows, highs, [])
     ax.set_xlim(left, right + 0.3 * (right - left))
-    shown = f"{len(rows)} of {n_changed}" if len(rows) < n_changed else f"{n_changed}"
-    note = "" if len(drawn) == len(rows) else f"; intervals drawn from {MIN_N_INTERVAL} questions a subject"
+    shown = f", the {len(rows)} largest |Δ| shown" if len(rows) < n_changed else ""
+    note = "" if len(drawn) == len(rows) else f"; intervals only from {MIN_N_INTERVAL} questions a subject"
     ax.set_title(
-        f"Subjects whose answers changed: {shown} of {len(comp.subjects)} (red flagged, green "
-        f"improved; −lost/+gained of n){note}",
+        f"Subjects whose answers changed: {n_changed} of {len(comp.subjects)}{shown}\n"
+        f"red flagged, green improved; −lost/+gained of n{note}",
         fontsize=8,
         loc="left",
     )

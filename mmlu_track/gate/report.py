@@ -76,11 +76,13 @@ def _label(d: Delta, subject: bool) -> str:
 def _row(d: Delta, mark: str = "", *, subject: bool = False) -> str:
     """A table row; Δ in bold only where it is a real difference: a subject flagged or improved
     after correction, an overall or category row whose interval excludes 0. The p-value: a
-    subject's after correction (what flags it), an overall row's own."""
+    subject's after correction (what flags it), an overall row's own. A category by its first word
+    (`other`, not `other (business, health, misc.)`, which the narrow column broke mid-word)."""
     real = d.flagged or d.improved if subject else d.ci_low > 0 or d.ci_high < 0
     delta = f"**{pts(d.delta)}**" if real else pts(d.delta)
+    name = _label(d, subject).split(" (")[0]
     return (
-        f"| {mark}{_label(d, subject)} | {d.n} | {100 * d.baseline_acc:.2f} | {100 * d.candidate_acc:.2f} | "
+        f"| {mark}{name} | {d.n} | {100 * d.baseline_acc:.2f} | {100 * d.candidate_acc:.2f} | "
         f"{delta} | [{pts(d.ci_low)}, {pts(d.ci_high)}] | {d.lost} | {d.gained} | "
         f"{_p(d.p_regression_adj if subject else d.p_regression)} |"
     )
