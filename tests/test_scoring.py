@@ -179,6 +179,45 @@ def test_prefix_cache_equals_the_plain_path(
         assert sum(s.forwarded for s in cached) < 0.5 * sum(s.forwarded for s in plain)
 
 
+@pytest.mark.parametrize("method", ["logprob", "generate"])
+def test_a_subject_scored_in_slices_runs_its_prefix_once(
+    tiny_lm: Any,
+    subject_prompts: dict[tuple[str, int], list[prompts.Prompt]],
+    method: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sequential gate scores a subject a slice per look: its prefix is kept from the first
+    slice (it was run again each look: 2.5x a plain run's time), and the scores are those of one
+    call over all of them."""
+    from mmlu_track.eval import prefix_cache
+
+    ps = subject_prompts[("original", 5)]
+    texts, prefixes = [p.text for p in ps], [p.prefix for p in ps]
+    cfg = GENERATE if method == "generate" else ScoringConfig("logprob", prefix_cache=True)
+
+    def score(rows: slice) -> list[Any]:
+        if method == "logprob":
+            return score_logprob(tiny_lm, texts[rows], cfg, 4, _noop, prefixes=prefixes[rows])
+        return score_generate(tiny_lm, texts[rows], cfg, 4, _noop, prefixes=prefixes[rows])
+
+    prefix_cache._KEPT.pop(tiny_lm.model, None)  # what earlier tests kept
+    real, runs = prefix_cache.run_prefix, []
+
+    def counted(lm: Any, ids: list[int]) -> Any:
+        runs.append(ids)
+        return real(lm, ids)
+
+    monkeypatch.setattr(prefix_cache, "run_prefix", counted)
+    whole = score(slice(0, 10))
+    looks = [*score(slice(0, 3)), *score(slice(3, 7)), *score(slice(7, 10))]
+    assert len(runs) == 1  # by the first call only
+    assert len(prefix_cache._KEPT[tiny_lm.model]) == 1
+    assert [s.prediction for s in looks] == [s.prediction for s in whole]
+    for a, b in zip(looks, whole, strict=True):  # batched otherwise: float32 rounding apart
+        if a.logprobs is not None:
+            np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
 def test_prefix_that_does_not_match_falls_back_and_is_counted(tiny_lm: Any, texts: list[str]) -> None:
     # A "prefix" that is not how the texts start: every question takes the plain path.
     scores = score_logprob(

@@ -161,12 +161,20 @@ def comparison_metrics(outcome: Outcome) -> dict[str, float]:
         out["gate/ci_low_micro_pts"], out["gate/ci_high_micro_pts"] = 100 * seq["lower"], 100 * seq["upper"]
         out["gate/lower_bound_pts"] = 100 * seq["lower"]
     fixed = "reference/fixed_sample_" if seq is not None else "gate/"
-    return out | {
+    out |= {
         "gate/p_regression": comp.micro.p_regression or 1.0,
         f"{fixed}p_noninferiority": ni.p_value,
         "gate/n_flagged": float(sum(d.flagged for d in comp.subjects)),
         "gate/exit_code": float(outcome.verdict.exit_code),
     }
+    # The run's page lists metrics as logged: what decided (Δ, its interval, the bound) first.
+    first = (
+        "gate/delta_micro_pts",
+        "gate/ci_low_micro_pts",
+        "gate/ci_high_micro_pts",
+        "gate/lower_bound_pts",
+    )
+    return {k: out[k] for k in first} | out
 
 
 def _run_name(run: StoredRun) -> str:
