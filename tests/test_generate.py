@@ -85,6 +85,7 @@ def test_decode_steps_are_counted(
 ) -> None:
     monkeypatch.setattr(generate, "_stops", _never)  # every row decodes max_new_tokens
     texts, prefixes = five_shot
+    prefix_cache.forget(tiny_lm)  # kept by earlier tests: here each prefix is run, and counted
     plain = _run(tiny_lm, texts, prefixes, False, 4)
     cached = _run(tiny_lm, texts, prefixes, True, 4)
     assert [s.forwarded for s in plain] == [s.n_tokens + MAX_NEW - 1 for s in plain]

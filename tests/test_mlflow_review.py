@@ -40,10 +40,14 @@ def test_a_reviewer_reads_evaluations_and_their_comparison_in_mlflow(
     db = f"sqlite:///{tmp_path / 'store.db'}"
     common = ("tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_server}", "tracking.experiment=review")
     outs = [
-        run(tiny_run_cfg(db, *common, f"model.tiny_seed={seed}", "limit=20"), tmp_path / f"e{seed}",
-            progress=False, echo=lambda _: None)
+        run(
+            tiny_run_cfg(db, *common, f"model.tiny_seed={seed}", "limit=20"),
+            tmp_path / f"e{seed}",
+            progress=False,
+            echo=lambda _: None,
+        )
         for seed in (1, 2)
-    ]  # fmt: skip
+    ]
     client = MlflowClient(tracking_uri=mlflow_server)
     evaluation = client.get_run(str(outs[1].mlflow_run_id))
     exp = client.get_experiment(evaluation.info.experiment_id)
@@ -73,10 +77,15 @@ def test_a_reviewer_reads_evaluations_and_their_comparison_in_mlflow(
     assert all(isinstance(q, str) and q for q in table["question"])
 
     got = cli(
-        "compare", f"tracking.db_url={db}", *common[:2], f"baseline={outs[0].run_id}",
-        f"candidate={outs[1].run_id}", "compare_experiment=review_compare",
-        f"hydra.run.dir={tmp_path / 'cmp'}", cwd=tmp_path,
-    )  # fmt: skip
+        "compare",
+        f"tracking.db_url={db}",
+        *common[:2],
+        f"baseline={outs[0].run_id}",
+        f"candidate={outs[1].run_id}",
+        "compare_experiment=review_compare",
+        f"hydra.run.dir={tmp_path / 'cmp'}",
+        cwd=tmp_path,
+    )
     assert got.code == 1, got.err  # 40 questions: inconclusive at best
     report = json.loads((tmp_path / "cmp" / "report.json").read_text())
     verdict = report["verdict"]["status"]

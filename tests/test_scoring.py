@@ -200,7 +200,7 @@ def test_a_subject_scored_in_slices_runs_its_prefix_once(
             return score_logprob(tiny_lm, texts[rows], cfg, 4, _noop, prefixes=prefixes[rows])
         return score_generate(tiny_lm, texts[rows], cfg, 4, _noop, prefixes=prefixes[rows])
 
-    prefix_cache._KEPT.pop(tiny_lm.model, None)  # what earlier tests kept
+    prefix_cache.forget(tiny_lm)  # what earlier tests kept
     real, runs = prefix_cache.run_prefix, []
 
     def counted(lm: Any, ids: list[int]) -> Any:
@@ -211,7 +211,7 @@ def test_a_subject_scored_in_slices_runs_its_prefix_once(
     whole = score(slice(0, 10))
     looks = [*score(slice(0, 3)), *score(slice(3, 7)), *score(slice(7, 10))]
     assert len(runs) == 1  # by the first call only
-    assert len(prefix_cache._KEPT[tiny_lm.model]) == 1
+    assert prefix_cache.kept_prefix(tiny_lm, tiny_lm.encode(prefixes[0].rstrip())) is not None
     assert [s.prediction for s in looks] == [s.prediction for s in whole]
     for a, b in zip(looks, whole, strict=True):  # batched otherwise: float32 rounding apart
         if a.logprobs is not None:

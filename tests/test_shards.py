@@ -92,7 +92,7 @@ def test_four_shards_in_turn_make_one_run_equal_to_the_unsharded_one(
         assert len(client.get_metric_history(live.info.run_id, key)) == 1
     progress = client.get_metric_history(live.info.run_id, "progress/acc_micro")  # the run's, not a shard's
     assert max(progress, key=lambda m: m.step).step == 3
-    assert max(progress, key=lambda m: m.step).value == pytest.approx(reference.scores.micro.acc)  # type: ignore[union-attr]
+    assert max(progress, key=lambda m: m.step).value == pytest.approx(reference.scores.micro.acc, rel=1e-3)  # type: ignore[union-attr]
     assert [o.record is None for o in outs] == [True, True, True, False]  # the last to commit finalizes
     assert len({o.run_id for o in outs}) == 1
     assert sum(len(o.results) for o in outs[:3]) < 501  # each shard returns its own questions

@@ -91,6 +91,11 @@ def kept_prefix(lm: LoadedModel, prefix_ids: list[int]) -> KV | None:
     return _KEPT.get(lm.model, {}).get(tuple(prefix_ids))
 
 
+def forget(lm: LoadedModel) -> None:
+    """Drop the prefixes kept for `lm` (a measurement of what a prefix costs starts from none)."""
+    _KEPT.pop(lm.model, None)
+
+
 def keep_prefix(lm: LoadedModel, prefix_ids: list[int], kv: KV) -> None:
     """Keep `kv` while the kept prefixes stay within `KEPT_BYTES`; never evicts (a look visits the
     subjects in one order: evicting the oldest would miss every time once they do not all fit)."""
