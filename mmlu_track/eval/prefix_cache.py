@@ -78,7 +78,11 @@ def run_groups(
     return left
 
 
-KEPT_BYTES = 512 * 2**20  # the most bytes of prefixes kept between calls, on the model's device
+# The most bytes of prefixes kept between calls, on the model's device; None: by the device (2 GiB
+# of RAM; an eighth of a GPU's memory, where a batch that then runs out backs off). All 57 subjects'
+# 5-shot prefixes of SmolLM2-135M take 1.9 GB in float32; a 7B model's about 5 GB in bfloat16.
+KEPT_BYTES: int | None = None
+KEPT_CPU_BYTES = 2 * 2**30
 # Prefixes run before, by model: they live as long as the model does (a weak key), not longer.
 _KEPT: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], KV]] = weakref.WeakKeyDictionary()
 
@@ -97,13 +101,22 @@ def forget(lm: LoadedModel) -> None:
 
 
 def keep_prefix(lm: LoadedModel, prefix_ids: list[int], kv: KV) -> None:
-    """Keep `kv` while the kept prefixes stay within `KEPT_BYTES`; never evicts (a look visits the
+    """Keep `kv` while the kept prefixes stay within their budget; never evicts (a look visits the
     subjects in one order: evicting the oldest would miss every time once they do not all fit)."""
     kept = _KEPT.setdefault(lm.model, {})
     size = sum(t.numel() * t.element_size() for pair in kv for t in pair)
     held = sum(t.numel() * t.element_size() for v in kept.values() for pair in v for t in pair)
-    if held + size <= KEPT_BYTES:
+    if held + size <= _budget(lm):
         kept[tuple(prefix_ids)] = kv
+
+
+def _budget(lm: LoadedModel) -> int:
+    if KEPT_BYTES is not None:
+        return KEPT_BYTES
+    device = torch.device(lm.info.device)
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory) // 8
+    return KEPT_CPU_BYTES
 
 
 def run_prefix(lm: LoadedModel, prefix_ids: list[int]) -> KV | None:
