@@ -101,7 +101,10 @@ def test_four_shards_in_turn_make_one_run_equal_to_the_unsharded_one(
     _same_as(reference, final.results)
     assert final.scores.micro == reference.scores.micro
     assert reference.record is not None
-    assert final.record.timing.tokens_forwarded == reference.record.timing.tokens_forwarded  # all shards'
+    # all shards' work: each runs the prefix of a subject sliced across shards once itself (a
+    # process keeps a prefix for its next slice), so a little more than one process alone
+    extra = final.record.timing.tokens_forwarded - reference.record.timing.tokens_forwarded
+    assert 0 <= extra < 0.01 * reference.record.timing.tokens_forwarded
     assert final.scores.subjects == reference.scores.subjects
     assert len([s for s in said if "the shard that commits the run's last unit finalizes it" in s]) == 3
     store = SqlStore(db)
