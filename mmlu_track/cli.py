@@ -353,6 +353,7 @@ def compare_main() -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from mmlu_track.config_checks import compare_config_from_dict
+    from mmlu_track.eval.plan import question_docs
     from mmlu_track.gate.policy import EXIT_PASS
     from mmlu_track.gate.run import execute
     from mmlu_track.gate.stats import ComparisonError
@@ -369,7 +370,8 @@ def compare_main() -> None:
         try:
             raw = _raw_refs(plain(cfg), list(HydraConfig.get().overrides.task))
             compare_cfg = compare_config_from_dict(raw)
-            codes.append(execute(compare_cfg, Path(HydraConfig.get().runtime.output_dir)))
+            out = Path(HydraConfig.get().runtime.output_dir)
+            codes.append(execute(compare_cfg, out, docs_for=question_docs))
         except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError, RecordError) as err:
             fail(config_message(err), refused=True)  # its reports, when written, keep the folder
 

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING
 from mmlu_track.config import DB_URL_ENV, DEFAULT_DB_URL
 from mmlu_track.console import reader_gone
 from mmlu_track.credentials import redact, redact_text
-from mmlu_track.records.run import RecordError, RunRecord
+from mmlu_track.records.run import RecordError
 from mmlu_track.records.stored import RunStatus
 from mmlu_track.store.db import StoreError
 
 if TYPE_CHECKING:
-    from mmlu_track.records.results import Docs
     from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
@@ -147,21 +146,9 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def _question_docs(record: RunRecord) -> Docs | None:
-    """The run's questions' text and choices for its predictions.jsonl, planned again from its
-    settings: only when they are the questions it scored (same fingerprint), else None."""
-    from mmlu_track.eval.data import DataError
-    from mmlu_track.eval.plan import plan
-
-    try:
-        again = plan(record.start.config)
-    except (DataError, OSError, ValueError):
-        return None
-    return again.docs() if again.fingerprint == record.start.data.fingerprint else None
-
-
 def _sync(store: SqlStore, args: argparse.Namespace) -> int:
     """Exit 2 when a run could not be logged (1 is the gate's verdict alone), in one line."""
+    from mmlu_track.eval.plan import question_docs
     from mmlu_track.store.mlflow_client import MlflowUnavailable
     from mmlu_track.store.mlflow_sync import log_run, uri_for_sync
 
@@ -179,7 +166,7 @@ def _sync(store: SqlStore, args: argparse.Namespace) -> int:
             uri = uri_for_sync(args.mlflow_uri or tracking.mlflow_uri)
             mlflow_id = log_run(
                 record, store.question_results(run.id), uri=uri, experiment=experiment,
-                existing=run.mlflow_run_id, docs=_question_docs(record),
+                existing=run.mlflow_run_id, docs=question_docs(record),
             )  # fmt: skip
         except MlflowUnavailable as err:
             failed.append(f"run {run.id[:12]}: {str(err).splitlines()[0]}")

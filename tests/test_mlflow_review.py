@@ -133,6 +133,10 @@ def test_a_reviewer_reads_evaluations_and_their_comparison_in_mlflow(
     paired = _table(client, comparison.info.run_id, "paired_questions.json", tmp_path / "t2")
     changes = paired["change"]
     assert len(changes) == 40
+    # each with its question's text, read again from the runs' data by the compare command
+    text = {(s, i): q for s, i, q in zip(table["subject"], table["index"], table["question"], strict=True)}
+    keys = zip(paired["subject"], paired["index"], strict=True)
+    assert [text[(s, i)] for s, i in keys] == paired["question"]
     assert changes.count("lost") == report["micro"]["lost"]
     assert changes.count("gained") == report["micro"]["gained"]
     n_changed = sum(1 for c in changes if c)

@@ -25,7 +25,7 @@ from mmlu_track.eval.backend import Backend, ModelError
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
 from mmlu_track.identity import identity_dict
 from mmlu_track.records.results import Docs
-from mmlu_track.records.run import EvalProtocol, ModelInfo
+from mmlu_track.records.run import EvalProtocol, ModelInfo, RunRecord
 
 
 def fits_check(lm: Backend, reserve: int) -> Callable[[str], bool]:
@@ -114,6 +114,19 @@ class Plan:
             (q.subject, q.index): {"question": q.question, "choices": list(q.choices)}
             for q in self.all_questions
         }
+
+
+def question_docs(record: RunRecord) -> Docs | None:
+    """A stored run's questions' text and choices (for predictions.jsonl, MLflow's per-question
+    tables), planned again from its settings: only when they are the questions it scored (same
+    fingerprint), else None."""
+    from mmlu_track.eval.data import DataError
+
+    try:
+        again = plan(record.start.config)
+    except (DataError, OSError, ValueError):
+        return None
+    return again.docs() if again.fingerprint == record.start.data.fingerprint else None
 
 
 def plan(cfg: EvalConfig) -> Plan:

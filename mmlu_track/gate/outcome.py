@@ -11,7 +11,7 @@ from typing import Any
 from mmlu_track.config import CompareConfig
 from mmlu_track.gate.policy import Verdict
 from mmlu_track.gate.stats import Comparison
-from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.results import Docs, QuestionResult
 from mmlu_track.records.stored import StoredRun
 
 # The sequential gate's section of report.json ({"sequential": {...}}) and its MLflow metrics.
@@ -30,6 +30,7 @@ class Outcome:
     extra: SequentialExtra | None = None  # set when the sequential gate decided
     # The paired questions' results (baseline, candidate): MLflow's per-question table
     results: tuple[Sequence[QuestionResult], Sequence[QuestionResult]] | None = None
+    docs: Docs | None = None  # the questions' text, where the entry point could read the data
 
     @property
     def sequential(self) -> dict[str, Any] | None:

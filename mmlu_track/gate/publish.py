@@ -234,7 +234,7 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> Logged | None:
         candidate=(cand.mlflow_run_id, f"{label} vs baseline {_run_name(base)}")
         if cand.mlflow_run_id and not gap
         else None,
-        table=paired_columns(*o.results, cfg.gate.metric) if o.results else None,
+        table=paired_columns(*o.results, cfg.gate.metric, docs=o.docs) if o.results else None,
     )
     try:
         return log_comparison(cfg.tracking.mlflow_uri, cfg.compare_experiment, entry)

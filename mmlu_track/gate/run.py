@@ -31,8 +31,14 @@ from mmlu_track.store.noise import latest_noise
 from mmlu_track.store.sql import open_existing_store
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mmlu_track.records.results import Docs
+    from mmlu_track.records.run import RunRecord
     from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
+
+    DocsFor = Callable[[RunRecord], Docs | None]
 
 
 def _by_id(store: SqlStore, ref: str) -> StoredRun | None:
@@ -126,8 +132,9 @@ def _promote(cand: StoredRun, alias: str, g: GateConfig, uri: str | None) -> str
     return f"promoted: {model}@{alias} -> version {version} (candidate run {cand.id[:12]})"
 
 
-def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
-    """Run one comparison end to end; return the exit code."""
+def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print, docs_for: DocsFor | None = None) -> int:
+    """Run one comparison end to end; return the exit code. `docs_for`: a run's questions' text
+    (the entry point reads the data; the gate does not), for MLflow's per-question table."""
     store = open_existing_store(cfg.tracking)
     try:
         uri = cfg.tracking.mlflow_uri
@@ -165,7 +172,8 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print) -> int:
                     f"gate.margin=auto: δ = {100 * g.delta:.2f} pts, the floor of measurement {noise.id[:12]}"
                 )
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
-        outcome = Outcome(comp, verdict, base, cand, cfg, results=(base_results, cand_results))
+        docs = docs_for(cand.record) if docs_for and cfg.tracking.mlflow and cand.record else None
+        outcome = Outcome(comp, verdict, base, cand, cfg, results=(base_results, cand_results), docs=docs)
         publish(store, outcome, output_dir, echo)
         if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":
             echo(_promote(cand, g.promote_alias, g, uri))

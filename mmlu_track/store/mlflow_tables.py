@@ -5,8 +5,8 @@ predictions.jsonl. Pure: results in, columns out (`{column: [value per question]
 - `question_columns`: an evaluation's questions (`questions.json`): subject, index, the question
   and its choices (where the run's data was at hand), gold, prediction, correct, the letters'
   log-probs or the generated text, and a circular run's all-rotations outcome.
-- `paired_columns`: a comparison's paired questions (`paired_questions.json`): both runs'
-  answers and what changed, the changed questions first.
+- `paired_columns`: a comparison's paired questions (`paired_questions.json`): the question
+  (where the data was at hand), both runs' answers and what changed, the changed ones first.
 """
 
 from __future__ import annotations
@@ -64,15 +64,20 @@ def change(base: QuestionResult, cand: QuestionResult, metric: str = "accuracy")
 
 
 def paired_columns(
-    baseline: Sequence[QuestionResult], candidate: Sequence[QuestionResult], metric: str = "accuracy"
+    baseline: Sequence[QuestionResult],
+    candidate: Sequence[QuestionResult],
+    metric: str = "accuracy",
+    docs: Docs | None = None,
 ) -> Columns:
     base = {(r.subject, r.index): r for r in baseline}
     rows = [(change(base[(c.subject, c.index)], c, metric), base[(c.subject, c.index)], c) for c in candidate]
     rows.sort(key=lambda row: (row[0] == "", row[2].subject, row[2].index))  # the changed first
+    texts = [docs.get((c.subject, c.index), {}) for _, _, c in rows] if docs else None
     return {
         "change": [what for what, _, _ in rows],
         "subject": [c.subject for _, _, c in rows],
         "index": [c.index for _, _, c in rows],
+        **({"question": [str(t.get("question", "")) for t in texts]} if texts else {}),
         "gold": [LETTERS[c.gold] for _, _, c in rows],
         "baseline": [_letter(b.prediction) for _, b, _ in rows],
         "candidate": [_letter(c.prediction) for _, _, c in rows],
