@@ -309,11 +309,12 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     origin = Origin(sweep, job_command(hydra_cfg))
     try:
         if eval_cfg.gate is not None and eval_cfg.gate.sequential:
+            from mmlu_track.eval.plan import question_docs
             from mmlu_track.gate.sequential_run import sequential_gate
             from mmlu_track.gate.stats import ComparisonError
 
             try:  # the gate observes the evaluation's committed looks, then gives its verdict
-                with sequential_gate(eval_cfg) as gate:
+                with sequential_gate(eval_cfg, docs_for=question_docs) as gate:
                     gated = run(eval_cfg, output_dir, looks=gate, origin=origin)
                     codes.append(gate.conclude(gated.run_id, output_dir))
             except ComparisonError as err:

@@ -132,7 +132,9 @@ def test_stops_early_reports_and_resumes_to_completion(
 
 
 def _sequential(cfg: EvalConfig, out: Path, lines: list[str]) -> int:
-    with sequential_gate(cfg, echo=lines.append) as gate:
+    from mmlu_track.eval.plan import question_docs
+
+    with sequential_gate(cfg, echo=lines.append, docs_for=question_docs) as gate:
         gated = run(cfg, out, progress=False, echo=lines.append, looks=gate)
         return gate.conclude(gated.run_id, out, echo=lines.append)
 
@@ -223,6 +225,11 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     assert metrics["gate/ci_low_micro_pts"] == pytest.approx(100 * section["lower"])
     assert metrics["sequential/ci_low_pts"] == pytest.approx(100 * section["lower"])
     assert "reference/fixed_sample_ci_low_micro_pts" in metrics
+    # the questions the look used, each with its text, in the comparison's table
+    got = client.download_artifacts(gated.info.run_id, "paired_questions.json", str(tmp_path / "t"))
+    table = json.loads(Path(got).read_text())
+    assert len(table["data"]) == 20
+    assert all(row[table["columns"].index("question")] for row in table["data"])
     assert any("anytime-valid interval [" in line and "REGRESSION" in line for line in lines)
     run(compose_eval(logged), tmp_path / "rest", progress=False, echo=lambda _: None)
     seen = client.get_run(str(stopped.mlflow_run_id))

@@ -4,7 +4,7 @@ section when it decided, and the paired questions' results."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +12,12 @@ from mmlu_track.config import CompareConfig
 from mmlu_track.gate.policy import Verdict
 from mmlu_track.gate.stats import Comparison
 from mmlu_track.records.results import Docs, QuestionResult
+from mmlu_track.records.run import RunRecord
 from mmlu_track.records.stored import StoredRun
+
+# A stored run's questions' text (`eval.plan.question_docs`), given by an entry point: the gate
+# reads no data. For MLflow's per-question table of a comparison.
+DocsFor = Callable[[RunRecord], Docs | None]
 
 # The sequential gate's section of report.json ({"sequential": {...}}) and its MLflow metrics.
 SequentialExtra = tuple[dict[str, Any], dict[str, float]]
@@ -40,3 +45,9 @@ class Outcome:
     def mode(self) -> str:
         """How it was decided: `gate`, `fewshot_gap`, or `sequential`."""
         return "sequential" if self.extra else self.cfg.mode
+
+
+def questions_text(docs_for: DocsFor | None, run: StoredRun, mlflow: bool) -> Docs | None:
+    """The run's questions' text where it is read (`docs_for`) and used (`mlflow`: only MLflow's
+    table shows it; the data is not read again otherwise)."""
+    return docs_for(run.record) if docs_for and mlflow and run.record else None

@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from mmlu_track.store.mlflow_comparison import Logged
     from mmlu_track.store.sql import SqlStore
 
-__all__ = ["Outcome", "Reports", "publish", "record_verdict", "render"]
-
 
 @dataclass(frozen=True)
 class Reports:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import CompareConfig, CompareMode, GateConfig
-from mmlu_track.gate.outcome import Outcome
+from mmlu_track.gate.outcome import DocsFor, Outcome, questions_text
 from mmlu_track.gate.policy import (
     analysis,
     auto_margin,
@@ -31,14 +31,8 @@ from mmlu_track.store.noise import latest_noise
 from mmlu_track.store.sql import open_existing_store
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from mmlu_track.records.results import Docs
-    from mmlu_track.records.run import RunRecord
     from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
-
-    DocsFor = Callable[[RunRecord], Docs | None]
 
 
 def _by_id(store: SqlStore, ref: str) -> StoredRun | None:
@@ -172,7 +166,7 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print, docs_for: D
                     f"gate.margin=auto: δ = {100 * g.delta:.2f} pts, the floor of measurement {noise.id[:12]}"
                 )
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
-        docs = docs_for(cand.record) if docs_for and cfg.tracking.mlflow and cand.record else None
+        docs = questions_text(docs_for, base, cfg.tracking.mlflow)  # the questions both scored
         outcome = Outcome(comp, verdict, base, cand, cfg, results=(base_results, cand_results), docs=docs)
         publish(store, outcome, output_dir, echo)
         if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":

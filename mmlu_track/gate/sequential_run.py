@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmlu_track.config import CompareConfig, EvalConfig, GateConfig
-from mmlu_track.gate.outcome import Outcome
+from mmlu_track.gate.outcome import DocsFor, Outcome, questions_text
 from mmlu_track.gate.policy import (
     EXIT_PASS,
     EXIT_REGRESSION,
@@ -53,12 +53,15 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def sequential_gate(cfg: EvalConfig, echo: Callable[[str], None] = print) -> Iterator[SequentialLooks]:
+def sequential_gate(
+    cfg: EvalConfig, echo: Callable[[str], None] = print, docs_for: DocsFor | None = None
+) -> Iterator[SequentialLooks]:
     """The sequential gate of the evaluation `cfg` (gate.sequential=true), over its store: pass it
-    to the evaluation as its `looks`, then `conclude` with the run the evaluation recorded."""
+    to the evaluation as its `looks`, then `conclude` with the run the evaluation recorded.
+    `docs_for`: the questions' text for MLflow's per-question table (`gate.run.execute`)."""
     store = open_existing_store(cfg.tracking)
     try:
-        yield SequentialLooks(store, cfg, echo)
+        yield SequentialLooks(store, cfg, echo, docs_for)
     finally:
         store.close()
 
@@ -66,8 +69,14 @@ def sequential_gate(cfg: EvalConfig, echo: Callable[[str], None] = print) -> Ite
 class SequentialLooks:
     """The pipeline's `Looks`: observes each committed look, pairs it with the baseline, decides."""
 
-    def __init__(self, store: SqlStore, cfg: EvalConfig, echo: Callable[[str], None] = print) -> None:
-        self.echo = echo  # a line per look
+    def __init__(
+        self,
+        store: SqlStore,
+        cfg: EvalConfig,
+        echo: Callable[[str], None] = print,
+        docs_for: DocsFor | None = None,
+    ) -> None:
+        self.echo, self.docs_for = echo, docs_for  # a line per look; the questions' text
         if cfg.gate is None:
             raise ComparisonError("the sequential gate needs gate.sequential=true gate.baseline=RUN")
         gate = cfg.gate
@@ -216,6 +225,7 @@ class SequentialLooks:
             compare_cfg,
             extra=_extra(res, self.count, cand),
             results=(base_used, self.used),
+            docs=questions_text(self.docs_for, base, self.cfg.tracking.mlflow),  # a stopped run has no record
         )
         publish(store, outcome, output_dir / "gate", echo)
         return verdict.exit_code

@@ -307,7 +307,10 @@ class LiveRun:
                 (out / "example_prompt.txt").write_text(record.start.example_prompt)
                 subject_accuracy_png(record.scores, out / "subject_accuracy.png", record.start.name)
                 self.client.log_artifacts(self.id, str(out))
-            if results:  # the questions as a table the artifact view shows and filters
+            # The questions as a table the artifact view shows and filters. MLflow appends to a table
+            # already there: a finish tried again (`runs sync` after a failed one) would double it.
+            there = {a.path for a in self.client.list_artifacts(self.id)}
+            if results and QUESTIONS_TABLE not in there:
                 self.client.log_table(
                     self.id, data=question_columns(results, docs), artifact_file=QUESTIONS_TABLE
                 )

@@ -25,6 +25,7 @@ import hashlib
 import json
 import time
 from typing import Literal
+from urllib.parse import quote
 
 from mmlu_track.credentials import strip_userinfo
 
@@ -34,8 +35,8 @@ VERSION = 2  # raise when the layout changes: experiments holding an older one g
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
 SERVED_BY_MLFLOW_UI = ("file", "sqlite", "postgresql", "mysql", "mssql")  # `mlflow ui --backend-store-uri`
 Kind = Literal["evaluations", "comparisons"]
-# MLflow 3 opens an experiment whose kind is unset (or GenAI) on its GenAI overview ("No data
-# available"), and a run page under GenAI's tabs; this kind opens the runs table and training tabs.
+# An experiment's kind, for MLflow versions that open a page by it (GenAI or training tabs). 3.17
+# does not: it goes by the link's `workflowType` (ML_PAGES) or the browser's stored choice.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 ML_PAGES = "workflowType=machine_learning"  # a link's query: MLflow 3.17 decides by it, not by the kind
@@ -136,9 +137,10 @@ def _scheme(uri: str) -> str:
 def _ui(uri: str) -> str | None:
     """Where the UI of a resolved tracking URI is: the tracking server, or `mlflow ui`'s default for
     a store it serves (a file or a database); None where neither (Databricks: its own workspace UI).
-    Without the URI's credentials (a link is printed and pasted)."""
+    Without the URI's credentials (a link is printed, pasted and shared), percent-encoded (a `)`,
+    `<` or space in the URI would end a Markdown link or start markup)."""
     if uri.startswith(("http://", "https://")):
-        return strip_userinfo(uri).rstrip("/")
+        return quote(strip_userinfo(uri).rstrip("/"), safe=":/?#[]@!$&'*+,;=%~")
     return LOCAL_UI if _scheme(uri) in SERVED_BY_MLFLOW_UI else None
 
 
@@ -150,21 +152,14 @@ def url(uri: str, experiment_id: str) -> str | None:
     return f"{base}/#/experiments/{experiment_id}/runs?{ML_PAGES}&viewStateShareKey={VIEW_ID}"
 
 
-def page(uri: str, experiment_id: str, run_id: str) -> str | None:
-    """A run's page for a resolved tracking URI, on MLflow's machine-learning pages, where it has a UI."""
+def page(uri: str, experiment_id: str | None, run_id: str) -> str | None:
+    """A run's page for a resolved tracking URI, where it has a UI, on MLflow's machine-learning
+    pages: without `workflowType`, MLflow 3.17 opens any page under its GenAI tabs in a browser that
+    has not picked **Model training**. Without the experiment, MLflow's bare run link (its redirect
+    drops the setting)."""
     base = _ui(uri)
-    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{ML_PAGES}" if base else None
-
-
-def run_url(uri: str, experiment_id: str | None, run_id: str) -> str:
-    """A run's page on an HTTP tracking server, without the URI's credentials (a link is shared),
-    percent-encoded (a `)`, `<` or space in the URI would end a Markdown link or start markup), on
-    MLflow's machine-learning pages: without `workflowType`, MLflow 3.17 opens any page under its
-    GenAI tabs in a browser that has not picked **Model training**. Without the experiment, MLflow's
-    bare run link (which drops the setting on its redirect)."""
-    from urllib.parse import quote
-
-    base = quote(strip_userinfo(uri).rstrip("/"), safe=":/?#[]@!$&'*+,;=%~")
+    if base is None:
+        return None
     run = quote(run_id, safe="")
     if experiment_id is None:
         return f"{base}/#/runs/{run}"
