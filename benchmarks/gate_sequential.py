@@ -1,4 +1,4 @@
-"""Operating characteristics of the sequential gate (`mmlu_track/gate/sequential.py`) by simulation.
+"""Operating characteristics of the sequential gate (`mmlu_track/stats/sequential.py`) by simulation.
 
 For full MMLU (14,042 questions in 20 looks by default), a share of answers changed between the
 baseline and the candidate (discordance) and a true Δ, it draws each look's (lost, gained) counts and
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from mmlu_track.gate.sequential import Design, simulate
+from mmlu_track.stats.sequential import Design, simulate
 
 DISCORDANCE = (0.02, 0.06, 0.10, 0.20)
 

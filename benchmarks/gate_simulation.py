@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from mmlu_track import paired
+from mmlu_track.stats import paired
 
 NS = (20, 100, 570, 1140, 14042)
 FLIPS = (0.0, 0.02, 0.06, 0.10, 0.20)

@@ -61,7 +61,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from mmlu_track.config import ModelConfig
+from mmlu_track.settings.config import ModelConfig
 from mmlu_track.eval import models
 from mmlu_track.eval.data import packaged_root
 

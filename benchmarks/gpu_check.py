@@ -56,13 +56,20 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from mmlu_track.config import DataConfig, EvalConfig, ModelConfig, ModelSource, ScoringConfig, ScoringMethod
 from mmlu_track.eval import models, plan
 from mmlu_track.eval.ask import ask
 from mmlu_track.eval.backend import Score
 from mmlu_track.eval.in_process import Batching, InProcess
 from mmlu_track.eval.prompts import Prompt
-from mmlu_track.records.subjects import SUBJECTS
+from mmlu_track.settings.config import (
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    ModelSource,
+    ScoringConfig,
+    ScoringMethod,
+)
+from mmlu_track.settings.subjects import SUBJECTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 26

@@ -29,8 +29,8 @@ SUBJECTS = "abstract_algebra,college_physics,high_school_us_history,marketing"
 
 def tokenizer_dir() -> str:
     """The packaged GGUF's converted tokenizer (the served model's own, with its chat template)."""
-    from mmlu_track.config import ModelConfig
     from mmlu_track.eval import models
+    from mmlu_track.settings.config import ModelConfig
 
     package, filename = models.PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
@@ -41,7 +41,7 @@ def tokenizer_dir() -> str:
 
 
 def config(served: str | None, k: int, limit: int, method: str, chat: str) -> Any:
-    from mmlu_track.config_checks import eval_config_from_dict
+    from mmlu_track.settings.checks import eval_config_from_dict
 
     if served:
         model = {

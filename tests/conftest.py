@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
-from mmlu_track.cli import plain
-from mmlu_track.config import EvalConfig
-from mmlu_track.config_checks import eval_config_from_dict
+from mmlu_track.commands.cli import plain
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.run import RunRecord, RunStart
+from mmlu_track.settings.checks import eval_config_from_dict
+from mmlu_track.settings.config import EvalConfig
 
 from .serve import LlamaServer
 
@@ -183,8 +183,8 @@ class CliResult:
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
     """The real entry points called in-process with argv (no interpreter start-up to pay):
     `cli("compare", "baseline=..", cwd=DIR)`; entry points "eval", "compare" or "runs"."""
-    from mmlu_track import cli as entry
-    from mmlu_track import runs
+    from mmlu_track.commands import cli as entry
+    from mmlu_track.commands import runs
 
     mains: dict[str, Callable[[], object]] = {
         "eval": entry.main,

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mmlu_track import runs
-from mmlu_track.config import DataConfig
+from mmlu_track.commands import runs
 from mmlu_track.eval import in_process, plan, prompts
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.pipeline.evaluate import run
 from mmlu_track.records.run import EvalProtocol
+from mmlu_track.settings.config import DataConfig
 from mmlu_track.store.sql import SqlStore
 
 from .conftest import CliResult, compose_eval, tiny_run_cfg

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from mmlu_track.cli import plain
-from mmlu_track.records.subjects import SUBJECTS
+from mmlu_track.commands.cli import plain
+from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.settings.typed import flatten
 from mmlu_track.store.sql import SqlStore
-from mmlu_track.typed import flatten
 
 from .conftest import CONF_DIR, ROOT, CliResult, synthetic_run
 

@@ -9,11 +9,11 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from mmlu_track.config import GateConfig
 from mmlu_track.gate.run import decide
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, deltas, noninferiority, pair
-from mmlu_track.paired import critical_value, tango_interval, tango_statistic
 from mmlu_track.records.results import QuestionResult
+from mmlu_track.settings.config import GateConfig
+from mmlu_track.stats.paired import critical_value, tango_interval, tango_statistic
 
 Z95 = float(stats.norm.ppf(0.975))
 GATE = GateConfig(name="default")
@@ -134,7 +134,7 @@ def _simulate(
 
 def _gate(pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[str, int]:
     # category() needs real subject names: map the simulated strata onto them.
-    from mmlu_track.records.subjects import SUBJECTS
+    from mmlu_track.settings.subjects import SUBJECTS
 
     named = {SUBJECTS[i]: v for i, v in enumerate(pairs.values())}
     comp = compare(named, FAST)

@@ -9,14 +9,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf.errors import OmegaConfBaseException
 
-from mmlu_track.cli import plain
-from mmlu_track.config import ChatStyle, CompareConfig, Dtype, EvalConfig
-from mmlu_track.config_checks import compare_config_from_dict, eval_config_from_dict
+from mmlu_track.commands.cli import plain
 from mmlu_track.eval import data, load, models, prompts, scoring
-from mmlu_track.identity import identity_dict
-from mmlu_track.parsers import parse_subjects
-from mmlu_track.records.subjects import SUBJECTS
-from mmlu_track.typed import ConfigError, flatten
+from mmlu_track.settings.checks import compare_config_from_dict, eval_config_from_dict
+from mmlu_track.settings.config import ChatStyle, CompareConfig, Dtype, EvalConfig
+from mmlu_track.settings.identity import identity_dict
+from mmlu_track.settings.parsers import parse_subjects
+from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.settings.typed import ConfigError, flatten
 
 from .conftest import CONF_DIR, compose_eval, compose_raw
 
@@ -263,7 +263,7 @@ def test_no_yaml_file_restates_a_default() -> None:
     """The defaults live once, in config.py: a YAML file says only what its choice changes."""
     import yaml
 
-    from mmlu_track.config import (
+    from mmlu_track.settings.config import (
         ChatConfig,
         DataConfig,
         GateConfig,
@@ -288,7 +288,7 @@ def test_no_yaml_file_restates_a_default() -> None:
 
 def test_the_composed_config_has_every_field_at_its_default() -> None:
     """What eval.yaml composes to, with no option changing a knob, is config.py's defaults."""
-    from mmlu_track.config import GateConfig
+    from mmlu_track.settings.config import GateConfig
 
     raw = flatten(compose_raw(["model=tiny"]))
     for key, default in _defaults(EvalConfig).items():
@@ -303,7 +303,7 @@ def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(
     """A run's identity and a comparison's "What differs" leave out the same settings
     (`identity.RESULT_NEUTRAL`): they were two lists, and batch_size was in one only."""
     from mmlu_track.gate import differs
-    from mmlu_track.identity import RESULT_NEUTRAL, is_result_neutral
+    from mmlu_track.settings.identity import RESULT_NEUTRAL, is_result_neutral
     from mmlu_track.store.sql import SqlStore
 
     from .conftest import synthetic_run

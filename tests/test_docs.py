@@ -29,9 +29,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from mmlu_track.cli import plain
-from mmlu_track.config import EvalConfig
-from mmlu_track.config_checks import compare_config_from_dict, eval_config_from_dict
+from mmlu_track.commands.cli import plain
+from mmlu_track.settings.checks import compare_config_from_dict, eval_config_from_dict
+from mmlu_track.settings.config import EvalConfig
 
 from .conftest import CONF_DIR, ROOT
 
@@ -176,8 +176,8 @@ def _check_compare(cmd: Command, args: tuple[str, ...]) -> None:
 
 def _check_noise(cmd: Command, args: tuple[str, ...]) -> None:
     """The noise command's settings: the evaluation's (checked as one) and its own `noise.*`."""
-    from mmlu_track.config import NoiseConfig
-    from mmlu_track.typed import from_mapping
+    from mmlu_track.settings.config import NoiseConfig
+    from mmlu_track.settings.typed import from_mapping
 
     overrides, multirun = _split_eval_args(args)
     assert not multirun, "the noise command is not swept"
@@ -193,7 +193,7 @@ class _Parsed(Exception):
 
 def _check_runs(cmd: Command, args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
     """The arguments parse with the `runs` command's own parser (stopped right after parsing)."""
-    from mmlu_track import runs
+    from mmlu_track.commands import runs
 
     real = argparse.ArgumentParser.parse_args
 
@@ -453,7 +453,7 @@ def test_named_files_exist(page: Path) -> None:
         for path in re.findall(rf"(?<![\w./-])((?:{roots})/[\w./-]*)", code):
             if path not in PLANNED_PATHS and not (ROOT / path).exists():
                 missing.append(path)
-        for path in re.findall(r"(?<![\w./-])((?:eval|store|gate|pipeline|records)/[\w./-]+\.py)", code):
+        for path in re.findall(r"(?<![\w./-])((?:eval|store|gate|pipeline|records|settings|support|stats|commands)/[\w./-]+\.py)", code):
             if not (ROOT / "mmlu_track" / path).exists():
                 missing.append(path)
         alone = re.fullmatch(r"[\w-]+\.(py|sh|yaml|yml|ini)", code)
@@ -591,7 +591,7 @@ def _fields(cls: Any) -> set[str]:
 def test_named_settings_exist(page: Path) -> None:
     """A setting named in backticks (`model.revision`, `gate.looks=20`) is a field of the settings
     (or, for `model.`/`data.`/`scoring.`, a key of results.json's section of that name)."""
-    from mmlu_track.config import CompareConfig
+    from mmlu_track.settings.config import CompareConfig
 
     known = _fields(EvalConfig) | _fields(CompareConfig)
     record = _record_json()

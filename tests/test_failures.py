@@ -239,7 +239,7 @@ def test_a_database_locked_too_long_is_one_line(tmp_path: Path, stored: Path, cl
 
 
 def test_listing_runs_where_there_is_no_store_creates_none(tmp_path: Path) -> None:
-    from mmlu_track.runs import main as runs_main
+    from mmlu_track.commands.runs import main as runs_main
 
     missing = tmp_path / "none.db"
     assert runs_main(["--db", f"sqlite:///{missing}", "list"]) == 0
@@ -267,8 +267,8 @@ def test_runs_listed_into_a_reader_that_stops_early_end_quietly(tmp_path: Path) 
 def test_a_damaged_converted_model_names_the_folder_to_delete(
     tmp_path: Path, cli: Cli, cache_dir: Path
 ) -> None:
-    from mmlu_track.config import ModelConfig
     from mmlu_track.eval import models
+    from mmlu_track.settings.config import ModelConfig
 
     package, filename = models.PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
@@ -504,7 +504,7 @@ def test_an_unhealthy_mlflow_server_costs_seconds_and_names_it_in_the_hint(tmp_p
 def test_runs_command_bad_urls_and_settings_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mmlu_track.runs import main as runs_main
+    from mmlu_track.commands.runs import main as runs_main
 
     assert runs_main(["--db", "not a url", "list"]) == 2
     assert "Could not parse SQLAlchemy URL" in capsys.readouterr().err

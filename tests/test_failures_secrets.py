@@ -18,8 +18,8 @@ from mlflow.tracking import MlflowClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from mmlu_track.credentials import redact, redact_text, strip_userinfo
 from mmlu_track.store.sql import SqlStore
+from mmlu_track.support.credentials import redact, redact_text, strip_userinfo
 
 from .conftest import CliResult, synthetic_run
 

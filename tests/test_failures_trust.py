@@ -115,8 +115,8 @@ def test_a_run_is_never_compared_with_itself(cli: Cli, tmp_path: Path) -> None:
 
 def _dev_changed(tmp: Path) -> list[str]:
     """A local copy of anatomy whose first dev row has another answer."""
-    from mmlu_track.config import DataConfig
     from mmlu_track.eval.data import load_subjects
+    from mmlu_track.settings.config import DataConfig
 
     data = load_subjects(DataConfig("mmlu", "packaged"), ("anatomy",))["anatomy"]
     root = tmp / "local"

@@ -294,7 +294,7 @@ def test_an_unfinished_run_is_refused(cli: Cli, tmp_path: Path, db: str) -> None
 
 
 def _same(subjects: int, per_subject: int) -> dict[str, list[bool]]:
-    from mmlu_track.records.subjects import SUBJECTS
+    from mmlu_track.settings.subjects import SUBJECTS
 
     return {s: [i % 2 == 0 for i in range(per_subject)] for s in SUBJECTS[:subjects]}
 
@@ -459,7 +459,7 @@ def test_run_references_ambiguous_numeric_and_self(cli: Cli, tmp_path: Path, db:
 
 
 def test_fewshot_gap_is_an_analysis_with_gains_and_losses_visible(cli: Cli, tmp_path: Path, db: str) -> None:
-    from mmlu_track.records.subjects import SUBJECTS
+    from mmlu_track.settings.subjects import SUBJECTS
 
     rng = np.random.default_rng(31)
     names = SUBJECTS[:20]

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import torch
 
-from mmlu_track.config import DataConfig, ScoringConfig
 from mmlu_track.eval import generate, prefix_cache, prompts
 from mmlu_track.eval.answers import parse_generation, read_answer
 from mmlu_track.eval.batching import Score
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.generate import decided, score_generate
+from mmlu_track.settings.config import DataConfig, ScoringConfig
 
 MAX_NEW = 4
 

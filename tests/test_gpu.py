@@ -18,11 +18,11 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from mmlu_track.config import EvalConfig, ScoringConfig
 from mmlu_track.eval import models, prompts
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.generate import score_generate
 from mmlu_track.eval.scoring import score_logprob
+from mmlu_track.settings.config import EvalConfig, ScoringConfig
 
 from .conftest import compose_eval
 

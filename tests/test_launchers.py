@@ -1,4 +1,4 @@
-"""What a launched job needs to know about where it runs (`mmlu_track/launchers.py`) and the
+"""What a launched job needs to know about where it runs (`mmlu_track/commands/launchers.py`) and the
 scheduler's word on liveness (`store/liveness.py`); the real schedulers are in test_clusters.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mmlu_track.launchers import anchored, anchored_dir
+from mmlu_track.commands.launchers import anchored, anchored_dir
 from mmlu_track.store.liveness import Owner, liveness, scheduler, slurm_job_gone
 from mmlu_track.store.locations import mlflow_uri
 

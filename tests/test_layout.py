@@ -62,27 +62,30 @@ def test_no_import_cycle() -> None:
             visit(module, [module])
 
 
-# The README's rule, layer by layer: what each part may import (its own modules besides).
-FLOOR = ("mmlu_track.records", "mmlu_track.config", "mmlu_track.config_checks", "mmlu_track.identity",
-         "mmlu_track.parsers",
-         "mmlu_track.typed", "mmlu_track.credentials", "mmlu_track.paired", "mmlu_track.resources",
-         "mmlu_track.console")  # fmt: skip
-MAY_IMPORT = {
-    "floor": FLOOR,
+# docs/architecture.md's rule, folder by folder: what each part may import (its own modules besides).
+# The floor is ordered: support <- stats <- settings <- records, each importing only those before it.
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "mmlu_track.support": (),
+    "mmlu_track.stats": ("mmlu_track.support",),
+    "mmlu_track.settings": ("mmlu_track.support", "mmlu_track.stats"),
+    "mmlu_track.records": ("mmlu_track.support", "mmlu_track.stats", "mmlu_track.settings"),
+}
+FLOOR = tuple(MAY_IMPORT)
+MAY_IMPORT |= {
     "mmlu_track.eval": FLOOR,
     "mmlu_track.store": FLOOR,
     "mmlu_track.gate": (*FLOOR, "mmlu_track.store"),
     "mmlu_track.pipeline": (*FLOOR, "mmlu_track.eval", "mmlu_track.store"),
+    "mmlu_track.commands": (
+        *FLOOR,
+        "mmlu_track.eval",
+        "mmlu_track.store",
+        "mmlu_track.gate",
+        "mmlu_track.pipeline",
+    ),
 }
-ENTRY_POINTS = (
-    "mmlu_track.cli",
-    "mmlu_track.launchers",
-    "mmlu_track.runs",
-    "mmlu_track.noise",
-    "mmlu_track.noise_floor",
-    "mmlu_track.compare",
-    "mmlu_track.__main__",
-)
+# The package's root holds only `python -m` shims: each imports one command module and nothing else.
+SHIMS = ("mmlu_track.__main__", "mmlu_track.compare", "mmlu_track.noise", "mmlu_track.runs")
 
 
 def _within(module: str, parts: tuple[str, ...]) -> bool:
@@ -90,20 +93,24 @@ def _within(module: str, parts: tuple[str, ...]) -> bool:
 
 
 def _part(module: str) -> str:
-    """The part of the layout a module is in: "floor", a seam, the pipeline or an entry point."""
-    if _within(module, FLOOR):
-        return "floor"
-    return next((p for p in (*MAY_IMPORT, *ENTRY_POINTS) if _within(module, (p,))), module)
+    """The folder (part of the layout) a module is in, or the module itself at the root."""
+    return next((p for p in MAY_IMPORT if _within(module, (p,))), module)
 
 
-def test_every_module_belongs_to_a_part_of_the_layout() -> None:
-    assert [m for m in GRAPH if _part(m) not in (*MAY_IMPORT, *ENTRY_POINTS)] == ["mmlu_track"]
+def test_the_root_holds_only_shims_and_folders() -> None:
+    at_root = sorted(m for m in GRAPH if not _within(m, tuple(MAY_IMPORT)) and m != "mmlu_track")
+    assert at_root == sorted(SHIMS)
+    for shim in SHIMS:
+        assert _own(shim), shim
+        assert all(_within(d, ("mmlu_track.commands",)) for d in _own(shim)), shim
 
 
 @pytest.mark.parametrize("part", sorted(MAY_IMPORT))
 def test_each_part_imports_only_the_parts_below_it(part: str) -> None:
-    allowed = (*MAY_IMPORT[part], part) if part != "floor" else FLOOR
-    for module in (m for m in GRAPH if _part(m) == part):
+    allowed = (*MAY_IMPORT[part], part)
+    modules = [m for m in GRAPH if _part(m) == part]
+    assert modules, f"no module in {part}"
+    for module in modules:
         bad = sorted(d for d in _own(module) if d != "mmlu_track" and not _within(d, allowed))
         assert not bad, f"{module} imports {bad}"
 
@@ -126,7 +133,7 @@ def test_hydra_stops_at_the_entry_points() -> None:
     users = sorted(
         m for m, deps in GRAPH.items() if any(d.split(".")[0] in ("hydra", "omegaconf") for d in deps)
     )
-    assert users == ["mmlu_track.cli", "mmlu_track.launchers"]
+    assert users == ["mmlu_track.commands.cli", "mmlu_track.commands.launchers"]
 
 
 # The model-backend seam (eval/backend.py): the in-process transformers backend is these modules;
@@ -163,16 +170,17 @@ def test_above_the_model_seam_nothing_imports_torch_or_the_in_process_backend() 
 def test_every_model_source_has_a_backend() -> None:
     from typing import get_args
 
-    from mmlu_track.config import ModelSource
     from mmlu_track.eval.load import BACKENDS
+    from mmlu_track.settings.config import ModelSource
 
     assert set(BACKENDS) == set(get_args(ModelSource))
 
 
 def test_reading_runs_gating_and_planning_never_import_torch() -> None:
     # What a run with a served model imports before its backend loads: the whole pipeline.
-    modules = ["mmlu_track.runs", "mmlu_track.gate.run", "mmlu_track.store.mlflow", "mmlu_track.store.sql",
-               "mmlu_track.cli", "mmlu_track.pipeline.evaluate", "mmlu_track.eval.load",
+    modules = ["mmlu_track.commands.runs", "mmlu_track.gate.run", "mmlu_track.store.mlflow",
+               "mmlu_track.store.sql", "mmlu_track.commands.cli", "mmlu_track.pipeline.evaluate",
+               "mmlu_track.eval.load",
                "mmlu_track.eval.openai_api", "mmlu_track.eval.openai_connect"]  # fmt: skip
     heavy = "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     code = f"import sys\nfor m in {modules!r}: __import__(m)\n{heavy}"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from mmlu_track.commands.runs import main as runs_main
 from mmlu_track.pipeline.evaluate import Origin, run
-from mmlu_track.runs import main as runs_main
 from mmlu_track.store import mlflow_views
 from mmlu_track.store.mlflow import GATE_TAG, RUN_ID_TAG, SWEEP_TAG, metric_key
 from mmlu_track.store.sql import SqlStore
@@ -186,7 +186,7 @@ def test_every_setting_and_every_loaded_fact_is_a_param() -> None:
     store/mlflow.py: the params are every one of them by dotted name (unset ones left out)."""
     import dataclasses
 
-    from mmlu_track.config import applies, to_dict
+    from mmlu_track.settings.config import applies, to_dict
     from mmlu_track.store.mlflow import params
 
     start = synthetic_start()

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmlu_track.gate.noise import Spread, pair_noise, pass_probability, recommend, smallest_margin
 from mmlu_track.gate.stats import noninferiority
+from mmlu_track.stats.noise_margin import Spread, pair_noise, pass_probability, recommend, smallest_margin
 
 from .conftest import CliResult
 
@@ -43,7 +43,7 @@ def test_a_noise_only_pair_passes_95_percent_of_the_time_at_the_recommended_marg
     """By simulation: pairs drawn with the measured flip rate and no true change, decided by the
     gate's rule (`noninferiority`: the score test and the exact test both reject), pass at the
     recommended margin at least 95 % of the time (up to simulation error), and below it less often."""
-    from mmlu_track import paired
+    from mmlu_track.stats import paired
 
     margin = smallest_margin(n, psi, 0.05)
     assert pass_probability(n, psi, margin, 0.05) >= 0.95
@@ -132,9 +132,9 @@ def test_the_noise_command_measures_the_tiny_model(cli: Cli, tmp_path: Path) -> 
     assert f"gate.margin=auto: δ = {100 * floor:.2f} pts, the floor of measurement" in auto.out
     report = json.loads(next((tmp_path / "auto").rglob("report.json")).read_text())
     assert report["policy"]["margin"] == pytest.approx(floor)
-    from mmlu_track.config import GateConfig
     from mmlu_track.gate.policy import auto_margin
     from mmlu_track.gate.stats import ComparisonError
+    from mmlu_track.settings.config import GateConfig
 
     with pytest.raises(ComparisonError, match=r"gate\.margin=auto needs a noise measurement"):
         auto_margin(GateConfig("default", margin="auto"), None, "m")

@@ -39,7 +39,9 @@ def test_the_wheel_ships_its_configs_and_migrations_and_runs_anywhere(tmp_path: 
             cmd, cwd=work, env=env, capture_output=True, text=True, check=False, timeout=300
         )
 
-    where = run(sys.executable, "-c", "import mmlu_track.resources as r; print(r.CONF_DIR, r.MIGRATIONS_DIR)")
+    where = run(
+        sys.executable, "-c", "import mmlu_track.support.resources as r; print(r.CONF_DIR, r.MIGRATIONS_DIR)"
+    )
     assert where.stdout.split() == [
         str(site / "mmlu_track" / "conf"),
         str(site / "mmlu_track" / "migrations"),

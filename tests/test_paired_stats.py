@@ -12,9 +12,9 @@ import pytest
 from scipy import optimize, stats
 from statsmodels.stats.proportion import proportion_confint
 
-from mmlu_track import paired
-from mmlu_track.config import GateConfig
 from mmlu_track.gate.stats import compare
+from mmlu_track.settings.config import GateConfig
+from mmlu_track.stats import paired
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from gate_simulation import characteristics

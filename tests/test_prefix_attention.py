@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from mmlu_track.config import DataConfig
 from mmlu_track.eval import prefix_attention, prompts
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.prefix_attention import SharedPrefix, Unsupported, attention, use_shared_prefix
 from mmlu_track.eval.scoring import _score_with_prefix
-from mmlu_track.records.subjects import LETTERS
+from mmlu_track.settings.config import DataConfig
+from mmlu_track.settings.subjects import LETTERS
 
 
 class _Layer(torch.nn.Module):

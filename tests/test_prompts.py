@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from mmlu_track.config import DataConfig
 from mmlu_track.eval import prompts
 from mmlu_track.eval.data import Question, SubjectData, load_subjects
+from mmlu_track.settings.config import DataConfig
 
 HARNESS_5SHOT = """The following are multiple choice questions (with answers) about abstract algebra.
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import generate, models, prompts
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.generate import score_generate
 from mmlu_track.eval.scoring import score_logprob
-from mmlu_track.records.subjects import LETTERS
+from mmlu_track.settings.config import ScoringConfig
+from mmlu_track.settings.subjects import LETTERS
 
 from .conftest import compose_eval
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from mmlu_track.config import DataConfig, ScoringConfig
 from mmlu_track.eval import prompts
 from mmlu_track.eval.answers import calibrate, parse_generation
 from mmlu_track.eval.data import load_subjects
@@ -21,7 +20,8 @@ from mmlu_track.eval.scoring import (
     score_generate,
     score_logprob,
 )
-from mmlu_track.records.subjects import LETTERS
+from mmlu_track.settings.config import DataConfig, ScoringConfig
+from mmlu_track.settings.subjects import LETTERS
 
 LOGPROB = ScoringConfig(method="logprob")
 GENERATE = ScoringConfig(method="generate", max_new_tokens=4)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from mmlu_track.config import to_dict
-from mmlu_track.config_checks import eval_config_from_dict
-from mmlu_track.credentials import redact_text
 from mmlu_track.eval.http_api import Client
-from mmlu_track.typed import ConfigError
+from mmlu_track.settings.checks import eval_config_from_dict
+from mmlu_track.settings.config import to_dict
+from mmlu_track.settings.typed import ConfigError
+from mmlu_track.support.credentials import redact_text
 
 from .conftest import CliResult, compose_raw
 

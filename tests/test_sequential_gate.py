@@ -13,14 +13,14 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from mmlu_track.config import CompareConfig, EvalConfig, GateConfig, TrackingConfig
+from mmlu_track.commands.runs import main as runs_main
 from mmlu_track.eval import plan
 from mmlu_track.gate.run import execute as compare_execute
 from mmlu_track.gate.sequential_run import sequential_gate
 from mmlu_track.gate.stats import ComparisonError
 from mmlu_track.pipeline.evaluate import run
-from mmlu_track.records.subjects import SUBJECTS as SUBJECT_NAMES
-from mmlu_track.runs import main as runs_main
+from mmlu_track.settings.config import CompareConfig, EvalConfig, GateConfig, TrackingConfig
+from mmlu_track.settings.subjects import SUBJECTS as SUBJECT_NAMES
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mmlu_track.config_checks import eval_config_from_dict
 from mmlu_track.eval import openai_api, openai_connect
 from mmlu_track.eval.answers import check
 from mmlu_track.eval.backend import LetterRequest, PromptError
 from mmlu_track.eval.http_api import backoff_s
+from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.store.sql import SqlStore
 
 from .conftest import CliResult

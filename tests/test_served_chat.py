@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmlu_track.config import ModelConfig
 from mmlu_track.eval import models, openai_connect
+from mmlu_track.settings.config import ModelConfig
 from mmlu_track.store.sql import SqlStore
 
 from .serve import API_KEY, N_CTX, LlamaServer

@@ -11,8 +11,8 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from mmlu_track.commands.runs import main as runs_main
 from mmlu_track.pipeline.evaluate import run
-from mmlu_track.runs import main as runs_main
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.orm import Base
 from mmlu_track.store.sql import SqlStore
@@ -24,7 +24,7 @@ from .conftest import tiny_run_cfg
 def test_store_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
     from alembic import command
 
-    from mmlu_track.resources import MIGRATIONS_DIR
+    from mmlu_track.support.resources import MIGRATIONS_DIR
 
     store = SqlStore(postgres_url)
     with store.engine.connect() as conn:

@@ -16,11 +16,11 @@ from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 
 from mmlu_track.pipeline.evaluate import run
-from mmlu_track.resources import MIGRATIONS_DIR
 from mmlu_track.store.db import StoreError, make_engine
 from mmlu_track.store.liveness import DEAD_AFTER
 from mmlu_track.store.orm import Base, QuestionRow, Run, RunShard, SubjectScore
 from mmlu_track.store.sql import RunInProgress, SqlStore
+from mmlu_track.support.resources import MIGRATIONS_DIR
 
 from . import warm
 from .conftest import ROOT, synthetic_start, tiny_run_cfg

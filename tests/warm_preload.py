@@ -21,10 +21,10 @@ from transformers import (  # noqa: F401
     StoppingCriteriaList,
 )
 
-import mmlu_track.cli
+import mmlu_track.commands.cli
+import mmlu_track.commands.runs
 import mmlu_track.gate.run
 import mmlu_track.gate.sequential_run
 import mmlu_track.pipeline.evaluate
-import mmlu_track.runs
 import mmlu_track.store.mlflow
 import mmlu_track.store.sql  # noqa: F401

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mmlu_track.config import ScoringConfig
 from mmlu_track.eval.backend import PromptError, Score
 from mmlu_track.eval.prompts import Prompt
 from mmlu_track.records.results import QuestionResult, RotatedAnswer
-from mmlu_track.records.subjects import LETTERS
+from mmlu_track.settings.config import ScoringConfig
+from mmlu_track.settings.subjects import LETTERS
 
 Four = tuple[float, float, float, float]
 

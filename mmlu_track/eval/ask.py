@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mmlu_track.config import ScoringMethod
 from mmlu_track.eval.backend import Backend, GenerationRequest, LetterRequest, Progress, Score
 from mmlu_track.eval.prompts import Prompt
+from mmlu_track.settings.config import ScoringMethod
 
 
 def ask(

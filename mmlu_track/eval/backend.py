@@ -20,7 +20,7 @@ from typing import Protocol
 
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
-from mmlu_track.records.subjects import LETTERS
+from mmlu_track.settings.subjects import LETTERS
 
 Progress = Callable[[int], None]
 

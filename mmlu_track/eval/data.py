@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmlu_track.config import DataConfig
-from mmlu_track.records.subjects import LETTERS, SUBJECTS
+from mmlu_track.settings.config import DataConfig
+from mmlu_track.settings.subjects import LETTERS, SUBJECTS
 
 
 class DataError(ValueError):

@@ -32,11 +32,11 @@ from typing import Any
 
 import torch
 
-from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import prefix_cache
 from mmlu_track.eval.answers import read_answer
 from mmlu_track.eval.batching import Progress, Score, fit, left_pad, run_batches
 from mmlu_track.eval.models import LoadedModel
+from mmlu_track.settings.config import ScoringConfig
 
 
 def decided(text: str) -> bool:

@@ -34,9 +34,9 @@ import time
 import urllib.parse
 from typing import Any
 
-from mmlu_track.console import warn
-from mmlu_track.credentials import MASK, redact_text, remember_secret, strip_userinfo
 from mmlu_track.eval.backend import ModelError, Traffic
+from mmlu_track.support.console import warn
+from mmlu_track.support.credentials import MASK, redact_text, remember_secret, strip_userinfo
 
 TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
 MAX_WAIT_S = 60.0

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from mmlu_track.config import EvalConfig, ScoringConfig, ScoringMethod
 from mmlu_track.eval import models
 from mmlu_track.eval.backend import GenerationRequest, LetterRequest, Progress, Score, Traffic
 from mmlu_track.eval.chat_template import render as render_chat
@@ -19,6 +18,7 @@ from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.eval.scoring import SCORERS
 from mmlu_track.records.run import ModelInfo
+from mmlu_track.settings.config import EvalConfig, ScoringConfig, ScoringMethod
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mmlu_track.config import EvalConfig, is_served
 from mmlu_track.eval.backend import Backend
+from mmlu_track.settings.config import EvalConfig, is_served
 
 
 def _in_process(cfg: EvalConfig) -> Backend:

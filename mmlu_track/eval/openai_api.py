@@ -41,7 +41,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.config import EvalConfig
 from mmlu_track.eval.answers import argmax, four, read_answer
 from mmlu_track.eval.backend import (
     GenerationRequest,
@@ -57,6 +56,7 @@ from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.http_api import Client, PermanentError
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
+from mmlu_track.settings.config import EvalConfig
 
 
 def one_choice(doc: Any) -> dict[str, Any]:

@@ -14,8 +14,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from mmlu_track.config import EvalConfig
-from mmlu_track.credentials import redact_text
 from mmlu_track.eval.backend import ModelError, PromptError
 from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.data import Question
@@ -23,7 +21,9 @@ from mmlu_track.eval.http_api import Client, PermanentError, probe
 from mmlu_track.eval.openai_api import Served, Wire, logprobs_of, one_choice
 from mmlu_track.eval.prompts import Messages, Style, messages
 from mmlu_track.records.run import ModelInfo
-from mmlu_track.records.subjects import LETTERS
+from mmlu_track.settings.config import EvalConfig
+from mmlu_track.settings.subjects import LETTERS
+from mmlu_track.support.credentials import redact_text
 
 ECHO_TOLERANCE = 1e-3  # nats: the same distribution computed in two requests (batching moves the last digits)
 _PROBE = "Question: Which letter comes first in the alphabet?\nA. A\nB. B\nC. C\nD. D\nAnswer:"

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mmlu_track.config import EvalConfig
 from mmlu_track.eval import prompts
 from mmlu_track.eval.backend import Backend, ModelError
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
-from mmlu_track.identity import identity_dict
 from mmlu_track.records.results import Docs
 from mmlu_track.records.run import EvalProtocol, ModelInfo, RunRecord
+from mmlu_track.settings.config import EvalConfig
+from mmlu_track.settings.identity import identity_dict
 
 
 def fits_check(lm: Backend, reserve: int) -> Callable[[str], bool]:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mmlu_track.eval.data import Question
-from mmlu_track.records.subjects import LETTERS, pretty
+from mmlu_track.settings.subjects import LETTERS, pretty
 
 
 def _choices(q: Question) -> str:

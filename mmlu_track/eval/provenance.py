@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mmlu_track.credentials import redact_text
+from mmlu_track.support.credentials import redact_text
 
 PACKAGES = (
     "mmlu_track",

@@ -28,14 +28,14 @@ from typing import Protocol
 
 import torch
 
-from mmlu_track.config import ScoringConfig
 from mmlu_track.eval import prefix_cache
 from mmlu_track.eval.answers import argmax, four
 from mmlu_track.eval.backend import Progress, Score
 from mmlu_track.eval.batching import fit, left_pad, run_batches
 from mmlu_track.eval.generate import score_generate
 from mmlu_track.eval.models import LoadedModel
-from mmlu_track.records.subjects import LETTERS
+from mmlu_track.settings.config import ScoringConfig
+from mmlu_track.settings.subjects import LETTERS
 
 __all__ = ["SCORERS", "Score", "Scorer", "run_batches", "score_generate", "score_logprob"]
 

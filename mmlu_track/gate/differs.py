@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mmlu_track.config import is_served, to_dict
-from mmlu_track.identity import SHOWN_NEUTRAL, is_result_neutral
-from mmlu_track.typed import flatten
+from mmlu_track.settings.config import is_served, to_dict
+from mmlu_track.settings.identity import SHOWN_NEUTRAL, is_result_neutral
+from mmlu_track.settings.typed import flatten
 
 if TYPE_CHECKING:
     from mmlu_track.records.run import ModelInfo, RunStart

@@ -8,12 +8,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.config import CompareConfig
 from mmlu_track.gate.policy import Verdict
 from mmlu_track.gate.stats import Comparison
 from mmlu_track.records.results import Docs, QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.records.stored import StoredRun
+from mmlu_track.settings.config import CompareConfig
 
 # A stored run's questions' text (`eval.plan.question_docs`), given by an entry point: the gate
 # reads no data. For MLflow's per-question table of a comparison.

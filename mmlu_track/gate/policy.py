@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from mmlu_track.config import CompareConfig, CompareMode, GateConfig, is_served
 from mmlu_track.gate.stats import Comparison, ComparisonError, pts
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.stored import RunStatus
+from mmlu_track.settings.config import CompareConfig, CompareMode, GateConfig, is_served
 
 if TYPE_CHECKING:
     from mmlu_track.records.stored import NoiseEntry, StoredRun
@@ -217,7 +217,7 @@ def noise_notes(noise: NoiseEntry | None, comp: Comparison, g: GateConfig) -> li
     this many questions cannot show it at the measured flip rate."""
     if noise is None:
         return []
-    from mmlu_track.paired import questions_needed
+    from mmlu_track.stats.paired import questions_needed
 
     spread = (
         f"; shot-seed range {100 * noise.shot_seed_range:.1f} pts"

@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmlu_track.console import warn
 from mmlu_track.gate.outcome import Outcome
 from mmlu_track.gate.stats import ComparisonError
 from mmlu_track.records.stored import ComparisonEntry
+from mmlu_track.support.console import warn
 
 if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun

@@ -12,7 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmlu_track.config import CompareConfig, CompareMode, GateConfig
 from mmlu_track.gate.outcome import DocsFor, Outcome, questions_text
 from mmlu_track.gate.policy import (
     analysis,
@@ -27,7 +26,8 @@ from mmlu_track.gate.policy import (
 )
 from mmlu_track.gate.publish import publish
 from mmlu_track.gate.stats import ComparisonError, compare, pair
-from mmlu_track.store.noise import latest_noise
+from mmlu_track.settings.config import CompareConfig, CompareMode, GateConfig
+from mmlu_track.store.noise_floors import latest_noise
 from mmlu_track.store.sql import open_existing_store
 
 if TYPE_CHECKING:

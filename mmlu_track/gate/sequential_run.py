@@ -24,7 +24,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmlu_track.config import CompareConfig, EvalConfig, GateConfig
 from mmlu_track.gate.outcome import DocsFor, Outcome, questions_text
 from mmlu_track.gate.policy import (
     EXIT_PASS,
@@ -39,12 +38,13 @@ from mmlu_track.gate.policy import (
 )
 from mmlu_track.gate.publish import publish
 from mmlu_track.gate.run import resolve
-from mmlu_track.gate.sequential import LookCounts, SequentialResult, decide_looks, look_sizes
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair, pts
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop
 from mmlu_track.records.stored import RunStatus
-from mmlu_track.store.noise import latest_noise
+from mmlu_track.settings.config import CompareConfig, EvalConfig, GateConfig
+from mmlu_track.stats.sequential import LookCounts, SequentialResult, decide_looks, look_sizes
+from mmlu_track.store.noise_floors import latest_noise
 from mmlu_track.store.sql import open_existing_store
 
 if TYPE_CHECKING:

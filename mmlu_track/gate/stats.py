@@ -35,10 +35,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from mmlu_track import paired
-from mmlu_track.config import GateConfig
 from mmlu_track.records.results import QuestionResult
-from mmlu_track.records.subjects import CATEGORIES, category
+from mmlu_track.settings.config import GateConfig
+from mmlu_track.settings.subjects import CATEGORIES, category
+from mmlu_track.stats import paired
 
 BOOTSTRAP_MIN_FLIPS = 20
 BOOTSTRAP_MIN_PER_SUBJECT = 10

@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from mmlu_track.config import EvalConfig
 from mmlu_track.eval.plan import TruncationError
 from mmlu_track.pipeline.outputs import sigterm_as_exit
 from mmlu_track.pipeline.prepare import Origin, prepare
 from mmlu_track.pipeline.session import Display, Echo, EvaluationSession, Looks, RunOutput
 from mmlu_track.records.stored import RunStatus
+from mmlu_track.settings.config import EvalConfig
 from mmlu_track.store.recorder import RunRecorder
 from mmlu_track.store.sql import Shard
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from mmlu_track.config import EvalConfig
 from mmlu_track.eval import load, prompts, provenance
 from mmlu_track.eval.backend import Backend
 from mmlu_track.eval.plan import Plan, fits_check, identity, plan, render, style
 from mmlu_track.records.run import DataInfo, HostInfo, RunStart
+from mmlu_track.settings.config import EvalConfig
 
 
 @dataclass(frozen=True)

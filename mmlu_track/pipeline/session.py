@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from mmlu_track.config import EvalConfig
 from mmlu_track.eval import prompts
 from mmlu_track.eval.answers import check, to_results, with_rotations
 from mmlu_track.eval.ask import ask, per_question
@@ -52,6 +51,7 @@ from mmlu_track.records.results import Accuracies, Accuracy, QuestionResult, agg
 from mmlu_track.records.robustness import circular_scores, circular_table, letter_bias
 from mmlu_track.records.run import EarlyStop, RunRecord, Timing
 from mmlu_track.records.stored import ShardWork, StoredRun
+from mmlu_track.settings.config import EvalConfig
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.recorder import Done, RunRecorder
 from mmlu_track.store.rows import provisional

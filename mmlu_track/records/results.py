@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mmlu_track.records.subjects import CATEGORIES, LETTERS, SUBCATEGORY, category
+from mmlu_track.settings.subjects import CATEGORIES, LETTERS, SUBCATEGORY, category
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class Accuracy:
 
     def interval(self, alpha: float = 0.05) -> tuple[float, float]:
         """Wilson score interval: inside [0, 1] and never a point, even at 0/n or n/n."""
-        from mmlu_track.paired import wilson
+        from mmlu_track.stats.paired import wilson
 
         return wilson(self.correct, self.n, alpha)
 
@@ -213,7 +213,7 @@ def write_jsonl(path: Path, results: Iterable[QuestionResult], docs: Docs | None
 
 def macro_interval(scores: Accuracies, alpha: float = 0.05) -> tuple[float, float]:
     """The macro average's Wilson interval at Kish's effective sample size (see paired.py)."""
-    from mmlu_track.paired import macro_accuracy_interval
+    from mmlu_track.stats.paired import macro_accuracy_interval
 
     accs = list(scores.subjects.values())
     return macro_accuracy_interval([a.correct for a in accs], [a.n for a in accs], alpha)

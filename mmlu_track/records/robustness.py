@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mmlu_track.records.results import Accuracies, QuestionResult, aggregate
-from mmlu_track.records.subjects import LETTERS
+from mmlu_track.settings.subjects import LETTERS
 
 
 @dataclass(frozen=True)

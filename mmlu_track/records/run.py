@@ -19,12 +19,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.config import DEFAULT_SEED, EvalConfig, to_dict
-from mmlu_track.config_checks import eval_config_from_dict
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.robustness import CircularScores, LetterBias
-from mmlu_track.records.subjects import SUBJECTS
-from mmlu_track.typed import ConfigError
+from mmlu_track.settings.checks import eval_config_from_dict
+from mmlu_track.settings.config import DEFAULT_SEED, EvalConfig, to_dict
+from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.settings.typed import ConfigError
 
 SCHEMA_VERSION = 1
 

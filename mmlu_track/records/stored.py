@@ -16,10 +16,10 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar
 
-from mmlu_track.config import EvalConfig
-from mmlu_track.config_checks import eval_config_from_dict
 from mmlu_track.records.run import EarlyStop, EvalProtocol, RecordError, RunRecord
-from mmlu_track.typed import ConfigError
+from mmlu_track.settings.checks import eval_config_from_dict
+from mmlu_track.settings.config import EvalConfig
+from mmlu_track.settings.typed import ConfigError
 
 T = TypeVar("T")
 

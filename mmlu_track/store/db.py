@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from mmlu_track.credentials import redact, redact_text
-from mmlu_track.resources import MIGRATIONS_DIR
+from mmlu_track.support.credentials import redact, redact_text
+from mmlu_track.support.resources import MIGRATIONS_DIR
 
 
 class StoreError(RuntimeError):

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mmlu_track.config import DEAD_AFTER_S
+from mmlu_track.settings.config import DEAD_AFTER_S
 from mmlu_track.store.db import StoreError
 
 # A running process beats every `tracking.heartbeat_s` (30 s; a thread, `Heartbeat`); one silent for

@@ -25,11 +25,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from mmlu_track.config import applies, to_dict
-from mmlu_track.credentials import redact, redact_text
 from mmlu_track.records.results import Accuracies, Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
-from mmlu_track.records.subjects import LETTERS
+from mmlu_track.settings.config import applies, to_dict
+from mmlu_track.settings.subjects import LETTERS
+from mmlu_track.settings.typed import flatten
 from mmlu_track.store import mlflow_views
 from mmlu_track.store.locations import mlflow_uri
 from mmlu_track.store.mlflow_client import (
@@ -39,7 +39,7 @@ from mmlu_track.store.mlflow_client import (
 )
 from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, percent, shown
 from mmlu_track.store.mlflow_tables import QUESTIONS_TABLE, question_columns
-from mmlu_track.typed import flatten
+from mmlu_track.support.credentials import redact, redact_text
 
 SWEEP_TAG = "mmlu_track.sweep"
 RUN_ID_TAG = "mmlu_track.run_id"

@@ -12,10 +12,10 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from mmlu_track.credentials import redact, redact_text
 from mmlu_track.store import mlflow_views
 from mmlu_track.store.locations import mlflow_uri, sqlite_path
 from mmlu_track.store.mlflow_views import Kind
+from mmlu_track.support.credentials import redact, redact_text
 
 
 class MlflowUnavailable(RuntimeError):

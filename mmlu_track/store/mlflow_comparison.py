@@ -11,13 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmlu_track.credentials import redact, redact_text
 from mmlu_track.store.locations import mlflow_uri
 from mmlu_track.store.mlflow import GATE_TAG, KIND_TAG
 from mmlu_track.store.mlflow_client import MlflowUnavailable, check_reachable, client_and_experiment, quiet
 from mmlu_track.store.mlflow_pages import NOTE_TAG, gate_line, shown
 from mmlu_track.store.mlflow_tables import PAIRED_TABLE, Columns
 from mmlu_track.store.mlflow_views import ML_PAGES, page
+from mmlu_track.support.credentials import redact, redact_text
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import math
 import re
 from typing import Any
 
-from mmlu_track.credentials import redact
 from mmlu_track.records.results import Accuracy
 from mmlu_track.records.run import RunRecord, RunStart
+from mmlu_track.support.credentials import redact
 
 NOTE_TAG = "mlflow.note.content"  # the run page's Markdown description
 

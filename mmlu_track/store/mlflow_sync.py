@@ -14,11 +14,11 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mmlu_track.credentials import is_redacted, refill, strip_userinfo
 from mmlu_track.records.results import Docs, QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.store.mlflow import LiveRun
 from mmlu_track.store.mlflow_client import MlflowUnavailable
+from mmlu_track.support.credentials import is_redacted, refill, strip_userinfo
 
 if TYPE_CHECKING:
     pass

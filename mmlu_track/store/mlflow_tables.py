@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mmlu_track.records.results import Docs, QuestionResult
-from mmlu_track.records.subjects import LETTERS
+from mmlu_track.settings.subjects import LETTERS
 
 QUESTIONS_TABLE = "questions.json"
 PAIRED_TABLE = "paired_questions.json"

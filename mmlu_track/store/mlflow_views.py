@@ -27,7 +27,7 @@ import time
 from typing import Literal
 from urllib.parse import quote
 
-from mmlu_track.credentials import strip_userinfo
+from mmlu_track.support.credentials import strip_userinfo
 
 VIEW_ID = "mmlu_track"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"

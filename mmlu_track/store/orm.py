@@ -134,6 +134,6 @@ class NoiseRow(Base):
     flip_rate: Mapped[float] = mapped_column(Float)  # the largest among the gated pairs
     margin: Mapped[float] = mapped_column(Float)  # the smallest δ a noise-only pair passes 95 % of the time
     shot_seed_range: Mapped[float | None] = mapped_column(Float)
-    report_json: Mapped[str] = mapped_column(Text)  # noise_floor.NoiseReport.to_json()
+    report_json: Mapped[str] = mapped_column(Text)  # commands.noise.NoiseReport.to_json()
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mmlu_track.records.results import Accuracies
-from mmlu_track.records.subjects import CATEGORIES, category
+from mmlu_track.settings.subjects import CATEGORIES, category
 
 
 def subject_order(subjects: Iterable[str]) -> list[str]:

@@ -27,16 +27,16 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mmlu_track.config import TrackingConfig
-from mmlu_track.console import warn
-from mmlu_track.credentials import redact
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.records.stored import RunStatus, ShardStatus, ShardWork
+from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.liveness import Heartbeat
 from mmlu_track.store.locations import mlflow_uri
 from mmlu_track.store.sql import Shard, open_store
+from mmlu_track.support.console import warn
+from mmlu_track.support.credentials import redact
 
 if TYPE_CHECKING:
     from mmlu_track.store.mlflow import LiveRun

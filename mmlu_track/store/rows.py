@@ -9,10 +9,10 @@ import json
 import uuid
 from datetime import UTC, datetime
 
-from mmlu_track.config import to_dict
 from mmlu_track.records.results import QuestionResult, RotatedAnswer
 from mmlu_track.records.run import RunStart
 from mmlu_track.records.stored import RunStatus, StoredRun
+from mmlu_track.settings.config import to_dict
 from mmlu_track.store.liveness import current_owner
 from mmlu_track.store.orm import QuestionRow, Run
 

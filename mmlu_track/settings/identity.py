@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from mmlu_track.config import ChatConfig, EvalConfig, to_dict
+from mmlu_track.settings.config import ChatConfig, EvalConfig, to_dict
 
 # Settings of a served model that say how to reach it, not what it computes: outside the identity.
 SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "top_logprobs")

@@ -177,7 +177,7 @@ def redact_hydra_files() -> None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from mmlu_track.credentials import redact_text, remember_urls
+    from mmlu_track.support.credentials import redact_text, remember_urls
 
     hc = HydraConfig.get()
     files = list((Path(hc.runtime.output_dir) / hc.output_subdir).glob("*.yaml")) if hc.output_subdir else []

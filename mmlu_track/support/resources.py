@@ -13,7 +13,7 @@ from pathlib import Path
 
 def _bundled(name: str) -> Path:
     inside = Path(str(importlib.resources.files("mmlu_track"))) / name
-    return inside if inside.is_dir() else Path(__file__).resolve().parent.parent / name
+    return inside if inside.is_dir() else Path(__file__).resolve().parents[2] / name
 
 
 CONF_DIR = _bundled("conf")

@@ -12,7 +12,7 @@ store is taken as it is) and the evaluations that differ from it only in what mu
 - **dtype** (only when `noise.dtype` is named);
 - **option order**: a circular reference's rotations 1-3 against rotation 0 (no further run).
 
-Each is measured against the reference question by question (`gate.noise`), and the margin the
+Each is measured against the reference question by question (`stats.noise_margin`), and the margin the
 gate can use at this noise is recommended from the pairs the gate itself would compare (repeat,
 batching, dtype: the same prompts); shot seeds and option order show what the protocol's own
 choices move, and runs with other shots or orders are never gated against each other.
@@ -31,9 +31,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mmlu_track.config import EvalConfig, NoiseConfig
-from mmlu_track.console import warn
-from mmlu_track.gate.noise import PairNoise, Recommendation, Spread, pair_noise, recommend
 from mmlu_track.gate.stats import pts
 from mmlu_track.pipeline.evaluate import run
 from mmlu_track.pipeline.prepare import Origin
@@ -41,12 +38,15 @@ from mmlu_track.pipeline.session import RunOutput
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.records.stored import NoiseEntry
+from mmlu_track.settings.config import EvalConfig, NoiseConfig
+from mmlu_track.stats.noise_margin import PairNoise, Recommendation, Spread, pair_noise, recommend
 from mmlu_track.store.mlflow import metric_key
 from mmlu_track.store.mlflow_client import MlflowUnavailable
 from mmlu_track.store.mlflow_comparison import ComparisonLog, log_comparison
 from mmlu_track.store.mlflow_pages import NOTE_TAG
-from mmlu_track.store.noise import save_noise, set_noise_mlflow
+from mmlu_track.store.noise_floors import save_noise, set_noise_mlflow
 from mmlu_track.store.sql import open_store
+from mmlu_track.support.console import warn
 
 NOISE_FILE = "noise.json"
 Echo = Callable[[str], None]

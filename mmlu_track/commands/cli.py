@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from mmlu_track.console import redacted_stderr
-from mmlu_track.resources import CONF_DIR
+from mmlu_track.support.console import redacted_stderr
+from mmlu_track.support.resources import CONF_DIR
 
 if TYPE_CHECKING:
-    from mmlu_track.config import EvalConfig
+    from mmlu_track.settings.config import EvalConfig
 
 
 # A prompt's text (chat.system), recorded with every run, is written in the command or a config file,
@@ -36,7 +36,7 @@ def plain(cfg: Any) -> dict[str, Any]:
     prompt's text taken from the environment: `ConfigError`)."""
     from omegaconf import OmegaConf
 
-    from mmlu_track.typed import ConfigError
+    from mmlu_track.settings.typed import ConfigError
 
     chat = OmegaConf.to_container(cfg, resolve=False).get("chat")  # type: ignore[union-attr]
     system = chat.get("system") if isinstance(chat, dict) else None
@@ -59,7 +59,7 @@ def _node(cls: type[Any]) -> dict[str, Any]:
     import types
     import typing
 
-    from mmlu_track.records.subjects import SUBJECTS
+    from mmlu_track.settings.subjects import SUBJECTS
 
     node: dict[str, Any] = {}
     hints = typing.get_type_hints(cls)
@@ -99,7 +99,7 @@ def register_defaults() -> None:
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
-    from mmlu_track.config import CompareConfig, EvalConfig, NoiseConfig
+    from mmlu_track.settings.config import CompareConfig, EvalConfig, NoiseConfig
 
     store = ConfigStore.instance()
     store.store(name="eval_defaults", node=_node(EvalConfig))
@@ -172,13 +172,13 @@ class Unusable(SystemExit):
 
 
 def fail(message: str, *, refused: bool = False) -> NoReturn:
-    from mmlu_track.credentials import redact_text
+    from mmlu_track.support.credentials import redact_text
 
     # Masked here too: the last place any message passes before it leaves the process.
     one_line = redact_text(" ".join(part.strip() for part in message.splitlines() if part.strip()))
     print(f"mmlu_track: error: {one_line}", file=sys.stderr)
     if refused:  # before any work, in a run: it leaves no output folder
-        from mmlu_track.launchers import discard_unused
+        from mmlu_track.commands.launchers import discard_unused
 
         discard_unused()
     raise Unusable(one_line)
@@ -211,8 +211,8 @@ def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str,
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.launchers import sweep_jobs
-    from mmlu_track.typed import ConfigError
+    from mmlu_track.commands.launchers import sweep_jobs
+    from mmlu_track.settings.typed import ConfigError
 
     if not (sweep := sweep_jobs(argv)):
         return
@@ -232,10 +232,10 @@ def _eval_config(cfg: Any) -> EvalConfig:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.config_checks import eval_config_from_dict
-    from mmlu_track.credentials import remember_overrides
-    from mmlu_track.launchers import anchored
-    from mmlu_track.typed import ConfigError
+    from mmlu_track.commands.launchers import anchored
+    from mmlu_track.settings.checks import eval_config_from_dict
+    from mmlu_track.settings.typed import ConfigError
+    from mmlu_track.support.credentials import remember_overrides
 
     remember_overrides(list(HydraConfig.get().overrides.task))  # a launched job's own
     try:
@@ -257,11 +257,11 @@ def main() -> None:
     from hydra.types import RunMode
     from omegaconf import DictConfig
 
-    from mmlu_track.config_checks import eval_config_from_dict
+    from mmlu_track.settings.checks import eval_config_from_dict
 
     @hydra.main(config_path=str(CONF_DIR), config_name="eval", version_base="1.3")
     def app(cfg: DictConfig) -> float | None:
-        from mmlu_track.launchers import JobFailed
+        from mmlu_track.commands.launchers import JobFailed
 
         try:
             return _eval_job(cfg, codes)
@@ -295,8 +295,8 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     """One evaluation (a sweep's job): its micro accuracy; a sequential gate's exit code into `codes`."""
     from hydra.core.hydra_config import HydraConfig
 
+    from mmlu_track.commands.launchers import job_command, job_folders, redact_hydra_files
     from mmlu_track.eval.data import DataError
-    from mmlu_track.launchers import job_command, job_folders, redact_hydra_files
     from mmlu_track.pipeline.evaluate import Origin, TruncationError, run
 
     try:
@@ -353,15 +353,15 @@ def compare_main() -> None:
     from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
 
-    from mmlu_track.config_checks import compare_config_from_dict
+    from mmlu_track.commands.launchers import redact_hydra_files
     from mmlu_track.eval.plan import question_docs
     from mmlu_track.gate.policy import EXIT_PASS
     from mmlu_track.gate.run import execute
     from mmlu_track.gate.stats import ComparisonError
-    from mmlu_track.launchers import redact_hydra_files
     from mmlu_track.records.run import RecordError
+    from mmlu_track.settings.checks import compare_config_from_dict
+    from mmlu_track.settings.typed import ConfigError
     from mmlu_track.store.db import StoreError
-    from mmlu_track.typed import ConfigError
 
     codes: list[int] = []
 
@@ -389,11 +389,11 @@ def noise_main() -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf, open_dict
 
-    from mmlu_track.config import NoiseConfig
+    from mmlu_track.commands.launchers import redact_hydra_files
+    from mmlu_track.commands.noise import measure
     from mmlu_track.gate.stats import ComparisonError
-    from mmlu_track.launchers import redact_hydra_files
-    from mmlu_track.noise_floor import measure
-    from mmlu_track.typed import ConfigError, from_mapping
+    from mmlu_track.settings.config import NoiseConfig
+    from mmlu_track.settings.typed import ConfigError, from_mapping
 
     @hydra.main(config_path=str(CONF_DIR), config_name="noise", version_base="1.3")
     def app(cfg: DictConfig) -> None:

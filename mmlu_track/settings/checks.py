@@ -13,7 +13,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from mmlu_track.config import (
+from mmlu_track.settings.config import (
     DEV_EXAMPLES_PER_SUBJECT,
     MAX_SEED,
     SERVED_ONLY,
@@ -22,9 +22,9 @@ from mmlu_track.config import (
     GateConfig,
     ModelConfig,
 )
-from mmlu_track.credentials import remember_secret, remember_urls, unencoded_in_password
-from mmlu_track.parsers import PARSERS
-from mmlu_track.typed import ConfigError, from_mapping
+from mmlu_track.settings.parsers import PARSERS
+from mmlu_track.settings.typed import ConfigError, from_mapping
+from mmlu_track.support.credentials import remember_secret, remember_urls, unencoded_in_password
 
 
 def _check_seed(key: str, seed: int) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from mmlu_track import paired
+from mmlu_track.stats import paired
 
 PASS_PROBABILITY = 0.95  # a noise-only pair must pass this often at the recommended margin
 

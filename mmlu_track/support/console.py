@@ -32,7 +32,7 @@ def reader_gone(code: int) -> int:
 
 class _RedactedStream:
     def __init__(self, stream: Any) -> None:
-        from mmlu_track.credentials import redact_text
+        from mmlu_track.support.credentials import redact_text
 
         self._stream, self._redact = stream, redact_text
 
@@ -47,7 +47,7 @@ class _RedactedStream:
 def redacted_stderr() -> Iterator[None]:
     """Hydra's driver writes a failed sweep job's overrides to stderr as given, a URL's password
     with them, and its grammar errors an override as typed: written without it."""
-    from mmlu_track.credentials import remember_overrides
+    from mmlu_track.support.credentials import remember_overrides
 
     remember_overrides(sys.argv[1:])
     stream = sys.stderr

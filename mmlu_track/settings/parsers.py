@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mmlu_track.records.subjects import SUBJECTS
-from mmlu_track.typed import ConfigError, suggest
+from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.settings.typed import ConfigError, suggest
 
 
 def parse_subjects(value: Any) -> tuple[str, ...]:

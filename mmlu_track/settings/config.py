@@ -1,7 +1,7 @@
 """Typed, frozen configuration: the only shape of config that code below the entry point sees.
 
 Every setting and its default, once. `cli` turns Hydra's composed `DictConfig` into a plain dict
-once and calls `config_checks.eval_config_from_dict`, which builds these and checks every value;
+once and calls `settings.checks.eval_config_from_dict`, which builds these and checks every value;
 nothing else in the package imports hydra or omegaconf.
 """
 
@@ -11,8 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mmlu_track.credentials import redact_doc
-from mmlu_track.records.subjects import SUBJECTS
+from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.support.credentials import redact_doc
 
 ModelSource = Literal["hub", "gguf", "tiny", "openai_api"]
 DataSource = Literal["packaged", "hub", "local"]

@@ -1,0 +1,1 @@
+"""The commands: Hydra entry points, launchers, `runs`, the noise command."""

@@ -1,0 +1,285 @@
+"""`python -m mmlu_track.runs`: list, show and sync the runs in the SQL store.
+
+python -m mmlu_track.runs list                # newest first, with MLflow run ids
+python -m mmlu_track.runs show RUN            # one run: settings and per-subject scores
+python -m mmlu_track.runs sync                # log finished runs that MLflow missed
+python -m mmlu_track.runs noise               # the noise measurements (python -m mmlu_track.noise)
+python -m mmlu_track.runs --db URL db-upgrade # migrate a shared server database (explicitly, once)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mmlu_track.records.run import RecordError
+from mmlu_track.records.stored import RunStatus
+from mmlu_track.settings.config import DB_URL_ENV, DEFAULT_DB_URL
+from mmlu_track.store.db import StoreError
+from mmlu_track.support.console import reader_gone
+from mmlu_track.support.credentials import redact, redact_text
+
+if TYPE_CHECKING:
+    from mmlu_track.records.stored import StoredRun
+    from mmlu_track.store.sql import SqlStore
+
+_ROW = "{:<12} {:<9} {:<28} {:<8} {:<20} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<19}  {}"
+
+
+def _prompt(run: StoredRun) -> str:
+    """The formulation, and the chat style where the prompts went through the model's template."""
+    chat = run.protocol.chat
+    return run.formulation if chat == "none" else f"{run.formulation}/{chat}"
+
+
+def _dtype_and_limit(run: StoredRun) -> tuple[str, str]:
+    """What tells two runs of one model apart beyond the columns: the dtype it ran in, the limit."""
+
+    try:
+        config, record = run.config, run.record
+    except RecordError:
+        return "?", "?"  # recorded by an incompatible version: listed, not fatal
+    dtype = record.start.model.dtype if record else run.model_dtype or config.dtype
+    return dtype, "all" if config.limit is None else str(config.limit)
+
+
+def _list(store: SqlStore, args: argparse.Namespace) -> int:
+    runs = store.runs(limit=args.limit)
+    if not runs:
+        print(f"no runs in {store.url}")
+        return 0
+    print(
+        _ROW.format(
+            "run",
+            "status",
+            "model",
+            "scoring",
+            "prompt",
+            "k",
+            "dtype",
+            "limit",
+            "n",
+            "micro",
+            "macro",
+            "created (UTC)",
+            "mlflow",
+        )
+    )
+    for r in runs:
+        micro = f"{r.acc_micro:.4f}" if r.acc_micro is not None else "-"
+        macro = f"{r.acc_macro:.4f}" if r.acc_macro is not None else "-"
+        created = f"{r.created_at:%Y-%m-%d %H:%M:%S}"
+        cells = (
+            r.id[:12],
+            "dead" if store.dead(r) else r.status,
+            r.model_name[:28],
+            r.scoring,
+            _prompt(r),
+            r.k,
+            *_dtype_and_limit(r),
+            r.n_questions,
+        )
+        print(_ROW.format(*cells, micro, macro, created, r.mlflow_run_id or "-"))
+    from mmlu_track.store.noise_floors import noise_entries
+
+    if measured := noise_entries(store, 1000):
+        references = {e.reference_run_id[:12] for e in measured}
+        print(
+            f"{len(measured)} noise measurement{'s' * (len(measured) > 1)} (reference runs "
+            f"{', '.join(sorted(references)[:5])}{' …' * (len(references) > 5)}): "
+            "python -m mmlu_track.runs noise"
+        )
+    return 0
+
+
+def _show(store: SqlStore, args: argparse.Namespace) -> int:
+    run = store.get(args.run)
+    if run is None:
+        print(f"mmlu_track.runs: error: no run {args.run!r} in {store.url}", file=sys.stderr)
+        return 2
+    status = (
+        f"dead ({why}; it was {run.status}): rerun its command to resume"
+        if (why := store.dead(run))
+        else run.status
+    )
+    print(f"run {run.id}  status {status}  mlflow {run.mlflow_run_id or '-'}")
+    print(f"model {run.model_name} ({run.model_revision or '-'}), {run.scoring}, {_prompt(run)}, k={run.k}")
+    print(f"data {run.data_fingerprint}  template {run.template_hash}  commit {run.git_commit or '-'}")
+    finished = f"{run.finished_at:%Y-%m-%d %H:%M:%S} UTC" if run.finished_at else "-"
+    print(
+        f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC  finished {finished}  output {run.output_dir or '-'}"
+    )
+
+    for claim in store.shards(run.id):
+        beat = f"last beat {claim.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC" if claim.heartbeat_at else "no beat"
+        who = claim.owner.rsplit(":", 2)[0] if claim.owner else "-"  # host:pid
+        print(
+            f"shard {claim.shard} of {claim.shards}  {claim.status}  process {who}  "
+            f"scheduler {claim.scheduler or '-'}  {beat}"
+        )
+    from mmlu_track.store.noise_floors import latest_noise
+
+    if noise := latest_noise(store, run.protocol.key()):
+        print(
+            f"noise floor of this protocol: measurement {noise.id[:12]} ({noise.created_at:%Y-%m-%d}, "
+            f"reference {noise.reference_run_id[:12]}): up to {100 * noise.flip_rate:.1f} % flips at "
+            f"n = {noise.n}, δ from {100 * noise.margin:.2f} pts"
+        )
+    else:
+        print(
+            "noise floor of this protocol: not measured (python -m mmlu_track.noise with this run's settings)"
+        )
+    if stop := run.early_stop:
+        resumed = "" if run.status == RunStatus.STOPPED else " (since resumed)"
+        print(f"{stop.summary()}{resumed}: {stop.reason}; baseline {stop.baseline_run_id}")
+    if record := run.record:
+        from mmlu_track.records.results import table
+
+        print(table(record.scores))
+    else:
+        committed = store.question_results(run.id)
+        subjects = len({r.subject for r in committed})
+        print(f"unfinished: {len(committed)} of {run.n_questions} questions committed ({subjects} subjects)")
+    return 0
+
+
+def _sync(store: SqlStore, args: argparse.Namespace) -> int:
+    """Exit 2 when a run could not be logged (1 is the gate's verdict alone), in one line."""
+    from mmlu_track.eval.plan import question_docs
+    from mmlu_track.store.mlflow_client import MlflowUnavailable
+    from mmlu_track.store.mlflow_sync import log_run, uri_for_sync
+
+    pending = store.runs(limit=10_000, unsynced=True)
+    failed: list[str] = []
+    for run in pending:
+        record = run.record
+        if record is None:
+            raise RuntimeError(f"unsynced run {run.id} has no record (a bug: only finished runs are listed)")
+        # Where the process that finished the run tried (its warning's hint names that URI), unless
+        # the command says otherwise; a run recorded before URIs were resolved: MLflow's default.
+        tracking = record.start.config.tracking
+        experiment = args.experiment or tracking.experiment
+        try:
+            uri = uri_for_sync(args.mlflow_uri or tracking.mlflow_uri)
+            mlflow_id = log_run(
+                record, store.question_results(run.id), uri=uri, experiment=experiment,
+                existing=run.mlflow_run_id, docs=question_docs(record),
+            )  # fmt: skip
+        except MlflowUnavailable as err:
+            failed.append(f"run {run.id[:12]}: {str(err).splitlines()[0]}")
+            continue
+        store.set_mlflow_run(run.id, mlflow_id, synced=True)
+        print(f"run {run.id[:12]} -> MLflow run {mlflow_id} (experiment {experiment!r})")
+    print(f"{len(pending) - len(failed)} of {len(pending)} unsynced runs logged to MLflow")
+    if failed:
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        print(
+            f"mmlu_track: error: {len(failed)} of {len(pending)} unsynced runs could not be logged to "
+            f"MLflow; {failed[0]}{more}; they stay unsynced: run sync again when MLflow is back, or "
+            "give --mlflow-uri",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+def _db_upgrade(url: str) -> None:
+    from mmlu_track.store.db import db_error, open_engine, upgrade
+
+    engine = open_engine(url)
+    try:
+        print(f"{redact(url)}: schema at {upgrade(engine, shared=True)}")
+    except StoreError:
+        raise
+    except Exception as err:  # an unreachable server: the driver's own error type
+        raise db_error(url, err, "cannot be upgraded") from err
+    finally:
+        engine.dispose()
+
+
+def _noise(store: SqlStore, args: argparse.Namespace) -> int:
+    """The noise measurements, newest first: what the gate reads for a protocol."""
+    from mmlu_track.store.noise_floors import noise_entries
+
+    entries = noise_entries(store, args.limit)
+    if not entries:
+        print("no noise measurement recorded yet: python -m mmlu_track.noise model=... [settings]")
+        return 0
+    print(
+        f"{'id':<12} {'created':<19}  {'model':<28} {'n':>6} {'flips %':>7} {'floor pts':>9}  "
+        "reference    mlflow"
+    )
+    for e in entries:
+        print(
+            f"{e.id[:12]:<12} {e.created_at:%Y-%m-%d %H:%M:%S}  {e.model_name[:28]:<28} {e.n:>6} "
+            f"{100 * e.flip_rate:>7.2f} {100 * e.margin:>9.2f}  {e.reference_run_id[:12]} "
+            f"{e.mlflow_run_id or '-'}"
+        )
+    return 0
+
+
+COMMANDS = {"list": _list, "show": _show, "sync": _sync, "noise": _noise}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mmlu_track.runs", description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default=os.environ.get(DB_URL_ENV, DEFAULT_DB_URL), help="SQLAlchemy URL")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_list = sub.add_parser("list", help="list runs, newest first")
+    p_list.add_argument("--limit", type=int, default=50)
+    p_show = sub.add_parser("show", help="show one run")
+    p_show.add_argument("run", help="run id (or a unique prefix), or its MLflow run id")
+    p_sync = sub.add_parser("sync", help="log finished runs that are not in MLflow yet")
+    p_sync.add_argument(
+        "--mlflow-uri", default=None, help="tracking URI (default: each run's own, else MLflow's default)"
+    )
+    p_sync.add_argument("--experiment", default=None, help="(default: each run's own, else mmlu_track)")
+    p_noise = sub.add_parser("noise", help="list the noise measurements, newest first")
+    p_noise.add_argument("--limit", type=int, default=20)
+    sub.add_parser("db-upgrade", help="upgrade a shared (server) results database to this version's schema")
+    args = parser.parse_args(argv)
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from mmlu_track.store.sql import SqlStore
+
+    try:
+        if args.command == "db-upgrade":
+            _db_upgrade(args.db)
+            return 0
+        url = make_url(args.db)
+        local = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+        if local and not Path(str(url.database)).expanduser().exists():  # reading must not create a store
+            print(f"mmlu_track.runs: no results database at {url.database}: no run recorded there yet",
+                  file=sys.stderr)  # fmt: skip
+            return 0 if args.command == "list" else 2
+        store = SqlStore(args.db)
+    except (StoreError, ArgumentError) as err:
+        print(f"mmlu_track.runs: error: {redact_text(str(err).splitlines()[0])}", file=sys.stderr)
+        return 2
+    try:
+        return COMMANDS[args.command](store, args)
+    except (StoreError, RecordError) as err:
+        print(f"mmlu_track.runs: error: {redact_text(str(err).splitlines()[0])}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+
+
+def cli() -> None:
+    """The `mmlu-track-runs` console script. Output piped to a reader that stops early (`| head`)
+    ends the listing quietly, exit 0: the reader had what it wanted."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = reader_gone(0)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,1 @@
+"""Every setting: its typed record and default, checks, parsers, identity, the subjects."""

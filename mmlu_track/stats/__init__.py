@@ -1,0 +1,1 @@
+"""Pure statistics: paired proportions, sequential betting tests, the noise margin."""

@@ -1,0 +1,1 @@
+"""What every part may use: credentials masking, the console, resource paths, errors."""
