@@ -453,7 +453,10 @@ def test_named_files_exist(page: Path) -> None:
         for path in re.findall(rf"(?<![\w./-])((?:{roots})/[\w./-]*)", code):
             if path not in PLANNED_PATHS and not (ROOT / path).exists():
                 missing.append(path)
-        for path in re.findall(r"(?<![\w./-])((?:eval|store|gate|pipeline|records|settings|support|stats|commands)/[\w./-]+\.py)", code):
+        for path in re.findall(
+            r"(?<![\w./-])((?:eval|store|gate|pipeline|records|settings|support|stats|commands)/[\w./-]+\.py)",
+            code,
+        ):
             if not (ROOT / "mmlu_track" / path).exists():
                 missing.append(path)
         alone = re.fullmatch(r"[\w-]+\.(py|sh|yaml|yml|ini)", code)

@@ -3,9 +3,11 @@
     python -m mmlu_track ...           (`mmlu-track`)          `main`: one evaluation (or a sweep, -m)
     python -m mmlu_track.compare ...   (`mmlu-track-compare`)  `compare_main`: the release gate
 
-The DictConfig stops in this module: nothing below it imports hydra or omegaconf. Exit codes: 0
-done (or the gate passed), 1 only a gate's regression or inconclusive verdict, 2 any unusable
-input (Hydra's own usage errors included), 130 Ctrl-C.
+The DictConfig stops in this module: nothing below it imports hydra or omegaconf. Exit codes
+(`support/errors.py`): 0 done (or the gate passed), 1 only a gate's regression or inconclusive
+verdict, 2 any unusable input (Hydra's own usage errors included) or a bug, 130 Ctrl-C. Errors
+become exit codes in one place, `errors_as_exit_codes`: an `MmluTrackError` is its one line; any
+other exception is a bug, said as one, its traceback saved.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from mmlu_track.support.console import redacted_stderr
+from mmlu_track.support.errors import EXIT_ERROR, MmluTrackError
 from mmlu_track.support.resources import CONF_DIR
 
 if TYPE_CHECKING:
@@ -166,12 +169,12 @@ def config_message(err: Exception) -> str:
 class Unusable(SystemExit):
     """Exit 2 with its one line (`fail`): a sweep's job passes the line on to the driver."""
 
-    def __init__(self, line: str) -> None:
-        super().__init__(2)
+    def __init__(self, line: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(code)
         self.line = line
 
 
-def fail(message: str, *, refused: bool = False) -> NoReturn:
+def fail(message: str, *, refused: bool = False, code: int = EXIT_ERROR) -> NoReturn:
     from mmlu_track.support.credentials import redact_text
 
     # Masked here too: the last place any message passes before it leaves the process.
@@ -181,7 +184,52 @@ def fail(message: str, *, refused: bool = False) -> NoReturn:
         from mmlu_track.commands.launchers import discard_unused
 
         discard_unused()
-    raise Unusable(one_line)
+    raise Unusable(one_line, code)
+
+
+def bug(err: Exception) -> NoReturn:
+    """An exception no check foresaw is a bug, never the user's typo: its traceback (secrets masked)
+    is saved, and one line says so and where (exit 2)."""
+    import tempfile
+    import time
+    import traceback
+
+    from mmlu_track.support.credentials import redact_text
+
+    folder = Path(tempfile.gettempdir())
+    with suppress(Exception):  # inside a Hydra job: beside its other files
+        from hydra.core.hydra_config import HydraConfig
+
+        folder = Path(HydraConfig.get().runtime.output_dir)
+    saved = folder / f"mmlu_track-bug-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    try:
+        saved.write_text(redact_text("".join(traceback.format_exception(err))), encoding="utf-8")
+        where = f"its traceback is in {saved}"
+    except OSError as write_err:
+        where = f"its traceback could not be saved ({write_err.strerror or write_err})"
+    first = (str(err).splitlines() or [""])[0]
+    fail(f"internal error (a bug in mmlu_track, not your input): {type(err).__name__}: {first}; {where}")
+
+
+@contextmanager
+def errors_as_exit_codes(*, refused: bool = False) -> Iterator[None]:
+    """The one place an exception becomes an exit code: an `MmluTrackError` (or OmegaConf's own
+    config error) exits with its one line (`refused`, or raised before any work: no output folder
+    is left); any other exception is a bug (`bug`). Exits (SystemExit) and Ctrl-C pass through."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mmlu_track.settings.typed import ConfigError
+
+    try:
+        yield
+    except ConfigError as err:
+        fail(config_message(err), refused=True, code=err.exit_code)
+    except MmluTrackError as err:
+        fail(str(err), refused=refused or err.before_any_work, code=err.exit_code)
+    except OmegaConfBaseException as err:
+        fail(config_message(err), refused=True)
+    except Exception as err:
+        bug(err)
 
 
 def check_writable_cwd(argv: list[str]) -> None:
@@ -230,23 +278,18 @@ def _eval_config(cfg: Any) -> EvalConfig:
     """The job's composed config as the typed settings (a `gate.baseline=` run id kept as typed),
     its relative paths anchored at the launch directory (`launchers.anchored`)."""
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf.errors import OmegaConfBaseException
 
     from mmlu_track.commands.launchers import anchored
     from mmlu_track.settings.checks import eval_config_from_dict
-    from mmlu_track.settings.typed import ConfigError
     from mmlu_track.support.credentials import remember_overrides
 
     remember_overrides(list(HydraConfig.get().overrides.task))  # a launched job's own
-    try:
+    with errors_as_exit_codes(refused=True):
         raw = plain(cfg)
         if isinstance(raw.get("gate"), dict):
-            raw["gate"] = _raw_refs(
-                raw["gate"], _sub_overrides(list(HydraConfig.get().overrides.task), "gate")
-            )
+            overrides = list(HydraConfig.get().overrides.task)
+            raw["gate"] = _raw_refs(raw["gate"], _sub_overrides(overrides, "gate"))
         return eval_config_from_dict(anchored(raw, Path(HydraConfig.get().runtime.cwd)))
-    except (ConfigError, OmegaConfBaseException) as err:
-        fail(config_message(err), refused=True)
 
 
 def main() -> None:
@@ -280,24 +323,12 @@ def main() -> None:
         sys.exit(max(codes))
 
 
-def _RUN_ERRORS() -> tuple[type[Exception], ...]:
-    """What an evaluation raises for a fault of its input or surroundings: one line, exit 2."""
-    from mmlu_track.eval.backend import ModelError
-    from mmlu_track.eval.data import DataError
-    from mmlu_track.pipeline.evaluate import TruncationError
-    from mmlu_track.records.run import RecordError
-    from mmlu_track.store.db import StoreError
-
-    return DataError, ModelError, StoreError, RecordError, TruncationError
-
-
 def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     """One evaluation (a sweep's job): its micro accuracy; a sequential gate's exit code into `codes`."""
     from hydra.core.hydra_config import HydraConfig
 
     from mmlu_track.commands.launchers import job_command, job_folders, redact_hydra_files
-    from mmlu_track.eval.data import DataError
-    from mmlu_track.pipeline.evaluate import Origin, TruncationError, run
+    from mmlu_track.pipeline.evaluate import Origin, run
 
     try:
         eval_cfg = _eval_config(cfg)
@@ -307,22 +338,17 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     hydra_cfg = HydraConfig.get()
     sweep, output_dir = job_folders(hydra_cfg)
     origin = Origin(sweep, job_command(hydra_cfg))
-    try:
+    with errors_as_exit_codes():
         if eval_cfg.gate is not None and eval_cfg.gate.sequential:
             from mmlu_track.eval.plan import question_docs
             from mmlu_track.gate.sequential_run import sequential_gate
-            from mmlu_track.gate.stats import ComparisonError
 
-            try:  # the gate observes the evaluation's committed looks, then gives its verdict
-                with sequential_gate(eval_cfg, docs_for=question_docs) as gate:
-                    gated = run(eval_cfg, output_dir, looks=gate, origin=origin)
-                    codes.append(gate.conclude(gated.run_id, output_dir))
-            except ComparisonError as err:
-                fail(str(err))
+            # the gate observes the evaluation's committed looks, then gives its verdict
+            with sequential_gate(eval_cfg, docs_for=question_docs) as gate:
+                gated = run(eval_cfg, output_dir, looks=gate, origin=origin)
+                codes.append(gate.conclude(gated.run_id, output_dir))
             return None
         out = run(eval_cfg, output_dir, origin=origin)
-    except _RUN_ERRORS() as err:
-        fail(str(err), refused=isinstance(err, DataError | TruncationError))  # raised before a run is claimed
     return out.scores.micro.acc if out.scores else None
 
 
@@ -351,30 +377,23 @@ def compare_main() -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig
-    from omegaconf.errors import OmegaConfBaseException
 
     from mmlu_track.commands.launchers import redact_hydra_files
     from mmlu_track.eval.plan import question_docs
-    from mmlu_track.gate.policy import EXIT_PASS
     from mmlu_track.gate.run import execute
-    from mmlu_track.gate.stats import ComparisonError
-    from mmlu_track.records.run import RecordError
     from mmlu_track.settings.checks import compare_config_from_dict
-    from mmlu_track.settings.typed import ConfigError
-    from mmlu_track.store.db import StoreError
+    from mmlu_track.support.errors import EXIT_PASS
 
     codes: list[int] = []
 
     @hydra.main(config_path=str(CONF_DIR), config_name="compare", version_base="1.3")
     def app(cfg: DictConfig) -> None:
         redact_hydra_files()
-        try:
+        with errors_as_exit_codes(refused=True):  # its reports, when written, keep the folder
             raw = _raw_refs(plain(cfg), list(HydraConfig.get().overrides.task))
             compare_cfg = compare_config_from_dict(raw)
             out = Path(HydraConfig.get().runtime.output_dir)
             codes.append(execute(compare_cfg, out, docs_for=question_docs))
-        except (ConfigError, OmegaConfBaseException, ComparisonError, StoreError, RecordError) as err:
-            fail(config_message(err), refused=True)  # its reports, when written, keep the folder
 
     check_writable_cwd(sys.argv[1:])
     with hydra_exit_codes("no verdict"), redacted_stderr():
@@ -391,24 +410,19 @@ def noise_main() -> None:
 
     from mmlu_track.commands.launchers import redact_hydra_files
     from mmlu_track.commands.noise import measure
-    from mmlu_track.gate.stats import ComparisonError
     from mmlu_track.settings.config import NoiseConfig
-    from mmlu_track.settings.typed import ConfigError, from_mapping
+    from mmlu_track.settings.typed import from_mapping
 
     @hydra.main(config_path=str(CONF_DIR), config_name="noise", version_base="1.3")
     def app(cfg: DictConfig) -> None:
         redact_hydra_files()
         with open_dict(cfg):
             raw = OmegaConf.to_container(cfg.pop("noise"), resolve=True)
-        try:
+        with errors_as_exit_codes(refused=True):
             noise = from_mapping(NoiseConfig, raw, prefix="noise.")  # type: ignore[arg-type]
-        except ConfigError as err:
-            fail(str(err), refused=True)
-        errors: tuple[type[Exception], ...] = (*_RUN_ERRORS(), ComparisonError, ValueError)
-        try:
-            measure(_eval_config(cfg), noise, Path(HydraConfig.get().runtime.output_dir))
-        except errors as err:
-            fail(str(err))
+        eval_cfg = _eval_config(cfg)
+        with errors_as_exit_codes():
+            measure(eval_cfg, noise, Path(HydraConfig.get().runtime.output_dir))
 
     check_writable_cwd(sys.argv[1:])
     with hydra_exit_codes("run the same command to resume"), redacted_stderr():

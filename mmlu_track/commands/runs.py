@@ -21,6 +21,7 @@ from mmlu_track.settings.config import DB_URL_ENV, DEFAULT_DB_URL
 from mmlu_track.store.db import StoreError
 from mmlu_track.support.console import reader_gone
 from mmlu_track.support.credentials import redact, redact_text
+from mmlu_track.support.errors import EXIT_ERROR, MmluTrackError
 
 if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
@@ -256,18 +257,21 @@ def main(argv: list[str] | None = None) -> int:
         if local and not Path(str(url.database)).expanduser().exists():  # reading must not create a store
             print(f"mmlu_track.runs: no results database at {url.database}: no run recorded there yet",
                   file=sys.stderr)  # fmt: skip
-            return 0 if args.command == "list" else 2
+            return 0 if args.command == "list" else EXIT_ERROR
         store = SqlStore(args.db)
-    except (StoreError, ArgumentError) as err:
+        try:
+            return COMMANDS[args.command](store, args)
+        finally:
+            store.close()
+    except (MmluTrackError, ArgumentError) as err:  # ArgumentError: SQLAlchemy's word for a bad --db URL
         print(f"mmlu_track.runs: error: {redact_text(str(err).splitlines()[0])}", file=sys.stderr)
-        return 2
-    try:
-        return COMMANDS[args.command](store, args)
-    except (StoreError, RecordError) as err:
-        print(f"mmlu_track.runs: error: {redact_text(str(err).splitlines()[0])}", file=sys.stderr)
-        return 2
-    finally:
-        store.close()
+        return err.exit_code if isinstance(err, MmluTrackError) else EXIT_ERROR
+    except BrokenPipeError:
+        raise  # the reader stopped: `cli` ends quietly
+    except Exception as err:
+        from mmlu_track.commands.cli import bug
+
+        bug(err)
 
 
 def cli() -> None:

@@ -21,11 +21,12 @@ from typing import Protocol
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.settings.subjects import LETTERS
+from mmlu_track.support.errors import MmluTrackError
 
 Progress = Callable[[int], None]
 
 
-class ModelError(RuntimeError):
+class ModelError(MmluTrackError):
     """A model that cannot be loaded or served as configured (one line for the user)."""
 
 

@@ -26,10 +26,13 @@ from typing import Any
 
 from mmlu_track.settings.config import DataConfig
 from mmlu_track.settings.subjects import LETTERS, SUBJECTS
+from mmlu_track.support.errors import MmluTrackError
 
 
-class DataError(ValueError):
+class DataError(MmluTrackError):
     """The data could not be loaded, or a row is malformed. The message names where."""
+
+    before_any_work = True  # raised while the run is planned, before anything is recorded
 
 
 @dataclass(frozen=True)

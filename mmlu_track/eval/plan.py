@@ -26,6 +26,7 @@ from mmlu_track.records.results import Docs
 from mmlu_track.records.run import EvalProtocol, ModelInfo, RunRecord
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.settings.identity import identity_dict
+from mmlu_track.support.errors import MmluTrackError
 
 
 def fits_check(lm: Backend, reserve: int) -> Callable[[str], bool]:
@@ -54,8 +55,10 @@ def identity(cfg: EvalConfig, info: ModelInfo, protocol: EvalProtocol, *, fresh:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 
-class TruncationError(ValueError):
+class TruncationError(MmluTrackError):
     """Prompts do not fit the context even with no shots, and truncation was not allowed."""
+
+    before_any_work = True  # raised while the run is planned, before anything is recorded
 
 
 def style(cfg: EvalConfig, lm: Backend) -> prompts.Style:
@@ -120,11 +123,9 @@ def question_docs(record: RunRecord) -> Docs | None:
     """A stored run's questions' text and choices (for predictions.jsonl, MLflow's per-question
     tables), planned again from its settings: only when they are the questions it scored (same
     fingerprint), else None."""
-    from mmlu_track.eval.data import DataError
-
     try:
         again = plan(record.start.config)
-    except (DataError, OSError, ValueError):
+    except (MmluTrackError, OSError, ValueError):
         return None
     return again.docs() if again.fingerprint == record.start.data.fingerprint else None
 

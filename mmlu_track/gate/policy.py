@@ -16,12 +16,11 @@ from mmlu_track.gate.stats import Comparison, ComparisonError, pts
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.stored import RunStatus
 from mmlu_track.settings.config import CompareConfig, CompareMode, GateConfig, is_served
+from mmlu_track.support.errors import EXIT_PASS, EXIT_REGRESSION
 
 if TYPE_CHECKING:
     from mmlu_track.records.stored import NoiseEntry, StoredRun
     from mmlu_track.store.sql import SqlStore
-
-EXIT_PASS, EXIT_REGRESSION = 0, 1  # 2, unusable input, is the command line's (cli.py)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from mmlu_track.gate.outcome import DocsFor, Outcome, questions_text
 from mmlu_track.gate.policy import (
-    EXIT_PASS,
-    EXIT_REGRESSION,
     Verdict,
     flagged_drop,
     incomparable,
@@ -46,6 +44,7 @@ from mmlu_track.settings.config import CompareConfig, EvalConfig, GateConfig
 from mmlu_track.stats.sequential import LookCounts, SequentialResult, decide_looks, look_sizes
 from mmlu_track.store.noise_floors import latest_noise
 from mmlu_track.store.sql import open_existing_store
+from mmlu_track.support.errors import EXIT_PASS, EXIT_REGRESSION
 
 if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun

@@ -39,6 +39,7 @@ from mmlu_track.records.results import QuestionResult
 from mmlu_track.settings.config import GateConfig
 from mmlu_track.settings.subjects import CATEGORIES, category
 from mmlu_track.stats import paired
+from mmlu_track.support.errors import MmluTrackError
 
 BOOTSTRAP_MIN_FLIPS = 20
 BOOTSTRAP_MIN_PER_SUBJECT = 10
@@ -50,7 +51,7 @@ def pts(x: float) -> str:
     return f"{100 * x:+.2f}"
 
 
-class ComparisonError(ValueError):
+class ComparisonError(MmluTrackError):
     """The two runs cannot be compared (different questions, settings, or unknown runs)."""
 
 

@@ -25,11 +25,12 @@ from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.settings.config import DEFAULT_SEED, EvalConfig, to_dict
 from mmlu_track.settings.subjects import SUBJECTS
 from mmlu_track.settings.typed import ConfigError
+from mmlu_track.support.errors import MmluTrackError
 
 SCHEMA_VERSION = 1
 
 
-class RecordError(ValueError):
+class RecordError(MmluTrackError):
     """A stored record this version cannot read (written by an incompatible mmlu_track)."""
 
 

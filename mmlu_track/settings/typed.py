@@ -11,11 +11,15 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from mmlu_track.support.errors import MmluTrackError
+
 Parsers = Mapping[str, Callable[[Any], Any]]
 
 
-class ConfigError(ValueError):
+class ConfigError(MmluTrackError):
     """A configuration value is missing, unknown or impossible. The message is one line."""
+
+    before_any_work = True  # raised while the run is planned, before anything is recorded
 
 
 def suggest(value: str, allowed: tuple[str, ...]) -> str:

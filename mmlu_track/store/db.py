@@ -17,10 +17,11 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from mmlu_track.support.credentials import redact, redact_text
+from mmlu_track.support.errors import MmluTrackError
 from mmlu_track.support.resources import MIGRATIONS_DIR
 
 
-class StoreError(RuntimeError):
+class StoreError(MmluTrackError):
     """The database cannot be used (unreachable, or its schema is not one this code knows)."""
 
 

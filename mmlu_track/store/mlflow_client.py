@@ -16,10 +16,11 @@ from mmlu_track.store import mlflow_views
 from mmlu_track.store.locations import mlflow_uri, sqlite_path
 from mmlu_track.store.mlflow_views import Kind
 from mmlu_track.support.credentials import redact, redact_text
+from mmlu_track.support.errors import MmluTrackError
 
 
-class MlflowUnavailable(RuntimeError):
-    pass
+class MlflowUnavailable(MmluTrackError):
+    """The MLflow tracking store cannot be reached or used (the SQL store is unaffected)."""
 
 
 # An unhealthy server must cost seconds, not MLflow's default of minutes of retries (only where the

@@ -1,0 +1,28 @@
+"""The one error base: a fault of the user's input or of the surroundings, said in one line.
+
+Every error the package raises on purpose derives from `MmluTrackError` (its kinds live where they
+are raised: `settings.typed.ConfigError`, `eval.data.DataError`, `eval.backend.ModelError`,
+`store.db.StoreError`, ...). The commands catch it once (`commands/cli.py`, `commands/runs.py`):
+its first line goes to stderr and the process exits with its `exit_code`. An exception of any
+other type that reaches a command is a bug: it exits 2 too, but says so and points at its saved
+traceback, never disguised as a bad input.
+
+Exit codes: 0 done (or a gate passed), 1 only a gate's verdict (regression, or not shown; never
+an exception's), 2 an error or a bug, 130 Ctrl-C, 143 SIGTERM.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+EXIT_PASS = 0
+EXIT_REGRESSION = 1  # a gate's verdict only: a regression, or non-inferiority not shown
+EXIT_ERROR = 2
+
+
+class MmluTrackError(Exception):
+    """A fault of the input or the surroundings (never a bug), in one line."""
+
+    exit_code: ClassVar[int] = EXIT_ERROR
+    # Raised before a run is claimed or any result written: the command leaves no output folder.
+    before_any_work: ClassVar[bool] = False

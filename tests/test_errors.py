@@ -1,0 +1,90 @@
+"""One error base: every error the package raises on purpose is an `MmluTrackError` that a command
+says in one line; anything else is a bug, said as one (exit 2, its traceback saved, secrets masked)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mmlu_track.support.errors import MmluTrackError
+
+from .conftest import CliResult
+from .test_layout import GRAPH
+
+Cli = Callable[..., CliResult]
+
+# Not errors of the input: an exit (SystemExit), a launcher's job failure (Hydra's type, so that its
+# engine does not retry), and a signal inside the prefix cache that never leaves it.
+NOT_ERRORS = {"Unusable", "JobFailed", "Unsupported"}
+
+
+def test_every_exception_class_of_the_package_derives_from_the_one_base() -> None:
+    found = {}
+    for name in sorted(GRAPH):
+        module = importlib.import_module(name)
+        for cls_name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == name and issubclass(cls, BaseException):
+                found[cls_name] = cls
+    assert {"ConfigError", "DataError", "ModelError", "StoreError", "ComparisonError", "RecordError"} <= set(
+        found
+    )
+    stray = sorted(
+        n for n, cls in found.items() if n not in NOT_ERRORS and not issubclass(cls, MmluTrackError)
+    )
+    assert stray == []
+    assert all(found[n].exit_code == 2 for n in found if n not in NOT_ERRORS)
+
+
+def _a_bug(*_: object, **__: object) -> None:
+    raise KeyError("boom at postgresql://alice:s3cret@db.example/runs")
+
+
+def _said_as_a_bug(proc: CliResult) -> Path:
+    assert proc.code == 2
+    (line,) = proc.errors
+    assert "internal error (a bug in mmlu_track, not your input): KeyError" in line
+    assert "s3cret" not in proc.err
+    assert "Traceback" not in proc.err
+    (saved,) = re.findall(r"its traceback is in (\S+\.txt)", line)
+    text = Path(saved).read_text(encoding="utf-8")
+    assert "Traceback (most recent call last)" in text
+    assert "_a_bug" in text
+    assert "s3cret" not in text
+    return Path(saved)
+
+
+def test_a_bug_in_the_compare_command_is_said_as_one_with_its_traceback(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mmlu_track.gate.run
+
+    monkeypatch.setattr(mmlu_track.gate.run, "execute", _a_bug)
+    proc = cli("compare", "baseline=a", "candidate=b", f"hydra.run.dir={tmp_path / 'out'}", cwd=tmp_path)
+    saved = _said_as_a_bug(proc)
+    assert saved.parent == tmp_path / "out"  # beside the command's other files
+
+
+def test_a_bug_in_an_evaluation_is_said_as_one_and_an_error_of_the_input_is_not(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mmlu_track.pipeline.evaluate
+
+    args = ("model=tiny", "device=cpu", "subjects=anatomy", "limit=1", f"hydra.run.dir={tmp_path / 'out'}")
+    with monkeypatch.context() as m:
+        m.setattr(mmlu_track.pipeline.evaluate, "run", _a_bug)
+        _said_as_a_bug(cli("eval", *args, cwd=tmp_path))
+
+    def refused(*_: object, **__: object) -> None:
+        from mmlu_track.eval.data import DataError
+
+        raise DataError("the MMLU folder is empty")
+
+    monkeypatch.setattr(mmlu_track.pipeline.evaluate, "run", refused)
+    proc = cli("eval", *args, cwd=tmp_path)
+    assert proc.code == 2
+    assert proc.errors == ["mmlu_track: error: the MMLU folder is empty"]
