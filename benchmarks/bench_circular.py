@@ -49,16 +49,14 @@ def main() -> None:
     parser.add_argument("--cache-dir", default="~/.cache/mmlu_track")
     args = parser.parse_args()
 
-    from mmlu_track.pipeline.evaluate import run
+    from mmlu_track.pipeline.evaluate import QUIET, run
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         outs = {}
         for order in ("as_given", "circular"):
             began = time.perf_counter()
-            outs[order] = run(
-                _config(args, folder, order), folder / order, progress=False, echo=lambda _: None
-            )
+            outs[order] = run(_config(args, folder, order), folder / order, display=QUIET)
             print(f"{order}: {time.perf_counter() - began:.1f} s in all")
     given, circ = outs["as_given"], outs["circular"]
     if given.record is None or circ.record is None:

@@ -57,12 +57,12 @@ def main() -> None:
 
     from mmlu_track.eval import prefix_cache
     from mmlu_track.gate.sequential_run import sequential_gate
-    from mmlu_track.pipeline.evaluate import run
+    from mmlu_track.pipeline.evaluate import QUIET, run
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         began = time.perf_counter()
-        plain = run(_config(args, folder, None), folder / "plain", progress=False, echo=lambda _: None)
+        plain = run(_config(args, folder, None), folder / "plain", display=QUIET)
         rows = [("plain", time.perf_counter() - began, plain)]
         gate = {
             "name": "default",
@@ -79,7 +79,7 @@ def main() -> None:
             cfg = _config(args, folder, gate)
             began = time.perf_counter()
             with sequential_gate(cfg, echo=lambda _: None) as looks:
-                out = run(cfg, folder / label, progress=False, echo=lambda _: None, looks=looks)
+                out = run(cfg, folder / label, display=QUIET, looks=looks)
                 looks.conclude(out.run_id, folder / label)
             rows.append((label, time.perf_counter() - began, out))
 

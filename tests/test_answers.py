@@ -13,7 +13,7 @@ import torch
 from mmlu_track.eval import models
 from mmlu_track.eval.answers import LOGPROB_TOLERANCE, check
 from mmlu_track.eval.backend import ModelError, PromptError, Score
-from mmlu_track.pipeline.evaluate import run
+from mmlu_track.pipeline.evaluate import QUIET, run
 from mmlu_track.store.sql import SqlStore
 
 from .conftest import tiny_run_cfg
@@ -58,7 +58,7 @@ def test_a_broken_weight_refuses_its_question_in_one_line_and_stores_nothing_of_
     monkeypatch.setattr(models, "load_model", poisoned)
     db = f"sqlite:///{tmp_path / 's.db'}"
     with pytest.raises(ModelError) as err:
-        run(tiny_run_cfg(db), tmp_path / "out", progress=False, echo=lambda _: None)
+        run(tiny_run_cfg(db), tmp_path / "out", display=QUIET)
     line = str(err.value)
     assert line.startswith("abstract_algebra question ")
     assert "the log-prob of A is nan, which no probability has" in line

@@ -209,7 +209,7 @@ def test_the_sequential_gate_on_circular_accuracy(tmp_path: Path) -> None:
 
     from mmlu_track.gate.sequential_run import sequential_gate
     from mmlu_track.gate.stats import ComparisonError
-    from mmlu_track.pipeline.evaluate import run
+    from mmlu_track.pipeline.evaluate import Display, run
     from mmlu_track.store.orm import QuestionRow
 
     from .conftest import compose_eval
@@ -237,7 +237,7 @@ def test_the_sequential_gate_on_circular_accuracy(tmp_path: Path) -> None:
     lines: list[str] = []
     cfg = compose_eval([*over, "model.tiny_seed=1", f"gate.baseline={base.run_id}", *gate])
     with sequential_gate(cfg, echo=lines.append) as looks:
-        gated = run(cfg, tmp_path / "cand", progress=False, echo=lines.append, looks=looks)
+        gated = run(cfg, tmp_path / "cand", display=Display(lines.append, progress=False), looks=looks)
         code = looks.conclude(gated.run_id, tmp_path / "cand", echo=lines.append)
     assert code == 1
     assert any("REGRESSION" in line for line in lines), lines
@@ -252,7 +252,7 @@ def test_the_sequential_gate_on_circular_accuracy(tmp_path: Path) -> None:
     assert said[0] < min(i for i, line in enumerate(lines) if line.startswith("look 1/5"))
     cfg = compose_eval([*over, "model.tiny_seed=2", f"gate.baseline={given.run_id}", *gate])
     with pytest.raises(ComparisonError, match="choice order differs"), sequential_gate(cfg) as looks:
-        run(cfg, tmp_path / "refused", progress=False, echo=lines.append, looks=looks)
+        run(cfg, tmp_path / "refused", display=Display(lines.append, progress=False), looks=looks)
 
 
 def test_a_served_model_answers_each_rotation(server: LlamaServer, cli: Cli, tmp_path: Path) -> None:

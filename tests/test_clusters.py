@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mmlu_track.pipeline.evaluate import RunOutput, run
+from mmlu_track.pipeline.evaluate import QUIET, RunOutput, run
 from mmlu_track.store.liveness import Owner
 from mmlu_track.store.sql import SqlStore
 
@@ -42,9 +42,7 @@ SWEEP = [sys.executable, "-m", "mmlu_track", "-m", *COMMON, "shard=range(2)"]
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> RunOutput:
     where = tmp_path_factory.mktemp("ref")
-    return run(
-        tiny_run_cfg(f"sqlite:///{where / 'ref.db'}", *ARGS), where, progress=False, echo=lambda _: None
-    )
+    return run(tiny_run_cfg(f"sqlite:///{where / 'ref.db'}", *ARGS), where, display=QUIET)
 
 
 def _one_run_in(launch: Path, reference: RunOutput, scheduler: str) -> None:

@@ -385,14 +385,12 @@ def test_a_sequential_run_resumes_only_with_its_own_settings(cli: Cli, tmp_path:
 def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> None:
     from mmlu_track.gate.sequential_run import sequential_gate
     from mmlu_track.gate.stats import ComparisonError
-    from mmlu_track.pipeline.evaluate import run
+    from mmlu_track.pipeline.evaluate import QUIET, run
 
     from .conftest import compose_eval
 
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    base = run(
-        compose_eval([*SEQ, f"tracking.db_url={db}"]), tmp_path / "base", progress=False, echo=lambda _: None
-    )
+    base = run(compose_eval([*SEQ, f"tracking.db_url={db}"]), tmp_path / "base", display=QUIET)
     assert base.run_id
     cfg = compose_eval(
         [*SEQ, f"tracking.db_url={db}", "gate.sequential=true", f"gate.baseline={base.run_id}"]
@@ -410,7 +408,7 @@ def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> N
         gate.look = look  # type: ignore[method-assign]
         deleted = f"the baseline run {base.run_id[:12]} was deleted from the store"
         with pytest.raises(ComparisonError, match=deleted):  # at look 3, before any verdict
-            run(cfg, tmp_path / "cand", progress=False, echo=lambda _: None, looks=gate)
+            run(cfg, tmp_path / "cand", display=QUIET, looks=gate)
     with Session(_store(tmp_path).engine) as s:
         assert s.scalar(select(func.count()).select_from(Run)) == 1  # the candidate is kept
 

@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mmlu_track.commands.runs import main as runs_main
-from mmlu_track.pipeline.evaluate import Origin, run
+from mmlu_track.pipeline.evaluate import QUIET, Display, Origin, run
 from mmlu_track.store import mlflow_views
 from mmlu_track.store.mlflow import GATE_TAG, RUN_ID_TAG, SWEEP_TAG, metric_key
 from mmlu_track.store.sql import SqlStore
@@ -28,7 +28,9 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
         sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_server}", "tracking.experiment=t1"
     )
     said: list[str] = []
-    out = run(cfg, tmp_path / "out", progress=False, echo=said.append, origin=Origin(sweep="/sweeps/s1"))
+    out = run(
+        cfg, tmp_path / "out", display=Display(said.append, progress=False), origin=Origin(sweep="/sweeps/s1")
+    )
     assert out.mlflow_run_id is not None
     stored = SqlStore(sqlite_url).get(out.run_id)
     assert stored is not None
@@ -110,7 +112,7 @@ def test_mlflow_down_keeps_the_run_and_sync_logs_it_later(
     cfg = tiny_run_cfg(
         sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={dead}", "tracking.experiment=t2"
     )
-    out = run(cfg, tmp_path / "out", progress=False, echo=lambda _: None)
+    out = run(cfg, tmp_path / "out", display=QUIET)
     assert out.mlflow_run_id is None
     assert "is unreachable" in capsys.readouterr().err
     store = SqlStore(sqlite_url)
@@ -136,7 +138,7 @@ def test_mlflow_down_keeps_the_run_and_sync_logs_it_later(
 
 
 def test_runs_cli_lists_and_shows(sqlite_url: str, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
-    out = run(tiny_run_cfg(sqlite_url), tmp_path / "out", progress=False, echo=lambda _: None)
+    out = run(tiny_run_cfg(sqlite_url), tmp_path / "out", display=QUIET)
     proc = cli("runs", "--db", sqlite_url, "list", cwd=tmp_path)
     assert proc.code == 0, proc.err
     assert out.run_id[:12] in proc.out
@@ -159,7 +161,7 @@ def test_sync_sends_a_run_where_it_was_meant_to_go(
 ) -> None:
     dead = f"http://127.0.0.1:{_free_port()}"
     cfg = tiny_run_cfg(sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={dead}")
-    out = run(cfg, tmp_path / "out", progress=False, echo=lambda _: None)
+    out = run(cfg, tmp_path / "out", display=QUIET)
     assert f"sync --mlflow-uri '{dead}'" in capsys.readouterr().err  # the hint names the intended server
     monkeypatch.chdir(tmp_path)
     assert runs_main(["--db", sqlite_url, "sync"]) == 2  # its server is still down: not logged elsewhere

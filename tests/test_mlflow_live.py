@@ -109,7 +109,7 @@ def test_a_failing_evaluation_ends_its_mlflow_run_failed_and_a_rerun_finishes_it
 
     monkeypatch.setitem(SCORERS, "logprob", second_subject_breaks)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="device-side assert"):
-        pipeline.run(cfg, tmp_path / "a", progress=False, echo=lambda _: None)
+        pipeline.run(cfg, tmp_path / "a", display=pipeline.QUIET)
     client = MlflowClient(tracking_uri=mlflow_uri)
     failed = _only_run(client, "f")
     assert failed is not None
@@ -120,7 +120,7 @@ def test_a_failing_evaluation_ends_its_mlflow_run_failed_and_a_rerun_finishes_it
     assert not [k for k in failed.data.metrics if k.startswith("acc")]
 
     monkeypatch.setitem(SCORERS, "logprob", real)
-    out = pipeline.run(cfg, tmp_path / "b", progress=False, echo=lambda _: None)
+    out = pipeline.run(cfg, tmp_path / "b", display=pipeline.QUIET)
     assert out.mlflow_run_id == failed.info.run_id
     assert client.get_run(out.mlflow_run_id).info.status == "FINISHED"
     done = client.get_run(out.mlflow_run_id).data.metrics

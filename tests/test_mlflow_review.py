@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mmlu_track.pipeline.evaluate import run
+from mmlu_track.pipeline.evaluate import QUIET, run
 from mmlu_track.store import mlflow_views
 from mmlu_track.store.mlflow_pages import shown
 
@@ -43,8 +43,7 @@ def test_a_reviewer_reads_evaluations_and_their_comparison_in_mlflow(
         run(
             tiny_run_cfg(db, *common, f"model.tiny_seed={seed}", "limit=20"),
             tmp_path / f"e{seed}",
-            progress=False,
-            echo=lambda _: None,
+            display=QUIET,
         )
         for seed in (1, 2)
     ]

@@ -79,11 +79,21 @@ def test_pairs_count_flips_and_the_recommendation_takes_the_worst() -> None:
         pair_noise("x", ref, [True, False])
 
 
-def test_the_noise_command_measures_the_tiny_model(cli: Cli, tmp_path: Path) -> None:
+def test_the_noise_command_measures_the_tiny_model(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mmlu_track.store.sql
+
+    engines: list[str] = []  # every SQL store the command opens (one: its evaluations record through it)
+    real_open = mmlu_track.store.sql.open_engine
+    monkeypatch.setattr(
+        mmlu_track.store.sql, "open_engine", lambda url: engines.append(url) or real_open(url)
+    )
     db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"
     args = ["experiment=smoke", "device=cpu", "tracking.mlflow=false", db, f"hydra.run.dir={tmp_path / 'n'}"]
     got = cli("noise", *args, "noise.shot_seeds=[1,2]", cwd=tmp_path)
     assert got.code == 0, got.err
+    assert len(engines) == 1
     doc = json.loads((tmp_path / "n" / "noise.json").read_text())
     names = [p["name"] for p in doc["pairs"]]
     assert names == ["repeat", "batching (1, None)", "shot seed 1", "shot seed 2"]

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mmlu_track.pipeline.evaluate import run
+from mmlu_track.pipeline.evaluate import QUIET, run
 from mmlu_track.store.orm import QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 
@@ -71,8 +71,7 @@ def test_killed_run_resumes_and_equals_an_uninterrupted_run(tmp_path: Path, sig:
     reference = run(
         tiny_run_cfg(f"sqlite:///{tmp_path / 'ref.db'}", *ARGS),
         tmp_path / "ref",
-        progress=False,
-        echo=lambda _: None,
+        display=QUIET,
     )
     resumed = store.get(killed.id)
     assert resumed is not None

@@ -18,7 +18,7 @@ from mmlu_track.eval import plan
 from mmlu_track.gate.run import execute as compare_execute
 from mmlu_track.gate.sequential_run import sequential_gate
 from mmlu_track.gate.stats import ComparisonError
-from mmlu_track.pipeline.evaluate import run
+from mmlu_track.pipeline.evaluate import QUIET, Display, run
 from mmlu_track.settings.config import CompareConfig, EvalConfig, GateConfig, TrackingConfig
 from mmlu_track.settings.subjects import SUBJECTS as SUBJECT_NAMES
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run
@@ -74,7 +74,7 @@ def test_stops_early_reports_and_resumes_to_completion(
 ) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     base_cmd = [*TINY, f"tracking.db_url={db}"]
-    baseline = run(compose_eval(base_cmd), tmp_path / "base", progress=False, echo=lambda _: None).run_id
+    baseline = run(compose_eval(base_cmd), tmp_path / "base", display=QUIET).run_id
     summary = tmp_path / "summary.md"
     cand_cmd = [*base_cmd, "gate.baseline=tiny-random-llama", *GATE]
     env = {"GITHUB_STEP_SUMMARY": str(summary)}
@@ -123,7 +123,7 @@ def test_stops_early_reports_and_resumes_to_completion(
 
     # The same command without the gate resumes the stopped run to completion.
     lines: list[str] = []
-    run(compose_eval(base_cmd), tmp_path / "rest", progress=False, echo=lines.append)
+    run(compose_eval(base_cmd), tmp_path / "rest", display=Display(lines.append, progress=False))
     assert f"resuming run {stopped}: 120 of 200 questions were committed" in lines
     assert any(line.startswith("80 questions scored now") for line in lines), lines
     runs = _runs(db)
@@ -135,7 +135,7 @@ def _sequential(cfg: EvalConfig, out: Path, lines: list[str]) -> int:
     from mmlu_track.eval.plan import question_docs
 
     with sequential_gate(cfg, echo=lines.append, docs_for=question_docs) as gate:
-        gated = run(cfg, out, progress=False, echo=lines.append, looks=gate)
+        gated = run(cfg, out, display=Display(lines.append, progress=False), looks=gate)
         return gate.conclude(gated.run_id, out, echo=lines.append)
 
 
@@ -159,12 +159,14 @@ def test_the_fixed_sample_reading_is_called_invalid_only_after_an_early_stop() -
     assert title.startswith("m vs baseline m\nsequential gate: pass")
 
 
-def test_no_decision_says_how_many_questions_would_be_needed(tmp_path: Path) -> None:
+def test_no_decision_says_how_many_questions_would_be_needed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Half the baseline's answers changed both ways: no decision at any look (INCONCLUSIVE, exit 1),
     and the verdict says how many questions it would take, as a fixed-sample INCONCLUSIVE does."""
     db = f"sqlite:///{tmp_path / 'store.db'}"
     over = [*TINY, f"tracking.db_url={db}"]
-    base = run(compose_eval(over), tmp_path / "base", progress=False, echo=lambda _: None)
+    base = run(compose_eval(over), tmp_path / "base", display=QUIET)
     with Session(SqlStore(db).engine) as s, s.begin():  # as many right answers made wrong as wrong right
         rows = list(s.scalars(select(QuestionRow).where(QuestionRow.run_id == base.run_id)))
         right, wrong = [r for r in rows if r.correct], [r for r in rows if not r.correct]
@@ -172,7 +174,15 @@ def test_no_decision_says_how_many_questions_would_be_needed(tmp_path: Path) -> 
             row.correct = not row.correct
             row.prediction = row.gold if row.correct else (row.gold + 1) % 4
     lines: list[str] = []
+    import mmlu_track.store.sql
+
+    engines: list[str] = []  # the gate and the evaluation it observes share one SQL store
+    real_open = mmlu_track.store.sql.open_engine
+    monkeypatch.setattr(
+        mmlu_track.store.sql, "open_engine", lambda url: engines.append(url) or real_open(url)
+    )
     code = _sequential(compose_eval([*over, f"gate.baseline={base.run_id}", *GATE]), tmp_path / "c", lines)
+    assert len(engines) == 1
     assert code == 1
     text = "\n".join(lines)
     assert "INCONCLUSIVE" in text
@@ -189,7 +199,7 @@ def test_no_decision_says_how_many_questions_would_be_needed(tmp_path: Path) -> 
 def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     over = [*TINY, f"tracking.db_url={db}"]
-    base = run(compose_eval(over), tmp_path / "base", progress=False, echo=lambda _: None)
+    base = run(compose_eval(over), tmp_path / "base", display=QUIET)
     with Session(SqlStore(db).engine) as s, s.begin():  # a baseline that knew every answer
         s.execute(update(QuestionRow).values(prediction=QuestionRow.gold, correct=True))
     lines: list[str] = []
@@ -231,7 +241,7 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     assert len(table["data"]) == 20
     assert all(row[table["columns"].index("question")] for row in table["data"])
     assert any("anytime-valid interval [" in line and "REGRESSION" in line for line in lines)
-    run(compose_eval(logged), tmp_path / "rest", progress=False, echo=lambda _: None)
+    run(compose_eval(logged), tmp_path / "rest", display=QUIET)
     seen = client.get_run(str(stopped.mlflow_run_id))
     assert seen.info.run_name.startswith("tiny-random-llama")
     assert seen.data.tags["mlflow.note.content"].startswith("Micro accuracy ")
@@ -251,7 +261,7 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
 def test_the_default_model_stops_early_against_its_stored_run(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     over = ["device=cpu", "k=0", "limit=10", SUBJECTS, "tracking=sql_only", f"tracking.db_url={db}"]
-    base = run(compose_eval(over), tmp_path / "base", progress=False, echo=lambda _: None)
+    base = run(compose_eval(over), tmp_path / "base", display=QUIET)
     lines: list[str] = []
     cfg = compose_eval([*over, f"gate.baseline={base.run_id}", "gate.sequential=true", "gate.margin=0.2",
                         "gate.looks=8"])  # fmt: skip

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from mmlu_track.gate import sequential as sq
+from mmlu_track.stats import sequential as sq
 from mmlu_track.stats.sequential import Design, LookCounts, decide_looks, simulate
 
 N_MMLU, LOOKS, ALPHA, MARGIN = 14_042, 20, 0.05, 0.01

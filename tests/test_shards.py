@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mmlu_track.eval.plan import UNIT_QUESTIONS, Unit, assign
-from mmlu_track.pipeline.evaluate import RunOutput, run
+from mmlu_track.pipeline.evaluate import QUIET, Display, RunOutput, run
 from mmlu_track.store.sql import SqlStore
 
 from . import warm
@@ -58,9 +58,7 @@ def _same_as(reference: RunOutput, got: list[Any]) -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> RunOutput:
     where = tmp_path_factory.mktemp("ref")
-    return run(
-        tiny_run_cfg(f"sqlite:///{where / 'ref.db'}", *ARGS), where, progress=False, echo=lambda _: None
-    )
+    return run(tiny_run_cfg(f"sqlite:///{where / 'ref.db'}", *ARGS), where, display=QUIET)
 
 
 def test_four_shards_in_turn_make_one_run_equal_to_the_unsharded_one(
@@ -77,7 +75,7 @@ def test_four_shards_in_turn_make_one_run_equal_to_the_unsharded_one(
             "tracking.experiment=sharded",
         ]
         cfg = tiny_run_cfg(db, *ARGS, "shards=4", f"shard={i}", *tracking)
-        outs.append(run(cfg, tmp_path / f"shard{i}", progress=False, echo=said.append))
+        outs.append(run(cfg, tmp_path / f"shard{i}", display=Display(said.append, progress=False)))
         # One MLflow run from the first shard on, live until the shard that finalizes ends it.
         (live,) = client.search_runs([client.get_experiment_by_name("sharded").experiment_id])
         assert live.info.status == ("FINISHED" if len(outs) == 4 else "RUNNING")
@@ -241,12 +239,11 @@ def test_device_map_auto_places_a_hub_model_and_scores_the_same(tmp_path: Path, 
     lm.model.save_pretrained(saved)
     lm.tokenizer.save_pretrained(saved)
     args = ["model=hf_hub", f"model.name_or_path={saved}", "k=0", "limit=5"]
-    plain = run(tiny_run_cfg(sqlite_url, *args), tmp_path / "a", progress=False, echo=lambda _: None)
+    plain = run(tiny_run_cfg(sqlite_url, *args), tmp_path / "a", display=QUIET)
     mapped = run(
         tiny_run_cfg(sqlite_url, *args, "model.device_map=auto"),
         tmp_path / "b",
-        progress=False,
-        echo=lambda _: None,
+        display=QUIET,
     )
     assert mapped.record is not None
     assert mapped.record.start.model.device == "cpu"

@@ -12,7 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from mmlu_track.commands.runs import main as runs_main
-from mmlu_track.pipeline.evaluate import run
+from mmlu_track.pipeline.evaluate import QUIET, Display, run
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.orm import Base
 from mmlu_track.store.sql import SqlStore
@@ -30,10 +30,12 @@ def test_store_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
     with store.engine.connect() as conn:
         assert store.engine.dialect.name == "postgresql"
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-    out = run(tiny_run_cfg(postgres_url), tmp_path / "out", progress=False, echo=lambda _: None)
+    out = run(tiny_run_cfg(postgres_url), tmp_path / "out", display=QUIET)
     # resume=false makes a fresh identity that must still fit the column (PostgreSQL enforces lengths).
     fresh = run(
-        tiny_run_cfg(postgres_url, "tracking.resume=false"), tmp_path / "f", progress=False, echo=print
+        tiny_run_cfg(postgres_url, "tracking.resume=false"),
+        tmp_path / "f",
+        display=Display(print, progress=False),
     )
     assert fresh.run_id != out.run_id
     stored = store.get(out.run_id)

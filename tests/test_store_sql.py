@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 
-from mmlu_track.pipeline.evaluate import run
+from mmlu_track.pipeline.evaluate import QUIET, run
 from mmlu_track.store.db import StoreError, make_engine
 from mmlu_track.store.liveness import DEAD_AFTER
 from mmlu_track.store.orm import Base, QuestionRow, Run, RunShard, SubjectScore
@@ -83,7 +83,7 @@ def test_sqlite_is_opened_for_concurrent_writers(sqlite_url: str) -> None:
 
 
 def test_a_run_has_one_row_per_question(sqlite_url: str, tmp_path: Path) -> None:
-    out = run(tiny_run_cfg(sqlite_url), tmp_path / "out", progress=False, echo=lambda _: None)
+    out = run(tiny_run_cfg(sqlite_url), tmp_path / "out", display=QUIET)
     store = SqlStore(sqlite_url)
     stored = store.get(out.run_id)
     assert stored is not None
@@ -96,7 +96,7 @@ def test_a_run_has_one_row_per_question(sqlite_url: str, tmp_path: Path) -> None
             == 2
         )
     # A finished run is never resumed: the same config again is a new run.
-    again = run(tiny_run_cfg(sqlite_url), tmp_path / "again", progress=False, echo=lambda _: None)
+    again = run(tiny_run_cfg(sqlite_url), tmp_path / "again", display=QUIET)
     assert again.run_id != out.run_id
     by_prefix = store.get(out.run_id[:12])  # what `runs list` prints
     assert by_prefix is not None

@@ -78,6 +78,7 @@ def test_evaluate_step_runs_a_sharded_evaluation_and_the_sequential_gate(tmp_pat
     from mlflow.tracking import MlflowClient
 
     from mmlu_track.eval import models
+    from mmlu_track.pipeline.evaluate import QUIET
     from mmlu_track.pipeline.evaluate import run as evaluate
 
     from .conftest import compose_eval, tiny_run_cfg
@@ -104,7 +105,7 @@ def test_evaluate_step_runs_a_sharded_evaluation_and_the_sequential_gate(tmp_pat
     assert logged.data.metrics["acc_micro"] == pytest.approx(run.acc_micro, rel=1e-3)
     hub = ["model=hf_hub", f"model.name_or_path={saved}", *args.split()]
     alone = evaluate(tiny_run_cfg(f"sqlite:///{tmp_path / 'alone.db'}", *hub), tmp_path / "alone",
-                     progress=False, echo=lambda _: None)  # fmt: skip
+                     display=QUIET)  # fmt: skip
     sharded, unsharded = (sorted(rs, key=lambda r: (r.subject, r.index)) for rs in
                           (SqlStore(db).question_results(run.id), alone.results))  # fmt: skip
     exact = [(r.subject, r.index, r.prompt_hash, r.prediction) for r in unsharded]

@@ -13,7 +13,6 @@ other exception is a bug, said as one, its traceback saved.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -21,95 +20,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from mmlu_track.commands.compose import config_message, plain, raw_refs, register_defaults, sub_overrides
 from mmlu_track.support.console import redacted_stderr
 from mmlu_track.support.errors import EXIT_ERROR, MmluTrackError
 from mmlu_track.support.resources import CONF_DIR
 
 if TYPE_CHECKING:
     from mmlu_track.settings.config import EvalConfig
-
-
-# A prompt's text (chat.system), recorded with every run, is written in the command or a config file,
-# never taken from the environment (a variable's value may be a secret, another machine's another prompt).
-_FROM_ENVIRONMENT = re.compile(r"\$\{\s*(oc\.env|env)\s*:")
-
-
-def plain(cfg: Any) -> dict[str, Any]:
-    """A composed DictConfig as plain, resolved Python values (raises on a missing `???`, and on a
-    prompt's text taken from the environment: `ConfigError`)."""
-    from omegaconf import OmegaConf
-
-    from mmlu_track.settings.typed import ConfigError
-
-    chat = OmegaConf.to_container(cfg, resolve=False).get("chat")  # type: ignore[union-attr]
-    system = chat.get("system") if isinstance(chat, dict) else None
-    if isinstance(system, str) and _FROM_ENVIRONMENT.search(system):
-        raise ConfigError(
-            "chat.system takes its text from the environment (${oc.env:...}): write it in the command or "
-            "a config file (it is part of the prompt every run records)"
-        )
-    raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    if not isinstance(raw, dict):
-        raise TypeError(f"a composed config is a mapping, not {type(raw).__name__} (a bug)")
-    return {str(k): v for k, v in raw.items()}
-
-
-def _node(cls: type[Any]) -> dict[str, Any]:
-    """A settings dataclass as a config node: every field with its default, `???` where one is
-    required, a nested node for a nested dataclass, `${oc.env:VAR,default}` where the field's
-    metadata names an environment variable."""
-    import dataclasses
-    import types
-    import typing
-
-    from mmlu_track.settings.subjects import SUBJECTS
-
-    node: dict[str, Any] = {}
-    hints = typing.get_type_hints(cls)
-    for field in dataclasses.fields(cls):
-        hint = hints[field.name]
-        inner = (
-            [a for a in typing.get_args(hint) if a is not type(None)]
-            if isinstance(hint, types.UnionType)
-            else [hint]
-        )
-        if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
-            node[field.name] = _node(inner[0])  # type: ignore[arg-type]
-        elif field.default is dataclasses.MISSING:
-            node[field.name] = "???"
-        elif field.default == SUBJECTS:
-            node[field.name] = "all"
-        elif env := field.metadata.get("env"):
-            node[field.name] = f'${{oc.env:{env},"{field.default}"}}'
-        else:
-            node[field.name] = field.default
-    return node
-
-
-REQUIRED = "Missing mandatory value: "  # OmegaConf's words for a `???`
-
-
-def _required(key: str) -> str:
-    # A group option's `???` merged over a default keeps the default: an option that needs a value
-    # the defaults lack (tracking=server's URL) says `${required:KEY}`, and an override replaces it.
-    raise ValueError(f"{REQUIRED}{key}")
-
-
-def register_defaults() -> None:
-    """The defaults live once, in `config.py`'s dataclasses: stored here as the nodes
-    `eval_defaults` and `compare_defaults` that `eval.yaml` and `compare.yaml` start from, so the
-    YAML files state only what a choice changes."""
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
-
-    from mmlu_track.settings.config import CompareConfig, EvalConfig, NoiseConfig
-
-    store = ConfigStore.instance()
-    store.store(name="eval_defaults", node=_node(EvalConfig))
-    store.store(name="compare_defaults", node=_node(CompareConfig))
-    store.store(name="noise_defaults", node=_node(NoiseConfig))
-    if not OmegaConf.has_resolver("required"):
-        OmegaConf.register_new_resolver("required", _required)
 
 
 @contextmanager
@@ -154,16 +71,6 @@ def _one_line_config_save() -> Iterator[None]:
         yield
     finally:
         hydra_utils._save_config = save
-
-
-def config_message(err: Exception) -> str:
-    """One line for a configuration error, naming the full key (OmegaConf's first line may not)."""
-    from omegaconf.errors import MissingMandatoryValue
-
-    if isinstance(err, MissingMandatoryValue) and getattr(err, "full_key", None):
-        return f"Missing mandatory value: {err.full_key}"
-    line = str(err).splitlines()[0]
-    return line[line.find(REQUIRED) :] if REQUIRED in line else line  # from `${required:KEY}`
 
 
 class Unusable(SystemExit):
@@ -288,7 +195,7 @@ def _eval_config(cfg: Any) -> EvalConfig:
         raw = plain(cfg)
         if isinstance(raw.get("gate"), dict):
             overrides = list(HydraConfig.get().overrides.task)
-            raw["gate"] = _raw_refs(raw["gate"], _sub_overrides(overrides, "gate"))
+            raw["gate"] = raw_refs(raw["gate"], sub_overrides(overrides, "gate"))
         return eval_config_from_dict(anchored(raw, Path(HydraConfig.get().runtime.cwd)))
 
 
@@ -352,26 +259,6 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     return out.scores.micro.acc if out.scores else None
 
 
-def _sub_overrides(overrides: list[str], group: str) -> list[str]:
-    """`group.key=value` overrides as `key=value`."""
-    prefix = f"{group}."
-    return [o.lstrip("+~")[len(prefix) :] for o in overrides if o.lstrip("+~").startswith(prefix)]
-
-
-def _raw_refs(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Run references as typed: Hydra reads `baseline=8809` as an int and `1e5` as a float."""
-    for key in ("baseline", "candidate"):
-        if key not in raw:
-            continue
-        if raw.get(key) is None or isinstance(raw[key], str):
-            continue
-        for override in overrides:
-            name, sep, value = override.partition("=")
-            if sep and name.lstrip("+~") == key:
-                raw[key] = value.strip().strip("'\"")
-    return raw
-
-
 def compare_main() -> None:
     """`python -m mmlu_track.compare`: exit 0 pass, 1 regression or inconclusive, 2 unusable input."""
     import hydra
@@ -390,7 +277,7 @@ def compare_main() -> None:
     def app(cfg: DictConfig) -> None:
         redact_hydra_files()
         with errors_as_exit_codes(refused=True):  # its reports, when written, keep the folder
-            raw = _raw_refs(plain(cfg), list(HydraConfig.get().overrides.task))
+            raw = raw_refs(plain(cfg), list(HydraConfig.get().overrides.task))
             compare_cfg = compare_config_from_dict(raw)
             out = Path(HydraConfig.get().runtime.output_dir)
             codes.append(execute(compare_cfg, out, docs_for=question_docs))

@@ -26,13 +26,14 @@ import dataclasses
 import json
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mmlu_track.gate.stats import pts
-from mmlu_track.pipeline.evaluate import run
+from mmlu_track.pipeline.evaluate import QUIET, run
 from mmlu_track.pipeline.prepare import Origin
 from mmlu_track.pipeline.session import RunOutput
 from mmlu_track.records.results import QuestionResult
@@ -41,12 +42,9 @@ from mmlu_track.records.stored import NoiseEntry
 from mmlu_track.settings.config import EvalConfig, NoiseConfig
 from mmlu_track.stats.noise_margin import PairNoise, Recommendation, Spread, pair_noise, recommend
 from mmlu_track.store.mlflow import metric_key
-from mmlu_track.store.mlflow_client import MlflowUnavailable
-from mmlu_track.store.mlflow_comparison import ComparisonLog, log_comparison
+from mmlu_track.store.mlflow_comparison import ComparisonLog
 from mmlu_track.store.mlflow_pages import NOTE_TAG
-from mmlu_track.store.noise_floors import save_noise, set_noise_mlflow
-from mmlu_track.store.sql import open_store
-from mmlu_track.support.console import warn
+from mmlu_track.store.sql import SqlStore, open_store
 
 NOISE_FILE = "noise.json"
 Echo = Callable[[str], None]
@@ -118,12 +116,20 @@ def _pair(name: str, ref: dict[tuple[str, int], bool], other: dict[tuple[str, in
 
 
 def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = print) -> NoiseReport:
-    """Run (or reuse) every variant, pair each with the reference, recommend; write noise.json."""
+    """Run (or reuse) every variant, pair each with the reference, recommend; write noise.json;
+    record the measurement. One SQL store for all of it: every evaluation records through it."""
+    with closing(open_store(cfg.tracking)) as store:
+        return _measure(store, cfg, noise, output_dir, echo)
+
+
+def _measure(
+    store: SqlStore, cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo
+) -> NoiseReport:
     outs: dict[str, RunOutput] = {}
     planned = variants(cfg, noise)
     for v in planned:
         folder = output_dir / v.name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
-        out = run(v.cfg, folder, echo=lambda _: None, origin=Origin(reuse=v.reuse))
+        out = run(v.cfg, folder, display=QUIET, origin=Origin(reuse=v.reuse), store=store)
         if out.record is None or out.run_id is None:
             raise RuntimeError(f"the {v.name} evaluation did not finish (a bug: it runs unsharded)")
         outs[v.name] = out
@@ -165,22 +171,19 @@ def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = 
     echo(rec.paragraph(spread))
     reference = outs["reference"].record
     if reference is not None:
-        record(report, reference, cfg, noise, output_dir, echo)
+        entry = _entry(report, reference)
+        log = _mlflow_log(report, entry, output_dir) if cfg.tracking.mlflow else None
+        entry = store.noise.record(entry, log, cfg.tracking.mlflow_uri, noise.experiment)
+        echo(f"noise measurement {entry.id[:12]} stored in {store.url}: the gate reads it for this protocol")
+        if entry.mlflow_run_id is not None:
+            echo(f"MLflow run {entry.mlflow_run_id} (experiment {noise.experiment!r})")
     return report
 
 
-def record(
-    report: NoiseReport,
-    reference: RunRecord,
-    cfg: EvalConfig,
-    noise: NoiseConfig,
-    output_dir: Path,
-    echo: Echo,
-) -> NoiseEntry:
-    """The measurement into the SQL store (the gate finds it by protocol) and, when tracking.mlflow,
-    as an MLflow run of its own in `noise.experiment`."""
+def _entry(report: NoiseReport, reference: RunRecord) -> NoiseEntry:
+    """The measurement as the SQL store keeps it (the gate finds it by the reference's protocol)."""
     rec, spread = report.recommendation, report.spread
-    entry = NoiseEntry(
+    return NoiseEntry(
         id=uuid.uuid4().hex,
         protocol_key=reference.start.protocol.key(),
         model_name=reference.start.model.name,
@@ -192,36 +195,25 @@ def record(
         report_json=json.dumps(report.to_json()),
         created_at=datetime.now(UTC).replace(tzinfo=None),
     )
-    store = open_store(cfg.tracking)
-    try:
-        save_noise(store, entry)
-        echo(f"noise measurement {entry.id[:12]} stored in {store.url}: the gate reads it for this protocol")
-        if not cfg.tracking.mlflow:
-            return entry
-        metrics = {"n": float(rec.n), "flip_rate_max": rec.flip_rate, "recommended_margin": rec.margin}
-        metrics |= {metric_key("flip_rate", p.name): p.flip_rate for p in report.pairs}
-        if spread is not None:
-            metrics |= {"shot_seed_range": spread.range} | (
-                {"shot_seed_sd": spread.sd} if len(spread.accuracies) > 1 else {}
-            )
-        log = ComparisonLog(
-            name=f"noise {entry.model_name} n={rec.n}",
-            tags={NOTE_TAG: rec.paragraph(spread), "mmlu_track.noise_id": entry.id},
-            params={metric_key("run", name): run_id for name, run_id in report.runs.items()},
-            metrics=metrics,
-            files=[output_dir / NOISE_FILE],
-            kind="noise",
+
+
+def _mlflow_log(report: NoiseReport, entry: NoiseEntry, output_dir: Path) -> ComparisonLog:
+    """The measurement's MLflow run: its paragraph as the description, flips and margin as metrics."""
+    rec, spread = report.recommendation, report.spread
+    metrics = {"n": float(rec.n), "flip_rate_max": rec.flip_rate, "recommended_margin": rec.margin}
+    metrics |= {metric_key("flip_rate", p.name): p.flip_rate for p in report.pairs}
+    if spread is not None:
+        metrics |= {"shot_seed_range": spread.range} | (
+            {"shot_seed_sd": spread.sd} if len(spread.accuracies) > 1 else {}
         )
-        try:
-            mlflow_id = log_comparison(cfg.tracking.mlflow_uri, noise.experiment, log).id
-        except MlflowUnavailable as err:
-            warn(f"{err}; the measurement is kept in the SQL store")
-            return entry
-        set_noise_mlflow(store, entry.id, mlflow_id)
-        echo(f"MLflow run {mlflow_id} (experiment {noise.experiment!r})")
-        return dataclasses.replace(entry, mlflow_run_id=mlflow_id)
-    finally:
-        store.close()
+    return ComparisonLog(
+        name=f"noise {entry.model_name} n={rec.n}",
+        tags={NOTE_TAG: rec.paragraph(spread), "mmlu_track.noise_id": entry.id},
+        params={metric_key("run", name): run_id for name, run_id in report.runs.items()},
+        metrics=metrics,
+        files=[output_dir / NOISE_FILE],
+        kind="noise",
+    )
 
 
 def _say_spreads(spreads: dict[str, dict[str, Spread]], echo: Echo) -> None:

@@ -84,9 +84,7 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
             r.n_questions,
         )
         print(_ROW.format(*cells, micro, macro, created, r.mlflow_run_id or "-"))
-    from mmlu_track.store.noise_floors import noise_entries
-
-    if measured := noise_entries(store, 1000):
+    if measured := store.noise.entries(1000):
         references = {e.reference_run_id[:12] for e in measured}
         print(
             f"{len(measured)} noise measurement{'s' * (len(measured) > 1)} (reference runs "
@@ -121,9 +119,7 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
             f"shard {claim.shard} of {claim.shards}  {claim.status}  process {who}  "
             f"scheduler {claim.scheduler or '-'}  {beat}"
         )
-    from mmlu_track.store.noise_floors import latest_noise
-
-    if noise := latest_noise(store, run.protocol.key()):
+    if noise := store.noise.latest(run.protocol.key()):
         print(
             f"noise floor of this protocol: measurement {noise.id[:12]} ({noise.created_at:%Y-%m-%d}, "
             f"reference {noise.reference_run_id[:12]}): up to {100 * noise.flip_rate:.1f} % flips at "
@@ -203,9 +199,7 @@ def _db_upgrade(url: str) -> None:
 
 def _noise(store: SqlStore, args: argparse.Namespace) -> int:
     """The noise measurements, newest first: what the gate reads for a protocol."""
-    from mmlu_track.store.noise_floors import noise_entries
-
-    entries = noise_entries(store, args.limit)
+    entries = store.noise.entries(args.limit)
     if not entries:
         print("no noise measurement recorded yet: python -m mmlu_track.noise model=... [settings]")
         return 0

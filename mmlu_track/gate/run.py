@@ -27,7 +27,6 @@ from mmlu_track.gate.policy import (
 from mmlu_track.gate.publish import publish
 from mmlu_track.gate.stats import ComparisonError, compare, pair
 from mmlu_track.settings.config import CompareConfig, CompareMode, GateConfig
-from mmlu_track.store.noise_floors import latest_noise
 from mmlu_track.store.sql import open_existing_store
 
 if TYPE_CHECKING:
@@ -147,7 +146,7 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print, docs_for: D
                 f"{cfg.candidate!r}): a verdict needs two different runs"
             )
         check_comparable(base, cand, cfg, store)
-        noise = latest_noise(store, cand.protocol.key())
+        noise = store.noise.latest(cand.protocol.key())
         auto = cfg.gate.margin == "auto"
         g = auto_margin(cfg.gate, noise, cand.model_name)
         cfg = replace(cfg, gate=g)

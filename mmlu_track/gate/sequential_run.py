@@ -42,7 +42,6 @@ from mmlu_track.records.run import EarlyStop
 from mmlu_track.records.stored import RunStatus
 from mmlu_track.settings.config import CompareConfig, EvalConfig, GateConfig
 from mmlu_track.stats.sequential import LookCounts, SequentialResult, decide_looks, look_sizes
-from mmlu_track.store.noise_floors import latest_noise
 from mmlu_track.store.sql import open_existing_store
 from mmlu_track.support.errors import EXIT_PASS, EXIT_REGRESSION
 
@@ -211,7 +210,7 @@ class SequentialLooks:
                 reasons=(drop, *verdict.reasons),
             )
         notes = metric_note(base, cand, gate.metric) + noise_notes(
-            latest_noise(store, cand.protocol.key()), comp, gate
+            store.noise.latest(cand.protocol.key()), comp, gate
         )
         if notes:
             verdict = replace(verdict, reasons=(*verdict.reasons, *notes))

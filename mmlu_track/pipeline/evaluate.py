@@ -21,42 +21,43 @@ from pathlib import Path
 from mmlu_track.eval.plan import TruncationError
 from mmlu_track.pipeline.outputs import sigterm_as_exit
 from mmlu_track.pipeline.prepare import Origin, prepare
-from mmlu_track.pipeline.session import Display, Echo, EvaluationSession, Looks, RunOutput
-from mmlu_track.records.stored import RunStatus
+from mmlu_track.pipeline.session import QUIET, Display, Echo, EvaluationSession, Looks, RunOutput
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.store.recorder import RunRecorder
-from mmlu_track.store.sql import Shard
+from mmlu_track.store.sql import Shard, SqlStore
 
-__all__ = ["Looks", "Origin", "RunOutput", "TruncationError", "run"]
+__all__ = ["QUIET", "Display", "Echo", "Looks", "Origin", "RunOutput", "TruncationError", "run"]
 
 
 def run(
     cfg: EvalConfig,
     output_dir: Path,
     *,
-    progress: bool = True,
-    echo: Echo = print,
+    display: Display = Display(),  # noqa: B008 -- frozen
     looks: Looks | None = None,
     origin: Origin | None = None,
+    store: SqlStore | None = None,
 ) -> RunOutput:
     """Evaluate `cfg.model` (this process's shard of it), record the run in the SQL store and MLflow,
     write files to `output_dir`; in `looks` when given (unsharded only). `origin`: the sweep this
     process is a job of, the command line it records (default: this process's own) and whether a
-    finished run of the same identity is taken from the store as it is, nothing scored."""
-    recorder = RunRecorder(cfg.tracking, Shard(cfg.shard, cfg.shards))  # fails before any work
+    finished run of the same identity is taken from the store as it is, nothing scored. `store`: the
+    command's own SQL store when it holds one (the sequential gate's, with `looks`; else the run
+    opens and closes its own)."""
+    store = store or (looks.store if looks is not None else None)
+    recorder = RunRecorder(cfg.tracking, Shard(cfg.shard, cfg.shards), store)  # fails before any work
     cfg = replace(cfg, tracking=recorder.tracking)  # the MLflow URI it records, fixed from the start
     try:
         with sigterm_as_exit():
             origin = origin or Origin()
             prep = prepare(cfg, origin)
-            kept = recorder.store.unfinished(prep.identity, [RunStatus.FINISHED]) if origin.reuse else None
-            if kept is not None and kept.record is not None:  # taken as it is: nothing scored
+            kept = recorder.finished(prep.identity) if origin.reuse else None
+            if kept is not None and (record := kept[0].record) is not None:  # taken as it is: nothing scored
                 prep.lm.close()
-                results = recorder.store.question_results(kept.id)
-                where = Path(kept.output_dir) if kept.output_dir else output_dir
-                return RunOutput(kept.id, results, kept.record.scores, kept.record, where, kept.mlflow_run_id)
+                stored, results = kept
+                where = Path(stored.output_dir) if stored.output_dir else output_dir
+                return RunOutput(stored.id, results, record.scores, record, where, stored.mlflow_run_id)
             try:
-                display = Display(echo, progress)
                 return EvaluationSession(cfg, prep, recorder, output_dir, display=display, looks=looks).run()
             finally:
                 prep.lm.close()

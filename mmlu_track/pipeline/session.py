@@ -55,7 +55,7 @@ from mmlu_track.settings.config import EvalConfig
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.recorder import Done, RunRecorder
 from mmlu_track.store.rows import provisional
-from mmlu_track.store.sql import StoreVanished
+from mmlu_track.store.sql import SqlStore, StoreVanished
 
 Echo = Callable[[str], None]
 
@@ -64,6 +64,7 @@ class Looks(Protocol):
     """The sequential gate, observing an evaluation scored in looks."""
 
     count: int  # looks over the whole plan
+    store: SqlStore  # the gate's SQL store, which the evaluation records through (one per command)
 
     def begin(self, candidate: StoredRun) -> None:
         """Before anything is recorded (`candidate`: the run about to start); raises to refuse the
@@ -79,6 +80,9 @@ class Display:
 
     echo: Echo = print
     progress: bool = True
+
+
+QUIET = Display(lambda _: None, progress=False)  # nothing shown (tests, benchmarks, the noise command)
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,8 @@ evaluation measured. `RunRecord.to_json()` is `results.json`, the SQL store's `r
 and MLflow's `results.json` artifact, all the same document; `from_json` reads it back, so every
 writer and reader (the stores, `runs`, the gate) uses these fields, never a dict's string keys.
 
-The JSON layout (schema_version 1) is stable: sections `config`, `model`, `data`, `prompt`,
-`scoring` (the scoring settings and what scoring saw), `seeds`, `versions`, `git_commit`, `host`,
-`timing`, `scores`.
+The JSON layout (schema_version 1) is stable: sections `config`, `model`, `data`, `prompt`, `scoring`
+(the scoring settings and what scoring saw), `seeds`, `versions`, `git_commit`, `host`, `timing`, `scores`.
 """
 
 from __future__ import annotations

@@ -1,43 +1,75 @@
-"""Noise measurements in the SQL store (`noise_floors`): saved by `python -m mmlu_track.noise`,
-found by the gate through the protocol of the runs it compares. The one mapping between a
+"""Noise measurements in the SQL store (`noise_floors`), as the store's `noise` member
+(`SqlStore.noise`): saved by `python -m mmlu_track.noise`, found by the gate through the protocol of
+the runs it compares, mirrored as an MLflow run of their own. The one mapping between a
 `records.stored.NoiseEntry` and its row."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from mmlu_track.records.stored import NoiseEntry
 from mmlu_track.store.orm import NoiseRow
-from mmlu_track.store.sql import SqlStore
+from mmlu_track.support.console import warn
 
+if TYPE_CHECKING:
+    from mmlu_track.store.mlflow_comparison import ComparisonLog
 
-def save_noise(store: SqlStore, entry: NoiseEntry) -> None:
-    with Session(store.engine) as s, s.begin():
-        s.add(NoiseRow(**dataclasses.asdict(entry)))
-
-
-def set_noise_mlflow(store: SqlStore, noise_id: str, mlflow_run_id: str) -> None:
-    with Session(store.engine) as s, s.begin():
-        s.execute(update(NoiseRow).where(NoiseRow.id == noise_id).values(mlflow_run_id=mlflow_run_id))
+Sessions = Callable[[bool], AbstractContextManager[Session]]  # SqlStore._session: write or read
 
 
 def _entry(row: NoiseRow) -> NoiseEntry:
     return NoiseEntry(**{f.name: getattr(row, f.name) for f in dataclasses.fields(NoiseEntry)})
 
 
-def latest_noise(store: SqlStore, protocol_key: str) -> NoiseEntry | None:
-    """The newest noise measurement of this protocol, if any."""
-    found = noise_entries(store, 1, protocol_key)
-    return found[0] if found else None
+class NoiseFloors:
+    """The noise measurements of one SQL store (through its sessions: one connection, its checks)."""
 
+    def __init__(self, sessions: Sessions) -> None:
+        self._sessions = sessions
 
-def noise_entries(store: SqlStore, limit: int = 20, protocol_key: str | None = None) -> list[NoiseEntry]:
-    """The newest noise measurements (of one protocol, when given), newest first (`runs noise`)."""
-    query = select(NoiseRow).order_by(NoiseRow.created_at.desc()).limit(limit)
-    if protocol_key is not None:
-        query = query.where(NoiseRow.protocol_key == protocol_key)
-    with Session(store.engine) as s:
-        return [_entry(r) for r in s.scalars(query)]
+    def save(self, entry: NoiseEntry) -> None:
+        with self._sessions(True) as s:
+            s.add(NoiseRow(**dataclasses.asdict(entry)))
+
+    def set_mlflow(self, noise_id: str, mlflow_run_id: str) -> None:
+        with self._sessions(True) as s:
+            s.execute(update(NoiseRow).where(NoiseRow.id == noise_id).values(mlflow_run_id=mlflow_run_id))
+
+    def record(
+        self, entry: NoiseEntry, log: ComparisonLog | None, uri: str | None, experiment: str
+    ) -> NoiseEntry:
+        """Save the measurement, then (with `log`: tracking.mlflow) mirror it as an MLflow run in
+        `experiment`: the entry as stored, with its MLflow run where one was logged (MLflow down
+        costs a warning, never the row)."""
+        self.save(entry)
+        if log is None:
+            return entry
+        from mmlu_track.store.mlflow_client import MlflowUnavailable
+        from mmlu_track.store.mlflow_comparison import log_comparison
+
+        try:
+            mlflow_id = log_comparison(uri, experiment, log).id
+        except MlflowUnavailable as err:
+            warn(f"{err}; the measurement is kept in the SQL store")
+            return entry
+        self.set_mlflow(entry.id, mlflow_id)
+        return dataclasses.replace(entry, mlflow_run_id=mlflow_id)
+
+    def latest(self, protocol_key: str) -> NoiseEntry | None:
+        """The newest noise measurement of this protocol, if any."""
+        found = self.entries(1, protocol_key)
+        return found[0] if found else None
+
+    def entries(self, limit: int = 20, protocol_key: str | None = None) -> list[NoiseEntry]:
+        """The newest noise measurements (of one protocol, when given), newest first (`runs noise`)."""
+        query = select(NoiseRow).order_by(NoiseRow.created_at.desc()).limit(limit)
+        if protocol_key is not None:
+            query = query.where(NoiseRow.protocol_key == protocol_key)
+        with self._sessions(False) as s:
+            return [_entry(r) for r in s.scalars(query)]

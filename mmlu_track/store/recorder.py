@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
-from mmlu_track.records.stored import RunStatus, ShardStatus, ShardWork
+from mmlu_track.records.stored import RunStatus, ShardStatus, ShardWork, StoredRun
 from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.liveness import Heartbeat
 from mmlu_track.store.locations import mlflow_uri
-from mmlu_track.store.sql import Shard, open_store
+from mmlu_track.store.sql import Shard, SqlStore, open_store
 from mmlu_track.support.console import warn
 from mmlu_track.support.credentials import redact
 
@@ -55,16 +55,29 @@ def resolved(tracking: TrackingConfig) -> TrackingConfig:
 class RunRecorder:
     """One process's side of one run in the SQL store and MLflow (see the module's docstring)."""
 
-    def __init__(self, tracking: TrackingConfig, shard: Shard | None = None) -> None:
+    def __init__(
+        self, tracking: TrackingConfig, shard: Shard | None = None, store: SqlStore | None = None
+    ) -> None:
+        """`store`: the command's own, when it already holds one (the sequential gate, the noise
+        command): one connection per command, closed by whoever opened it."""
         self.tracking = resolved(tracking)
         self.shard = shard or Shard()
-        self.store = open_store(self.tracking)  # fails before any work when the database is unusable
+        self._owns_store = store is None
+        self.store = store or open_store(self.tracking)  # fails before any work when the database is unusable
         self._run_id: str | None = None
         self._start: RunStart | None = None
         self.live: LiveRun | None = None
 
     def close(self) -> None:
-        self.store.close()
+        if self._owns_store:
+            self.store.close()
+
+    def finished(self, identity: str) -> tuple[StoredRun, list[QuestionResult]] | None:
+        """A finished run of `identity` with its questions, taken as it is (`Origin.reuse`)."""
+        kept = self.store.unfinished(identity, [RunStatus.FINISHED])
+        if kept is None or kept.record is None:
+            return None
+        return kept, self.store.question_results(kept.id)
 
     @property
     def run_id(self) -> str:

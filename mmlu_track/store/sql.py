@@ -35,6 +35,7 @@ from mmlu_track.records.stored import (
 from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
 from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness, scheduler
+from mmlu_track.store.noise_floors import NoiseFloors
 from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
 from mmlu_track.store.rows import from_row, new_run, stored, to_row, utc_now
 from mmlu_track.support.credentials import redact
@@ -89,6 +90,7 @@ class SqlStore:
         self.url = redact(url)  # for messages: the engine alone holds the password
         self.dead_after = dead_after
         self.engine = open_engine(url)
+        self.noise = NoiseFloors(self._session)  # the noise measurements: their rows and MLflow runs
         try:
             self.revision = upgrade(self.engine)
         except Exception as err:
