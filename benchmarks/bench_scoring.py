@@ -66,7 +66,7 @@ def worker_mmlu_track(args: argparse.Namespace, k: int, path: str) -> dict[str, 
     import torch
 
     from mmlu_track.eval import in_process, models, plan, prompts
-    from mmlu_track.eval.scoring import SCORERS
+    from mmlu_track.eval.ask import ask
     from mmlu_track.settings.config import ChatConfig
 
     method = "generate" if path.startswith("generate") else "logprob"
@@ -76,6 +76,7 @@ def worker_mmlu_track(args: argparse.Namespace, k: int, path: str) -> dict[str, 
     if path == "chat":
         style = plan.style(dataclasses.replace(cfg, chat=ChatConfig(args.chat)), in_process.InProcess(lm))
     chosen, shots = _questions(cfg)
+    backend = in_process.InProcess(lm, in_process.Batching.of(cfg))
     n = forwarded = 0
     predictions: list[int | None] = []
     if lm.info.device.startswith("cuda"):
@@ -84,10 +85,7 @@ def worker_mmlu_track(args: argparse.Namespace, k: int, path: str) -> dict[str, 
     start = time.perf_counter()
     for subject, qs in chosen.items():
         rendered = [prompts.fit("harness", shots[subject], q, lambda _: True, style) for q in qs]
-        scores = SCORERS[method](
-            lm, [p.text for p in rendered], cfg.scoring, cfg.batch_size, lambda _: None,
-            prefixes=[p.prefix for p in rendered], max_tokens=cfg.batch_tokens, answer_lead=style.answer_lead,
-        )  # fmt: skip
+        scores = ask(backend, rendered, method, style.answer_lead, lambda _: None)
         n += len(scores)
         forwarded += sum(s.forwarded for s in scores)
         predictions += [s.prediction for s in scores]

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,10 +19,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from mmlu_track.commands.cli import plain
+from mmlu_track.eval.backend import GenerationRequest, LetterRequest, Score
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.run import RunRecord, RunStart
 from mmlu_track.settings.checks import eval_config_from_dict
-from mmlu_track.settings.config import EvalConfig
+from mmlu_track.settings.config import EvalConfig, ScoringConfig
 
 from .serve import LlamaServer
 
@@ -323,3 +324,42 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     running = LlamaServer(tmp_path_factory.mktemp("llama") / "server.log").start()
     yield running
     running.stop()
+
+
+def logprob_scores(
+    lm: Any,
+    texts: Sequence[str],
+    cfg: ScoringConfig,
+    batch_size: int,
+    progress: Callable[[int], None],
+    *,
+    prefixes: Sequence[str] | None = None,
+    max_tokens: int | None = None,
+    answer_lead: str = " ",
+) -> list[Score]:
+    """The logprob kernel on plain texts (the tests' shorthand): their requests, their `Batching`."""
+    from mmlu_track.eval.batching import Batching
+    from mmlu_track.eval.scoring import score_logprob
+
+    shared = prefixes if prefixes is not None else [""] * len(texts)
+    requests = [LetterRequest(t, p, answer_lead) for t, p in zip(texts, shared, strict=True)]
+    return score_logprob(lm, requests, Batching(cfg, batch_size, max_tokens), progress)
+
+
+def generate_scores(
+    lm: Any,
+    texts: Sequence[str],
+    cfg: ScoringConfig,
+    batch_size: int,
+    progress: Callable[[int], None],
+    *,
+    prefixes: Sequence[str] | None = None,
+    max_tokens: int | None = None,
+) -> list[Score]:
+    """The generate kernel on plain texts (the tests' shorthand): their requests, their `Batching`."""
+    from mmlu_track.eval.batching import Batching
+    from mmlu_track.eval.generate import score_generate
+
+    shared = prefixes if prefixes is not None else [""] * len(texts)
+    requests = [GenerationRequest(t, p) for t, p in zip(texts, shared, strict=True)]
+    return score_generate(lm, requests, Batching(cfg, batch_size, max_tokens), progress)

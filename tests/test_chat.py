@@ -18,7 +18,7 @@ import pytest
 from mmlu_track.commands import runs
 from mmlu_track.eval import in_process, plan, prompts
 from mmlu_track.eval.data import load_subjects
-from mmlu_track.pipeline.evaluate import run
+from mmlu_track.pipeline.evaluate import QUIET, run
 from mmlu_track.records.run import EvalProtocol
 from mmlu_track.settings.config import DataConfig
 from mmlu_track.store.sql import SqlStore
@@ -60,7 +60,7 @@ def test_a_chat_run_is_scored_through_the_prefix_cache_and_resumes_as_itself(
 ) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["chat=multiturn", "k=2", "limit=4", "subjects=[anatomy,virology]"]
-    quiet: dict[str, Any] = {"progress": False, "echo": lambda _: None}
+    quiet: dict[str, Any] = {"display": QUIET}
     cached = run(tiny_run_cfg(db, *args), tmp_path / "a", **quiet)
     plain = run(tiny_run_cfg(db, *args, "scoring.prefix_cache=false"), tmp_path / "b", **quiet)
     assert cached.record is not None
@@ -86,7 +86,7 @@ def test_a_chat_run_is_scored_through_the_prefix_cache_and_resumes_as_itself(
 
 def test_the_few_shot_gap_of_chat_runs_is_measured_and_never_across_styles(cli: Cli, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    quiet: dict[str, Any] = {"progress": False, "echo": lambda _: None}
+    quiet: dict[str, Any] = {"display": QUIET}
     made = {
         (chat, k): run(tiny_run_cfg(db, f"chat={chat}", f"k={k}", "limit=3", "subjects=[anatomy]"),
                        tmp_path / f"{chat}{k}", **quiet).run_id

@@ -185,15 +185,14 @@ def test_the_gate_on_circular_accuracy(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_chat_prompts_rotate_through_the_template_too(tmp_path: Path) -> None:
-    from mmlu_track.pipeline.evaluate import run
+    from mmlu_track.pipeline.evaluate import QUIET, run
 
     from .conftest import tiny_run_cfg
 
     db = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["chat=multiturn", "limit=3", "subjects=[anatomy]"]
-    quiet: dict[str, Any] = {"progress": False, "echo": lambda _: None}
-    given = run(tiny_run_cfg(db, *args), tmp_path / "a", **quiet)
-    circ = run(tiny_run_cfg(db, *args, "scoring.choice_order=circular"), tmp_path / "b", **quiet)
+    given = run(tiny_run_cfg(db, *args), tmp_path / "a", display=QUIET)
+    circ = run(tiny_run_cfg(db, *args, "scoring.choice_order=circular"), tmp_path / "b", display=QUIET)
     assert [r.prediction for r in circ.results] == [r.prediction for r in given.results]
     assert all(len(r.rotations) == 3 and r.rotations[0].logprobs for r in circ.results)
     assert circ.record is not None
@@ -209,7 +208,7 @@ def test_the_sequential_gate_on_circular_accuracy(tmp_path: Path) -> None:
 
     from mmlu_track.gate.sequential_run import sequential_gate
     from mmlu_track.gate.stats import ComparisonError
-    from mmlu_track.pipeline.evaluate import Display, run
+    from mmlu_track.pipeline.evaluate import QUIET, Display, run
     from mmlu_track.store.orm import QuestionRow
 
     from .conftest import compose_eval
@@ -224,7 +223,7 @@ def test_the_sequential_gate_on_circular_accuracy(tmp_path: Path) -> None:
         "tracking=sql_only",
     ]
     over += [f"tracking.db_url={db}", "scoring.choice_order=circular"]
-    quiet: dict[str, Any] = {"progress": False, "echo": lambda _: None}
+    quiet: dict[str, Any] = {"display": QUIET}
     base = run(compose_eval(over), tmp_path / "base", **quiet)
     given = run(compose_eval([*over[:-1], "model.tiny_seed=3"]), tmp_path / "given", **quiet)
     with Session(SqlStore(db).engine) as s, s.begin():

@@ -11,10 +11,12 @@ import torch
 
 from mmlu_track.eval import generate, prefix_cache, prompts
 from mmlu_track.eval.answers import parse_generation, read_answer
-from mmlu_track.eval.batching import Score
+from mmlu_track.eval.batching import Batching, Score
 from mmlu_track.eval.data import load_subjects
-from mmlu_track.eval.generate import decided, score_generate
+from mmlu_track.eval.generate import decided
 from mmlu_track.settings.config import DataConfig, ScoringConfig
+
+from .conftest import generate_scores
 
 MAX_NEW = 4
 
@@ -47,7 +49,7 @@ def five_shot() -> tuple[list[str], list[str]]:
 
 def _run(lm: Any, texts: list[str], prefixes: list[str], cache: bool, batch_size: int) -> list[Score]:
     cfg = ScoringConfig("generate", max_new_tokens=MAX_NEW, prefix_cache=cache)
-    return score_generate(lm, texts, cfg, batch_size, lambda _: None, prefixes=prefixes)
+    return generate_scores(lm, texts, cfg, batch_size, lambda _: None, prefixes=prefixes)
 
 
 def test_generation_does_not_depend_on_batching_or_the_prefix(
@@ -106,7 +108,8 @@ def test_shared_attention_decodes_as_the_expanded_cache(
     assert (ok, missed) == (list(range(5)), [])
     tokens = {}
     for shared in (True, False):
-        work = generate._Work(tiny_lm, encoded, MAX_NEW, 3, None, lambda _: None, generate._stops)
+        batching = Batching(ScoringConfig("generate", max_new_tokens=MAX_NEW), 3)
+        work = generate._Work(tiny_lm, encoded, batching, lambda _: None, generate._stops)
         with torch.inference_mode():
             how = generate._generate_with_prefix(work, prefix_ids, ok, shared_attention=shared)
         assert how == ("shared" if shared else "cache")
@@ -170,7 +173,7 @@ def test_pattern_extraction_decodes_to_the_end_and_reads_the_whole_text(
     texts, prefixes = five_shot
     cfg = ScoringConfig("generate", max_new_tokens=MAX_NEW, extract="pattern")
     scores = {
-        cache: score_generate(
+        cache: generate_scores(
             tiny_lm, texts, replace(cfg, prefix_cache=cache), 8, lambda _: None, prefixes=prefixes
         )
         for cache in (False, True)

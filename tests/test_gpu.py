@@ -20,11 +20,9 @@ import pytest
 
 from mmlu_track.eval import models, prompts
 from mmlu_track.eval.data import load_subjects
-from mmlu_track.eval.generate import score_generate
-from mmlu_track.eval.scoring import score_logprob
 from mmlu_track.settings.config import EvalConfig, ScoringConfig
 
-from .conftest import compose_eval
+from .conftest import compose_eval, generate_scores, logprob_scores
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,7 +71,7 @@ def _logprobs(
     lm: models.LoadedModel, texts: list[str], prefixes: list[str], prefix: bool, rows: int
 ) -> np.ndarray:
     cfg = ScoringConfig("logprob", prefix_cache=prefix)
-    scores = score_logprob(lm, texts, cfg, rows, _quiet, prefixes=prefixes)
+    scores = logprob_scores(lm, texts, cfg, rows, _quiet, prefixes=prefixes)
     assert not any(s.prefix_fallback for s in scores)
     return np.array([s.logprobs for s in scores], dtype=np.float64)
 
@@ -101,7 +99,7 @@ def test_cuda_generation_equal_with_and_without_the_prefix(tiny_dir: Path) -> No
     lm, cfg = _load(tiny_dir, "float32")
     texts, prefixes = _prompts(cfg)
     runs = [
-        score_generate(lm, texts, ScoringConfig("generate", prefix_cache=c), b, _quiet, prefixes=prefixes)
+        generate_scores(lm, texts, ScoringConfig("generate", prefix_cache=c), b, _quiet, prefixes=prefixes)
         for c in (False, True)
         for b in (1, 8)
     ]

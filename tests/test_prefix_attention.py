@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from mmlu_track.eval import prefix_attention, prompts
+from mmlu_track.eval.batching import Batching
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.prefix_attention import SharedPrefix, Unsupported, attention, use_shared_prefix
+from mmlu_track.eval.prefix_cache import Suffixes
 from mmlu_track.eval.scoring import _score_with_prefix
-from mmlu_track.settings.config import DataConfig
+from mmlu_track.settings.config import DataConfig, ScoringConfig
 from mmlu_track.settings.subjects import LETTERS
 
 
@@ -115,10 +117,9 @@ def test_scorer_uses_shared_attention_and_matches_the_expanded_cache(tiny_lm: An
                 out[i] = lp[r, letters[4 * i : 4 * i + 4]].numpy()
 
         with torch.inference_mode():
-            how = _score_with_prefix(
-                tiny_lm, prefix_ids, list(range(len(ps))), encoded=encoded, batch_size=4, max_tokens=None,
-                take=take, forwarded=[0] * len(ps), shared_attention=shared,
-            )  # fmt: skip
+            work = Suffixes(prefix_ids, list(range(len(ps))), encoded, [0] * len(ps))
+            batching = Batching(ScoringConfig("logprob"), 4)
+            how = _score_with_prefix(tiny_lm, work, batching, take, shared_attention=shared)
         assert how == ("shared" if shared else "cache")
         results[shared] = out
     np.testing.assert_allclose(results[True], results[False], atol=1e-5)

@@ -10,12 +10,10 @@ import torch
 
 from mmlu_track.eval import generate, models, prompts
 from mmlu_track.eval.data import load_subjects
-from mmlu_track.eval.generate import score_generate
-from mmlu_track.eval.scoring import score_logprob
 from mmlu_track.settings.config import ScoringConfig
 from mmlu_track.settings.subjects import LETTERS
 
-from .conftest import compose_eval
+from .conftest import compose_eval, generate_scores, logprob_scores
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +40,7 @@ def test_real_questions_batched_equal_direct(smollm: Any) -> None:
         for q in d.test[:3]
         for f, k in (("harness", 5), ("original", 0))
     ]
-    batched = score_logprob(smollm, texts, ScoringConfig(method="logprob"), 4, lambda _: None)
+    batched = logprob_scores(smollm, texts, ScoringConfig(method="logprob"), 4, lambda _: None)
     for text, score in zip(texts, batched, strict=True):
         ids = smollm.encode(text)
         with torch.inference_mode():
@@ -63,7 +61,7 @@ def test_prefix_cache_equals_plain_on_real_questions(smollm: Any, formulation: s
         for k in (0, 5):
             ps = [prompts.fit(formulation, d.dev[:k], q, lambda _: True) for q in d.test[:4]]
             texts, prefixes = [p.text for p in ps], [p.prefix for p in ps]
-            plain = score_logprob(
+            plain = logprob_scores(
                 smollm,
                 texts,
                 ScoringConfig("logprob", prefix_cache=False),
@@ -71,7 +69,7 @@ def test_prefix_cache_equals_plain_on_real_questions(smollm: Any, formulation: s
                 lambda _: None,
                 prefixes=prefixes,
             )
-            cached = score_logprob(
+            cached = logprob_scores(
                 smollm,
                 texts,
                 ScoringConfig("logprob", prefix_cache=True),
@@ -95,7 +93,7 @@ def test_generation_equal_across_batching_and_prefix_on_real_questions(
     ps = [prompts.fit("original", d.dev[:5], q, lambda _: True) for d in data.values() for q in d.test[:4]]
     texts, prefixes = [p.text for p in ps], [p.prefix for p in ps]
     runs = {
-        (cache, b): score_generate(
+        (cache, b): generate_scores(
             smollm, texts, ScoringConfig("generate", prefix_cache=cache), b, lambda _: None, prefixes=prefixes
         )
         for cache in (False, True)

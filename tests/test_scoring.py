@@ -11,17 +11,18 @@ import torch
 
 from mmlu_track.eval import prompts
 from mmlu_track.eval.answers import calibrate, parse_generation
+from mmlu_track.eval.batching import Batching
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.scoring import (
     _letter_sequences,
     _score_sequences,
     _shared_prefix,
     run_batches,
-    score_generate,
-    score_logprob,
 )
 from mmlu_track.settings.config import DataConfig, ScoringConfig
 from mmlu_track.settings.subjects import LETTERS
+
+from .conftest import generate_scores, logprob_scores
 
 LOGPROB = ScoringConfig(method="logprob")
 GENERATE = ScoringConfig(method="generate", max_new_tokens=4)
@@ -49,12 +50,16 @@ def _direct(lm: Any, text: str) -> list[float]:
     return [float(lp[i]) for i in letter_ids]
 
 
+def _rows(batch_size: int, batch_tokens: int | None = None) -> Batching:
+    return Batching(LOGPROB, batch_size, batch_tokens)
+
+
 def _noop(_: int) -> None:
     return None
 
 
 def test_logprob_matches_a_direct_unbatched_computation(tiny_lm: Any, texts: list[str]) -> None:
-    scores = score_logprob(tiny_lm, texts, LOGPROB, 4, _noop)
+    scores = logprob_scores(tiny_lm, texts, LOGPROB, 4, _noop)
     for text, score in zip(texts, scores, strict=True):
         assert score.logprobs is not None
         np.testing.assert_allclose(score.logprobs, _direct(tiny_lm, text), atol=1e-5)
@@ -75,8 +80,8 @@ def test_letters_carry_the_leading_space(tiny_lm: Any) -> None:
 def test_scores_do_not_depend_on_batch_size(
     tiny_lm: Any, texts: list[str], batch_size: int, max_tokens: int | None
 ) -> None:
-    reference = score_logprob(tiny_lm, texts, LOGPROB, 1, _noop)
-    scores = score_logprob(tiny_lm, texts, LOGPROB, batch_size, _noop, max_tokens=max_tokens)
+    reference = logprob_scores(tiny_lm, texts, LOGPROB, 1, _noop)
+    scores = logprob_scores(tiny_lm, texts, LOGPROB, batch_size, _noop, max_tokens=max_tokens)
     assert [s.prediction for s in scores] == [s.prediction for s in reference]
     for a, b in zip(scores, reference, strict=True):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)  # type: ignore[arg-type]
@@ -85,7 +90,7 @@ def test_scores_do_not_depend_on_batch_size(
 def test_multi_token_path_equals_the_one_pass_path(tiny_lm: Any, texts: list[str]) -> None:
     # The path for tokenizers that split " A" sums continuation log-probs over full sequences;
     # with single-token letters it must give what the one-pass path gives.
-    fast = score_logprob(tiny_lm, texts[:3], LOGPROB, 2, _noop)
+    fast = logprob_scores(tiny_lm, texts[:3], LOGPROB, 2, _noop)
     for text, score in zip(texts[:3], fast, strict=True):
         ctx, wholes, _ = _letter_sequences(tiny_lm, text, " ")
         slow = _score_sequences(tiny_lm, [(_shared_prefix(ctx, w), w) for w in wholes])
@@ -94,20 +99,20 @@ def test_multi_token_path_equals_the_one_pass_path(tiny_lm: Any, texts: list[str
 
 def test_too_long_prompt_keeps_its_end(tiny_lm: Any, texts: list[str]) -> None:
     short = dataclasses.replace(tiny_lm, info=dataclasses.replace(tiny_lm.info, max_length=32))
-    score = score_logprob(short, texts[:1], LOGPROB, 1, _noop)[0]
+    score = logprob_scores(short, texts[:1], LOGPROB, 1, _noop)[0]
     assert score.truncated
     assert score.n_tokens == 32
 
 
 def test_progress_counts_every_question(tiny_lm: Any, texts: list[str]) -> None:
     seen: list[int] = []
-    score_logprob(tiny_lm, texts, LOGPROB, 3, seen.append)
+    logprob_scores(tiny_lm, texts, LOGPROB, 3, seen.append)
     assert sum(seen) == len(texts)
 
 
 def test_generate_is_greedy_batch_invariant_and_parsed(tiny_lm: Any, texts: list[str]) -> None:
-    one = score_generate(tiny_lm, texts[:4], GENERATE, 1, _noop)
-    four = score_generate(tiny_lm, texts[:4], GENERATE, 4, _noop)
+    one = generate_scores(tiny_lm, texts[:4], GENERATE, 1, _noop)
+    four = generate_scores(tiny_lm, texts[:4], GENERATE, 4, _noop)
     assert [s.generated for s in one] == [s.generated for s in four]
     for s in one:
         assert s.generated is not None
@@ -164,10 +169,10 @@ def test_prefix_cache_equals_the_plain_path(
 ) -> None:
     ps = subject_prompts[(formulation, k)]
     texts, prefixes = [p.text for p in ps], [p.prefix for p in ps]
-    plain = score_logprob(
+    plain = logprob_scores(
         tiny_lm, texts, ScoringConfig("logprob", prefix_cache=False), 1, _noop, prefixes=prefixes
     )
-    cached = score_logprob(
+    cached = logprob_scores(
         tiny_lm, texts, ScoringConfig("logprob", prefix_cache=True), batch_size, _noop, prefixes=prefixes
     )
     assert [s.prediction for s in cached] == [s.prediction for s in plain]
@@ -197,8 +202,8 @@ def test_a_subject_scored_in_slices_runs_its_prefix_once(
 
     def score(rows: slice) -> list[Any]:
         if method == "logprob":
-            return score_logprob(tiny_lm, texts[rows], cfg, 4, _noop, prefixes=prefixes[rows])
-        return score_generate(tiny_lm, texts[rows], cfg, 4, _noop, prefixes=prefixes[rows])
+            return logprob_scores(tiny_lm, texts[rows], cfg, 4, _noop, prefixes=prefixes[rows])
+        return generate_scores(tiny_lm, texts[rows], cfg, 4, _noop, prefixes=prefixes[rows])
 
     prefix_cache.forget(tiny_lm)  # what earlier tests kept
     real, runs = prefix_cache.run_prefix, []
@@ -220,11 +225,11 @@ def test_a_subject_scored_in_slices_runs_its_prefix_once(
 
 def test_prefix_that_does_not_match_falls_back_and_is_counted(tiny_lm: Any, texts: list[str]) -> None:
     # A "prefix" that is not how the texts start: every question takes the plain path.
-    scores = score_logprob(
+    scores = logprob_scores(
         tiny_lm, texts[:3], ScoringConfig("logprob"), 2, _noop, prefixes=["Something else entirely."] * 3
     )
     assert all(s.prefix_fallback for s in scores)
-    reference = score_logprob(tiny_lm, texts[:3], ScoringConfig("logprob", prefix_cache=False), 2, _noop)
+    reference = logprob_scores(tiny_lm, texts[:3], ScoringConfig("logprob", prefix_cache=False), 2, _noop)
     assert [s.logprobs for s in scores] == [s.logprobs for s in reference]
 
 
@@ -236,25 +241,25 @@ def test_batches_back_off_on_out_of_memory() -> None:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         seen.append(chunk)
 
-    assert run_batches(dict.fromkeys(range(7), 10), 8, run) == 2
+    assert run_batches(dict.fromkeys(range(7), 10), _rows(8), run) == 2
     assert [i for chunk in seen for i in chunk] == list(range(7))
 
     def broken(chunk: list[int]) -> None:
         raise RuntimeError("shape mismatch")
 
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        run_batches({1: 10, 2: 10}, 2, broken)
+        run_batches({1: 10, 2: 10}, _rows(2), broken)
 
 
 def test_token_budget_sizes_batches_by_their_longest_row() -> None:
     lengths = {0: 100, 1: 60, 2: 50, 3: 50, 4: 20, 5: 20, 6: 20, 7: 20, 8: 5}
     seen: list[list[int]] = []
-    run_batches(lengths, 64, seen.append, max_tokens=120)
+    run_batches(lengths, _rows(64, 120), seen.append)
     # Longest first: the 100-token row alone, then pairs of 50-60, then six 20s would be 120.
     assert seen == [[0], [1, 2], [3, 4], [5, 6, 7, 8]]
     assert all(len(c) == 1 or len(c) * max(lengths[i] for i in c) <= 120 for c in seen)
     seen.clear()
-    run_batches(lengths, 2, seen.append, max_tokens=10_000)
+    run_batches(lengths, _rows(2, 10_000), seen.append)
     assert max(len(c) for c in seen) == 2  # the row limit still holds under a large budget
 
     def oom_over_60_tokens(chunk: list[int]) -> None:
@@ -264,7 +269,7 @@ def test_token_budget_sizes_batches_by_their_longest_row() -> None:
 
     seen.clear()
     with pytest.raises(torch.OutOfMemoryError):  # a single 100-token row does not fit: nothing to halve
-        run_batches(lengths, 64, oom_over_60_tokens, max_tokens=240)
+        run_batches(lengths, _rows(64, 240), oom_over_60_tokens)
     seen.clear()
-    run_batches({i: n for i, n in lengths.items() if i}, 64, oom_over_60_tokens, max_tokens=240)
+    run_batches({i: n for i, n in lengths.items() if i}, _rows(64, 240), oom_over_60_tokens)
     assert [i for c in seen for i in c] == list(lengths)[1:]  # every row, in order, after halving

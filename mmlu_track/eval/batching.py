@@ -11,12 +11,28 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from mmlu_track.eval.backend import Progress, Score
+from mmlu_track.settings.config import EvalConfig, ScoringConfig
 
-__all__ = ["Progress", "Score", "fit", "left_pad", "run_batches"]
+__all__ = ["Batching", "Progress", "Score", "fit", "left_pad", "run_batches"]
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How the in-process backend scores: the scoring settings, the most prompts per forward pass
+    (`batch_size`) and, unless None, the most padded tokens per pass (`batch_tokens`)."""
+
+    scoring: ScoringConfig
+    batch_size: int
+    batch_tokens: int | None = None
+
+    @classmethod
+    def of(cls, cfg: EvalConfig) -> Batching:
+        return cls(cfg.scoring, cfg.batch_size, cfg.batch_tokens)
 
 
 def fit(ids: list[int], max_len: int) -> tuple[list[int], bool]:
@@ -45,22 +61,16 @@ def _is_oom(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
-def run_batches(
-    lengths: Mapping[int, int],
-    batch_size: int,
-    run: Callable[[list[int]], None],
-    *,
-    max_tokens: int | None = None,
-) -> int:
+def run_batches(lengths: Mapping[int, int], batching: Batching, run: Callable[[list[int]], None]) -> int:
     """Call `run` on batches of the items of `lengths` (item -> its tokens), longest first, and
     return the row limit that worked last.
 
-    A batch has at most `batch_size` rows and, with `max_tokens`, at most `max_tokens` padded
-    tokens (rows x the batch's longest row), so a batch of short questions holds more of them.
-    On out-of-memory both limits halve (never below one row) and the batch is retried whole.
+    A batch has at most `batching.batch_size` rows and, with `batching.batch_tokens`, at most that
+    many padded tokens (rows x the batch's longest row), so a batch of short questions holds more
+    of them. On out-of-memory both limits halve (never below one row) and the batch is retried whole.
     """
     order = sorted(lengths, key=lambda i: -lengths[i])  # stable: equal lengths keep their order
-    size, budget, start = batch_size, max_tokens, 0
+    size, budget, start = batching.batch_size, batching.batch_tokens, 0
     while start < len(order):
         stop = min(len(order), start + size)
         if budget is not None:

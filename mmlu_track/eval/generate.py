@@ -34,9 +34,10 @@ import torch
 
 from mmlu_track.eval import prefix_cache
 from mmlu_track.eval.answers import read_answer
-from mmlu_track.eval.batching import Progress, Score, fit, left_pad, run_batches
+from mmlu_track.eval.backend import GenerationRequest
+from mmlu_track.eval.batching import Batching, Progress, Score, fit, left_pad, run_batches
 from mmlu_track.eval.models import LoadedModel
-from mmlu_track.settings.config import ScoringConfig
+from mmlu_track.eval.prefix_cache import Suffixes
 
 
 def decided(text: str) -> bool:
@@ -63,25 +64,18 @@ def _decided_length(stops: Stops, lm: LoadedModel, tokens: list[int]) -> int:
 
 
 def score_generate(
-    lm: LoadedModel,
-    texts: Sequence[str],
-    cfg: ScoringConfig,
-    batch_size: int,
-    progress: Progress,
-    *,
-    prefixes: Sequence[str] | None = None,
-    max_tokens: int | None = None,
-    answer_lead: str = " ",
+    lm: LoadedModel, requests: Sequence[GenerationRequest], batching: Batching, progress: Progress
 ) -> list[Score]:
-    """Greedy generation after each text, up to `cfg.max_new_tokens`, stopped once decided. With
-    `cfg.prefix_cache` and `prefixes`, each distinct prefix is run once. `answer_lead` is not
-    needed: the answer is the first non-whitespace character, whatever precedes it."""
-    del answer_lead
+    """Greedy generation after each request's text, up to the scoring's `max_new_tokens`, stopped
+    once decided. With its `prefix_cache`, each distinct `prefix` is run once. (A chat request's
+    `messages` are rendered already: `text` is what the model reads.)"""
+    cfg = batching.scoring
     # Room for the new tokens: the prompt keeps its end if it is too long.
-    encoded = [fit(lm.encode(t), lm.info.max_length - cfg.max_new_tokens) for t in texts]
+    encoded = [fit(lm.encode(r.text), lm.info.max_length - cfg.max_new_tokens) for r in requests]
     stops = _stops if cfg.extract == "first_char" else _ends  # read at call time: tests replace _stops
-    work = _Work(lm, encoded, cfg.max_new_tokens, batch_size, max_tokens, progress, stops)
-    groups, plain = prefix_cache.group(cfg.prefix_cache, prefixes, encoded, range(len(texts)))
+    work = _Work(lm, encoded, batching, progress, stops)
+    prefixes = [r.prefix for r in requests]
+    groups, plain = prefix_cache.group(cfg.prefix_cache, prefixes, encoded, range(len(requests)))
     with torch.inference_mode():
         left = prefix_cache.run_groups(
             lm, groups, encoded, lambda ids, rows: _generate_with_prefix(work, ids, rows)
@@ -108,9 +102,7 @@ class _Work:
 
     lm: LoadedModel
     encoded: Sequence[tuple[list[int], bool]]
-    max_new: int
-    batch_size: int
-    max_tokens: int | None
+    batching: Batching
     progress: Progress
     stops: Stops  # whether a row's tokens so far settle its answer (or end it)
     tokens: list[list[int]] = field(init=False)  # the decided tokens
@@ -119,6 +111,10 @@ class _Work:
     def __post_init__(self) -> None:
         self.tokens = [[] for _ in self.encoded]
         self.forwarded = [0] * len(self.encoded)
+
+    @property
+    def max_new(self) -> int:
+        return self.batching.scoring.max_new_tokens
 
 
 def _generate_with_prefix(
@@ -156,10 +152,8 @@ def _generate_with_prefix(
             work.forwarded[i] += len(suffixes[i]) + len(out[i]) - 1
         work.progress(len(batch))
 
-    return prefix_cache.run_suffixes(
-        lm, prefix_ids, rows, work.encoded, run, batch_size=work.batch_size, max_tokens=work.max_tokens,
-        forwarded=work.forwarded, shared=shared_attention,
-    )  # fmt: skip
+    suffixes = Suffixes(prefix_ids, rows, work.encoded, work.forwarded)
+    return prefix_cache.run_suffixes(lm, suffixes, work.batching, run, shared=shared_attention)
 
 
 def _generate_plain(work: _Work, rows: list[int]) -> None:
@@ -201,4 +195,4 @@ def _generate_plain(work: _Work, rows: list[int]) -> None:
         work.progress(len(batch))
 
     lengths = {i: len(work.encoded[i][0]) + work.max_new for i in rows}
-    run_batches(lengths, work.batch_size, run, max_tokens=work.max_tokens)
+    run_batches(lengths, work.batching, run)

@@ -13,26 +13,15 @@ from dataclasses import dataclass, replace
 
 from mmlu_track.eval import models
 from mmlu_track.eval.backend import GenerationRequest, LetterRequest, Progress, Score, Traffic
+from mmlu_track.eval.batching import Batching
 from mmlu_track.eval.chat_template import render as render_chat
 from mmlu_track.eval.chat_template import source as template_source
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.eval.scoring import SCORERS
 from mmlu_track.records.run import ModelInfo
-from mmlu_track.settings.config import EvalConfig, ScoringConfig, ScoringMethod
+from mmlu_track.settings.config import EvalConfig, ScoringMethod
 
-
-@dataclass(frozen=True)
-class Batching:
-    """How the in-process backend scores: the scoring settings, the most prompts per forward pass
-    (`batch_size`) and, unless None, the most padded tokens per pass (`batch_tokens`)."""
-
-    scoring: ScoringConfig
-    batch_size: int
-    batch_tokens: int | None
-
-    @classmethod
-    def of(cls, cfg: EvalConfig) -> Batching:
-        return cls(cfg.scoring, cfg.batch_size, cfg.batch_tokens)
+__all__ = ["SCORED_BY", "Batching", "InProcess", "load_backend"]
 
 
 @dataclass(frozen=True)
@@ -60,33 +49,18 @@ class InProcess:
         return render_chat(self.lm.tokenizer, messages)[0]
 
     def score_letters(self, requests: Sequence[LetterRequest], progress: Progress) -> list[Score]:
-        leads = {r.answer_lead for r in requests}
-        if len(leads) > 1:
-            raise ValueError(f"one subject's prompts with different answer leads {sorted(leads)} (a bug)")
-        return self._scored("logprob", requests, progress, leads.pop() if leads else " ")
+        return self._scored("logprob", requests, progress)
 
     def generate(self, requests: Sequence[GenerationRequest], progress: Progress) -> list[Score]:
-        # A chat request's `messages` are rendered already: `text` is what the model reads.
-        return self._scored("generate", requests, progress, " ")
+        return self._scored("generate", requests, progress)
 
     def _scored(
         self,
         method: ScoringMethod,
         requests: Sequence[LetterRequest] | Sequence[GenerationRequest],
         progress: Progress,
-        answer_lead: str,
     ) -> list[Score]:
-        b = self._batching()
-        scores = SCORERS[method](
-            self.lm,
-            [r.text for r in requests],
-            b.scoring,
-            b.batch_size,
-            progress,
-            prefixes=[r.prefix for r in requests],
-            max_tokens=b.batch_tokens,
-            answer_lead=answer_lead,
-        )
+        scores = SCORERS[method](self.lm, requests, self._batching(), progress)
         return [replace(s, scored_by=SCORED_BY[method]) for s in scores]
 
     def traffic(self) -> Traffic:

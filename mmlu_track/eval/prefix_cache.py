@@ -22,12 +22,13 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from mmlu_track.eval import prefix_attention
-from mmlu_track.eval.batching import run_batches
+from mmlu_track.eval.batching import Batching, run_batches
 from mmlu_track.eval.models import LoadedModel
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
@@ -37,11 +38,12 @@ def group(
     on: bool, prefixes: Sequence[str] | None, encoded: Sequence[tuple[list[int], bool]], rows: Iterable[int]
 ) -> tuple[dict[str, list[int]], list[int]]:
     """(rows by their prefix text, the rows for the plain path): all of them unless `on` and
-    `prefixes` are given; a prompt cut to fit the context never starts with its prefix."""
+    `prefixes` are given; a prompt with no prefix (""), or cut to fit the context (it never starts
+    with its prefix), takes the plain path."""
     groups: dict[str, list[int]] = {}
     plain: list[int] = []
     for i in rows:
-        if on and prefixes is not None and not encoded[i][1]:
+        if on and prefixes is not None and prefixes[i] and not encoded[i][1]:
             groups.setdefault(prefixes[i], []).append(i)
         else:
             plain.append(i)
@@ -212,23 +214,26 @@ def suffix_forward(lm: LoadedModel, kv: KV, *, shared: bool = True) -> Iterator[
 SuffixBatch = Callable[[SuffixForward, Mapping[int, list[int]], list[int]], None]
 
 
+@dataclass(frozen=True)
+class Suffixes:
+    """One prefix's rows: the prefix's ids, the rows (indices into `encoded`, each prompt's ids and
+    whether cut) whose ids extend them, and the tokens forwarded per prompt, counted as they run."""
+
+    prefix_ids: list[int]
+    rows: list[int]
+    encoded: Sequence[tuple[list[int], bool]]
+    forwarded: list[int]
+
+
 def run_suffixes(
-    lm: LoadedModel,
-    prefix_ids: list[int],
-    rows: list[int],
-    encoded: Sequence[tuple[list[int], bool]],
-    run: SuffixBatch,
-    *,
-    batch_size: int,
-    max_tokens: int | None,
-    forwarded: list[int],
-    shared: bool = True,
+    lm: LoadedModel, work: Suffixes, batching: Batching, run: SuffixBatch, *, shared: bool = True
 ) -> str | None:
     """Run the prefix once (or take it kept from an earlier call), then `run(forward, suffixes,
-    batch)` for each batch of `rows` (their tokens after the prefix, batched by `run_batches`);
+    batch)` for each batch of `work.rows` (their tokens after the prefix, batched by `run_batches`);
     return how (`SuffixForward.how`), or None (nothing run: the model's cache is not a plain
     per-layer key/value cache that can be shared). A prefix run here counts its tokens in
-    `forwarded` on the first row; `run` counts each row's own."""
+    `work.forwarded` on the first row; `run` counts each row's own."""
+    prefix_ids, rows, encoded, forwarded = work.prefix_ids, work.rows, work.encoded, work.forwarded
     n = len(prefix_ids)
     kv = kept_prefix(lm, prefix_ids)
     if kv is None:
@@ -240,5 +245,5 @@ def run_suffixes(
     suffixes = {i: encoded[i][0][n:] for i in rows}
     with suffix_forward(lm, kv, shared=shared) as forward:
         lengths = {i: len(s) for i, s in suffixes.items()}
-        run_batches(lengths, batch_size, lambda batch: run(forward, suffixes, batch), max_tokens=max_tokens)
+        run_batches(lengths, batching, lambda batch: run(forward, suffixes, batch))
         return forward.how

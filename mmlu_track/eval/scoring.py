@@ -1,8 +1,10 @@
 """Scoring prompts with a loaded model: `SCORERS = {"logprob": ..., "generate": ...}`.
 
-Both scorers take the prompt texts of one subject and return one `Score` per prompt, in order,
-batched by `batching.run_batches` (longest first, left-padded, explicit positions: results do not
-depend on the batching beyond float rounding). `generate` lives in `generate.py`.
+Both scorers are called as `(lm, requests, batching, progress)`: one subject's requests (the
+seam's `LetterRequest` / `GenerationRequest`: each prompt's text and the prefix it shares) and the
+run's `Batching`; they return one `Score` per request, in order, batched by
+`batching.run_batches` (longest first, left-padded, explicit positions: results do not depend on
+the batching beyond float rounding). `generate` lives in `generate.py`.
 
 `logprob`: the answer letters are continuations `" A"`..`" D"` of a raw prompt (the letter carries
 the leading space; `answer_lead`), `"A"`..`"D"` of a chat prompt (the assistant turn's first
@@ -24,17 +26,17 @@ the prefix's tokens takes the plain path (`Score.prefix_fallback`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
 from mmlu_track.eval import prefix_cache
 from mmlu_track.eval.answers import argmax, four
-from mmlu_track.eval.backend import Progress, Score
-from mmlu_track.eval.batching import fit, left_pad, run_batches
+from mmlu_track.eval.backend import LetterRequest, Progress, Score
+from mmlu_track.eval.batching import Batching, fit, left_pad, run_batches
 from mmlu_track.eval.generate import score_generate
 from mmlu_track.eval.models import LoadedModel
-from mmlu_track.settings.config import ScoringConfig
+from mmlu_track.eval.prefix_cache import Suffixes
 from mmlu_track.settings.subjects import LETTERS
 
 __all__ = ["SCORERS", "Score", "Scorer", "run_batches", "score_generate", "score_logprob"]
@@ -73,23 +75,25 @@ def _encode(lm: LoadedModel, texts: Sequence[str], lead: str) -> tuple[Encoded, 
     return encoded, letter_ids, multi
 
 
+def _lead(requests: Sequence[LetterRequest]) -> str:
+    """The one answer lead of a subject's requests (raw and chat prompts are never mixed)."""
+    leads = {r.answer_lead for r in requests}
+    if len(leads) > 1:
+        raise ValueError(f"one subject's prompts with different answer leads {sorted(leads)} (a bug)")
+    return leads.pop() if leads else " "
+
+
 def score_logprob(
-    lm: LoadedModel,
-    texts: Sequence[str],
-    cfg: ScoringConfig,
-    batch_size: int,
-    progress: Progress,
-    *,
-    prefixes: Sequence[str] | None = None,
-    max_tokens: int | None = None,
-    answer_lead: str = " ",
+    lm: LoadedModel, requests: Sequence[LetterRequest], batching: Batching, progress: Progress
 ) -> list[Score]:
-    """Log-probs of `answer_lead` + "A".."D" after each text. With `cfg.prefix_cache` and `prefixes` (each
-    text's shared prefix, see `prompts.shared_prefix`), each distinct prefix is run once and only
-    the rest of each prompt is forwarded against its cached keys and values."""
-    encoded, letter_ids, multi = _encode(lm, texts, answer_lead)
+    """Log-probs of the answer lead + "A".."D" after each request's text. With the scoring's
+    `prefix_cache`, each distinct `prefix` (`prompts.shared_prefix`) is run once and only the rest
+    of each prompt is forwarded against its cached keys and values."""
+    texts = [r.text for r in requests]
+    encoded, letter_ids, multi = _encode(lm, texts, _lead(requests))
     one = (i for i in range(len(texts)) if i not in multi)
-    groups, plain = prefix_cache.group(cfg.prefix_cache, prefixes, encoded, one)
+    prefixes = [r.prefix for r in requests]
+    groups, plain = prefix_cache.group(batching.scoring.prefix_cache, prefixes, encoded, one)
     logprobs: list[tuple[float, float, float, float] | None] = [None] * len(texts)
     forwarded = [0] * len(texts)
 
@@ -99,10 +103,7 @@ def score_logprob(
         progress(len(rows))
 
     def with_prefix(prefix_ids: list[int], rows: list[int]) -> str | None:
-        return _score_with_prefix(
-            lm, prefix_ids, rows, encoded=encoded, batch_size=batch_size, max_tokens=max_tokens, take=take,
-            forwarded=forwarded,
-        )  # fmt: skip
+        return _score_with_prefix(lm, Suffixes(prefix_ids, rows, encoded, forwarded), batching, take)
 
     def run_plain(rows: list[int]) -> None:
         ids, mask, pos = left_pad([encoded[i][0] for i in rows], lm.pad_id, lm.info.device)
@@ -114,12 +115,12 @@ def score_logprob(
     with torch.inference_mode():
         left = prefix_cache.run_groups(lm, groups, encoded, with_prefix)
         plain.extend(left)
-        run_batches({i: len(encoded[i][0]) for i in plain}, batch_size, run_plain, max_tokens=max_tokens)
+        run_batches({i: len(encoded[i][0]) for i in plain}, batching, run_plain)
         for i, conts in multi.items():
             logprobs[i] = _score_sequences(lm, conts)
             forwarded[i] = sum(len(w) for _, w in conts)
             progress(1)
-    fallback = set(left) if cfg.prefix_cache else set()
+    fallback = set(left) if batching.scoring.prefix_cache else set()
     return [
         Score(
             prediction=argmax(lps),
@@ -145,14 +146,10 @@ def _all_scored(
 
 def _score_with_prefix(
     lm: LoadedModel,
-    prefix_ids: list[int],
-    rows: list[int],
-    *,
-    encoded: Sequence[tuple[list[int], bool]],
-    batch_size: int,
-    max_tokens: int | None,
+    work: Suffixes,
+    batching: Batching,
     take: Callable[[Sequence[int], torch.Tensor], None],
-    forwarded: list[int],
+    *,
     shared_attention: bool = True,
 ) -> str | None:
     """Run the prefix once, then each row's remaining tokens against its keys and values; return
@@ -163,12 +160,9 @@ def _score_with_prefix(
         logits, _ = forward(*left_pad([suffixes[i] for i in batch], lm.pad_id, lm.info.device))
         take(batch, torch.log_softmax(logits.float(), dim=-1))
         for i in batch:
-            forwarded[i] += len(suffixes[i])
+            work.forwarded[i] += len(suffixes[i])
 
-    return prefix_cache.run_suffixes(
-        lm, prefix_ids, rows, encoded, run, batch_size=batch_size, max_tokens=max_tokens, forwarded=forwarded,
-        shared=shared_attention,
-    )  # fmt: skip
+    return prefix_cache.run_suffixes(lm, work, batching, run, shared=shared_attention)
 
 
 @torch.inference_mode()
@@ -193,22 +187,12 @@ def _score_sequences(
 
 
 class Scorer(Protocol):
-    """Scores one subject's prompts in order; `prefixes[i]` is the start text i shares with others.
-    A batch holds at most `batch_size` prompts and, unless `max_tokens` is None, at most
-    `max_tokens` padded tokens (never fewer than one prompt). `answer_lead` precedes a letter
-    (`Style.answer_lead`); generation reads the first non-whitespace character either way."""
+    """Scores one subject's requests in order (a scoring method's own request kind: `Any` here). A
+    batch holds at most `batching.batch_size` prompts and, unless `batching.batch_tokens` is None,
+    at most that many padded tokens (never fewer than one prompt)."""
 
     def __call__(
-        self,
-        lm: LoadedModel,
-        texts: Sequence[str],
-        cfg: ScoringConfig,
-        batch_size: int,
-        progress: Progress,
-        *,
-        prefixes: Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        answer_lead: str = " ",
+        self, lm: LoadedModel, requests: Sequence[Any], batching: Batching, progress: Progress
     ) -> list[Score]: ...
 
 
