@@ -272,3 +272,38 @@ def test_a_served_model_answers_each_rotation(server: LlamaServer, cli: Cli, tmp
     assert all(len(r["rotations"]) == 3 for r in circ["rows"])
     assert circ["timing"]["requests"] - given["timing"]["requests"] >= 3  # 3 more prompts per question
     assert circ["circular"]["accuracy"]["micro"]["n"] == 1
+
+
+def test_the_plan_renders_every_rotation_and_checks_that_each_fits(tiny_lm: Any) -> None:
+    """Rotations are planned with rotation 0 (the session renders none): a rotation that does not
+    fit with rotation 0's shots drops shots as any prompt does; one that never fits refuses the run
+    (it was truncated by the scorer, silently)."""
+    from mmlu_track.eval import plan
+    from mmlu_track.eval.in_process import InProcess
+    from mmlu_track.eval.plan import TruncationError
+
+    from .conftest import compose_eval
+
+    cfg = compose_eval(["model=tiny", "device=cpu", "k=3", "limit=2", "subjects=[anatomy]",
+                        "scoring.choice_order=circular"])  # fmt: skip
+    lm, the_plan = InProcess(tiny_lm), plan.plan(cfg)
+    given = plan.render(cfg, the_plan, lm, lambda _: True)
+    everything = plan.rotations(cfg, the_plan, given, lm, lambda _: True)
+    first = everything["anatomy"][0]
+    assert len(first) == 4
+    assert first[0] == given["anatomy"][0]
+    assert [p.question.answer for p in first] == [(first[0].question.answer - r) % 4 for r in range(4)]
+    assert {p.shots_used for p in first} == {3}
+    assert {p.prefix for p in first} == {first[0].prefix}  # one few-shot prefix for all four
+    too_long = first[1].text  # rotation 1 with 3 shots does not fit: it drops one
+    dropped = plan.rotations(cfg, the_plan, given, lm, lambda t: t != too_long)["anatomy"][0]
+    assert [p.shots_used for p in dropped] == [3, 2, 3, 3]
+    assert dropped[1].question == first[1].question
+
+    def never(text: str) -> bool:  # rotation 1 of the first question fits with no number of shots
+        return not text.endswith(first[1].text[len(first[1].prefix) :])
+
+    with pytest.raises(TruncationError, match=r"1 of 6 prompts do not fit .* anatomy question"):
+        plan.rotations(cfg, the_plan, given, lm, never)
+    as_given = compose_eval(["model=tiny", "device=cpu", "k=3", "limit=2", "subjects=[anatomy]"])
+    assert plan.rotations(as_given, the_plan, given, lm, never)["anatomy"][0] == (given["anatomy"][0],)

@@ -87,17 +87,65 @@ def render(
         s: [prompts.fit(cfg.formulation, plan.shots[s], q, fits, how) for q in qs]
         for s, qs in plan.questions.items()
     }
-    too_long = [p for ps in out.values() for p in ps if p.shots_used == 0 and not fits(p.text)]
+    _refuse_too_long(cfg, lm, [p for ps in out.values() for p in ps], fits)
+    return out
+
+
+Asked = tuple[prompts.Prompt, ...]  # one question as the run asks it: rotation 0 (as given), then 1-3
+
+
+def rotations(
+    cfg: EvalConfig,
+    plan: Plan,
+    rendered: dict[str, list[prompts.Prompt]],
+    lm: Backend,
+    fits: Callable[[str], bool],
+    how: prompts.Style = prompts.RAW,
+) -> dict[str, list[Asked]]:
+    """Every prompt the run scores, per subject and question: `(as given,)`, or in a circular run
+    its 4 rotations, rotation 0 the prompt as given. A rotation keeps rotation 0's shots (their
+    prefix is shared) unless it does not fit with them: then it drops shots, last first, as any
+    prompt does; one that never fits refuses the run as rotation 0 would (`render`)."""
+    if cfg.scoring.choice_order != "circular":
+        return {s: [(p,) for p in ps] for s, ps in rendered.items()}
+    out: dict[str, list[Asked]] = {}
+    for subject, ps in rendered.items():
+        shots = plan.shots[subject]
+        out[subject] = [
+            (p, *(_rotation(cfg, p, r, shots, fits, how) for r in range(1, prompts.ROTATIONS))) for p in ps
+        ]
+    _refuse_too_long(cfg, lm, [p for asked in out.values() for a in asked for p in a[1:]], fits)
+    return out
+
+
+def _rotation(
+    cfg: EvalConfig,
+    given: prompts.Prompt,
+    r: int,
+    shots: tuple[Question, ...],
+    fits: Callable[[str], bool],
+    how: prompts.Style,
+) -> prompts.Prompt:
+    turned = prompts.rotated(given, r, cfg.formulation, shots, how)
+    if fits(turned.text) or given.shots_used == 0:
+        return turned
+    return prompts.fit(cfg.formulation, shots[: given.shots_used], turned.question, fits, how)
+
+
+def _refuse_too_long(
+    cfg: EvalConfig, lm: Backend, asked: list[prompts.Prompt], fits: Callable[[str], bool]
+) -> None:
+    """Refuse the run when a prompt does not fit even with no shots (unless allow_truncation)."""
+    too_long = [p for p in asked if p.shots_used == 0 and not fits(p.text)]
     if too_long and not cfg.allow_truncation:
         longest = max(too_long, key=lambda p: len(p.text))
         n_tokens = len(lm.encode(longest.text))
         raise TruncationError(
-            f"{len(too_long)} of {sum(map(len, out.values()))} prompts do not fit the model's context "
+            f"{len(too_long)} of {len(asked)} prompts do not fit the model's context "
             f"({lm.info.max_length} tokens) even with 0 shots, e.g. {longest.question.subject} question "
             f"{longest.question.index} ({n_tokens} tokens); raise max_length, or set allow_truncation=true "
             "to score their last tokens"
         )
-    return out
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mmlu_track.eval import load, prompts, provenance
 from mmlu_track.eval.backend import Backend
-from mmlu_track.eval.plan import Plan, fits_check, identity, plan, render, style
+from mmlu_track.eval.plan import Asked, Plan, fits_check, identity, plan, render, rotations, style
 from mmlu_track.records.run import DataInfo, HostInfo, RunStart
 from mmlu_track.settings.config import EvalConfig
 
@@ -28,14 +28,14 @@ class Origin:
 class Prepared:
     lm: Backend
     plan: Plan
-    rendered: dict[str, list[prompts.Prompt]]
+    rendered: dict[str, list[prompts.Prompt]]  # each question's prompt as given (units and looks cost them)
+    asked: dict[str, list[Asked]]  # every prompt the run scores, each question's rotations included
     start: RunStart
     identity: str
     started: float  # when this process began preparing the run (time.time())
     data_s: float
     model_load_s: float
     answer_lead: str = " "  # what precedes an answer letter (`prompts.Style.answer_lead`)
-    style: prompts.Style = prompts.RAW  # how prompts are put (a circular run renders its rotations so)
 
 
 def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
@@ -50,6 +50,7 @@ def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
     try:
         how = style(cfg, lm)
         rendered = render(cfg, the_plan, lm, fits, how)
+        asked = rotations(cfg, the_plan, rendered, lm, fits, how)
     except BaseException:
         lm.close()
         raise
@@ -74,4 +75,4 @@ def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
         sweep=origin.sweep,
     )
     ident = identity(cfg, lm.info, start.protocol, fresh=not cfg.tracking.resume)
-    return Prepared(lm, the_plan, rendered, start, ident, t0, t1 - t0, t2 - t1, how.answer_lead, how)
+    return Prepared(lm, the_plan, rendered, asked, start, ident, t0, t1 - t0, t2 - t1, how.answer_lead)

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from mmlu_track.eval import prompts
 from mmlu_track.eval.answers import check, to_results, with_rotations
 from mmlu_track.eval.ask import ask, per_question
 from mmlu_track.eval.backend import (
@@ -34,9 +33,8 @@ from mmlu_track.eval.backend import (
     Progress,
     PromptError,
 )
-from mmlu_track.eval.plan import Unit, assign, pick, units
+from mmlu_track.eval.plan import Asked, Unit, assign, pick, units
 from mmlu_track.eval.plan import looks as plan_looks
-from mmlu_track.eval.prompts import ROTATIONS, rotated
 from mmlu_track.pipeline.outputs import (
     EARLY_STOP_FILE,
     PREDICTIONS_FILE,
@@ -200,31 +198,22 @@ class EvaluationSession:
                     continue
                 bar.set_postfix_str(whole.subject)
                 # Only the questions not yet committed (a look of the sequential gate commits a part).
-                rendered_all = self.prep.rendered[whole.subject]
-                unit = whole if not found else pick(whole.subject, rendered_all, tuple(missing))
-                rendered = [rendered_all[i] for i in unit.positions]
-                new = self._scored(rendered, bar.update)
+                given, asked = self.prep.rendered[whole.subject], self.prep.asked[whole.subject]
+                unit = whole if not found else pick(whole.subject, given, tuple(missing))
+                new = self._scored([asked[i] for i in unit.positions], bar.update)
                 self.recorder.commit(new)
                 by_position = {**found, **dict(zip(unit.positions, new, strict=True))}
                 self.held[whole] = [by_position[i] for i in whole.positions]
                 if self.recorder.mirrored:
                     self._log_subject(unit.subject)
 
-    def _scored(self, rendered: list[prompts.Prompt], progress: Progress) -> list[QuestionResult]:
-        """One unit's prompts through the backend, as results; a prompt the backend cannot score is
-        one line naming its question. A circular run asks each in its 4 rotations at once (they
-        share the few-shot prefix), rotation-major: rotation r of question i is at r * n + i."""
-        scoring, n = self.cfg.scoring, len(rendered)
-        asked = [rendered]
-        if scoring.choice_order == "circular":
-            how, shots = (
-                self.prep.style,
-                self.prep.plan.shots[rendered[0].question.subject] if rendered else (),
-            )
-            asked += [
-                [rotated(p, r, self.cfg.formulation, shots, how) for p in rendered]
-                for r in range(1, ROTATIONS)
-            ]
+    def _scored(self, questions: list[Asked], progress: Progress) -> list[QuestionResult]:
+        """One unit's questions through the backend, as results; a prompt the backend cannot score
+        is one line naming its question. Each question is asked as planned (`plan.rotations`: a
+        circular run's 4 rotations, at once: they share the few-shot prefix), rotation-major:
+        rotation r of question i is at r * n + i."""
+        scoring, n = self.cfg.scoring, len(questions)
+        asked = [[q[r] for q in questions] for r in range(len(questions[0]) if questions else 1)]
         flat = [p for ps in asked for p in ps]
         try:
             scores = ask(
