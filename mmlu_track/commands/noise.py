@@ -39,7 +39,7 @@ from mmlu_track.pipeline.session import RunOutput
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.records.stored import NoiseEntry
-from mmlu_track.settings.config import EvalConfig, NoiseConfig
+from mmlu_track.settings.config import EvalConfig, GateConfig, NoiseConfig
 from mmlu_track.stats.noise_margin import PairNoise, Recommendation, Spread, pair_noise, recommend
 from mmlu_track.store.mlflow import metric_key
 from mmlu_track.store.mlflow_comparison import ComparisonLog
@@ -152,9 +152,8 @@ def _measure(
         if scored
         else {}
     )
-    gate = cfg.gate
-    margin, alpha = (gate.delta, gate.alpha) if gate is not None and gate.margin != "auto" else (0.01, 0.05)
-    rec = recommend([p for p in pairs if p.name in gated_names], margin, alpha)
+    gate = (cfg.gate or GateConfig("default")).numeric()  # what n the chosen δ needs at this noise
+    rec = recommend([p for p in pairs if p.name in gated_names], gate.delta, gate.alpha)
     report = NoiseReport(
         reference_run=str(outs["reference"].run_id),
         runs={name: str(out.run_id) for name, out in outs.items()},

@@ -8,7 +8,7 @@ nothing else in the package imports hydra or omegaconf.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from mmlu_track.settings.subjects import SUBJECTS
@@ -28,6 +28,8 @@ Dtype = Literal["float32", "bfloat16", "float16", "auto"]
 
 DEV_EXAMPLES_PER_SUBJECT = 5  # MMLU's dev split has exactly 5 per subject
 DEFAULT_SEED = 1234
+DEFAULT_MARGIN = 0.01  # gate.margin: δ, one point of micro accuracy
+DEFAULT_ALPHA = 0.05  # gate.alpha
 MAX_SEED = 2**63 - 1  # torch.manual_seed and numpy's generators overflow (a traceback) beyond 64 bits
 
 
@@ -212,11 +214,11 @@ class GateConfig:
     that alias of `registered_model` (default: the candidate's model name) at the candidate."""
 
     name: str
-    alpha: float = 0.05  # one-sided level of each test; two-sided intervals are 1 - alpha
+    alpha: float = DEFAULT_ALPHA  # one-sided level of each test; two-sided intervals are 1 - alpha
     # δ: the largest drop in micro accuracy that still counts as "no worse"; auto (the compare
     # command): the smallest margin of the runs' protocol's stored noise measurement
     # (python -m mmlu_track.noise).
-    margin: float | Literal["auto"] = 0.01
+    margin: float | Literal["auto"] = DEFAULT_MARGIN
     min_effect: float = 0.05  # a subject is flagged only if it also drops by at least this (5 points)
     correction: Correction = "holm"  # across subjects: holm (family-wise) | fdr_bh (Benjamini-Hochberg)
     fail_on_flagged_subjects: bool = False
@@ -240,6 +242,11 @@ class GateConfig:
         if isinstance(self.margin, str):
             raise ValueError("gate.margin=auto was read before it was resolved (a bug)")
         return self.margin
+
+    def numeric(self) -> GateConfig:
+        """This policy with a number for δ: `margin=auto`, not resolvable without a noise
+        measurement (a command without one: the noise command itself), is the default margin."""
+        return self if not isinstance(self.margin, str) else replace(self, margin=DEFAULT_MARGIN)
 
 
 @dataclass(frozen=True)
