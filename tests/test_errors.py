@@ -88,3 +88,21 @@ def test_a_bug_in_an_evaluation_is_said_as_one_and_an_error_of_the_input_is_not(
     proc = cli("eval", *args, cwd=tmp_path)
     assert proc.code == 2
     assert proc.errors == ["mmlu_track: error: the MMLU folder is empty"]
+
+
+@pytest.mark.parametrize("command", ["compare", "runs"])
+def test_a_database_url_that_does_not_parse_is_the_users_error_and_repeats_none_of_it(
+    cli: Cli, tmp_path: Path, command: str
+) -> None:
+    """`[::1` makes SQLAlchemy's port parsing raise a ValueError naming part of the URL: it was a
+    bug's traceback in compare and runs; the URL (a password in it) is never repeated."""
+    url = "postgresql://bob:s3cret@db@[::1"
+    if command == "runs":
+        proc = cli("runs", "--db", url, "list", cwd=tmp_path)
+    else:
+        proc = cli("compare", "baseline=a", "candidate=b", f"tracking.db_url='{url}'", cwd=tmp_path)
+    assert proc.code == 2
+    (line,) = [x for x in proc.err.splitlines() if "error:" in x]
+    assert "the results database URL is malformed (ValueError): write a SQLAlchemy URL" in line
+    assert "s3cret" not in proc.err
+    assert "bug" not in proc.err

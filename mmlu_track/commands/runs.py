@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from mmlu_track.records.run import RecordError
 from mmlu_track.records.stored import RunStatus
 from mmlu_track.settings.config import DB_URL_ENV, DEFAULT_DB_URL
-from mmlu_track.store.db import StoreError
+from mmlu_track.store.db import StoreError, parse_url
 from mmlu_track.support.console import reader_gone
 from mmlu_track.support.credentials import redact, redact_text
 from mmlu_track.support.errors import EXIT_ERROR, MmluTrackError
@@ -237,16 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("db-upgrade", help="upgrade a shared (server) results database to this version's schema")
     args = parser.parse_args(argv)
 
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     from mmlu_track.store.sql import SqlStore
 
     try:
         if args.command == "db-upgrade":
             _db_upgrade(args.db)
             return 0
-        url = make_url(args.db)
+        url = parse_url(args.db)
         local = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
         if local and not Path(str(url.database)).expanduser().exists():  # reading must not create a store
             print(f"mmlu_track.runs: no results database at {url.database}: no run recorded there yet",
@@ -257,9 +254,9 @@ def main(argv: list[str] | None = None) -> int:
             return COMMANDS[args.command](store, args)
         finally:
             store.close()
-    except (MmluTrackError, ArgumentError) as err:  # ArgumentError: SQLAlchemy's word for a bad --db URL
+    except MmluTrackError as err:
         print(f"mmlu_track.runs: error: {redact_text(str(err).splitlines()[0])}", file=sys.stderr)
-        return err.exit_code if isinstance(err, MmluTrackError) else EXIT_ERROR
+        return err.exit_code
     except BrokenPipeError:
         raise  # the reader stopped: `cli` ends quietly
     except Exception as err:

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 
 from mmlu_track.support.credentials import redact, redact_text
 from mmlu_track.support.errors import MmluTrackError
@@ -37,9 +38,24 @@ def busy_timeout() -> float:
     return value
 
 
+def parse_url(url: str) -> URL:
+    """A results database's URL, parsed; a malformed one is one line that repeats none of it (it
+    may hold a password, and a URL that does not parse cannot be masked by parsing)."""
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError) as err:
+        # SQLAlchemy's own words name no part of the URL; a ValueError's (a port's int()) may.
+        said = str(err).splitlines()[0] if isinstance(err, ArgumentError) else type(err).__name__
+        raise StoreError(
+            f"the results database URL is malformed ({said}): write a SQLAlchemy URL, e.g. "
+            "sqlite:///path/to/file.db or postgresql+psycopg://HOST:5432/DB (the user and password "
+            "before the host, their special characters percent-encoded)"
+        ) from None
+
+
 def sqlite_file(url: str) -> Path | None:
     """The file of a SQLite URL (None: another backend, memory, or a `file:` URI)."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     db = parsed.database
     if parsed.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
         return None
@@ -47,7 +63,7 @@ def sqlite_file(url: str) -> Path | None:
 
 
 def make_engine(url: str) -> Engine:
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
