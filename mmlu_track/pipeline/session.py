@@ -22,7 +22,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -47,7 +47,7 @@ from mmlu_track.pipeline.outputs import (
 from mmlu_track.pipeline.prepare import Prepared
 from mmlu_track.records.results import Accuracies, Accuracy, QuestionResult, aggregate, table, write_jsonl
 from mmlu_track.records.robustness import circular_scores, circular_table, letter_bias
-from mmlu_track.records.run import EarlyStop, RunRecord, Timing
+from mmlu_track.records.run import EarlyStop, RunRecord
 from mmlu_track.records.stored import ShardWork, StoredRun
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.store.db import StoreError
@@ -94,15 +94,6 @@ class RunOutput:
     stopped: EarlyStop | None = None  # the sequential gate stopped it (`results`: the questions scored)
 
 
-@dataclass
-class Counts:
-    multi_pass: int = 0
-    prefix_fallbacks: int = 0
-    forwarded: int = 0
-    scored: int = 0  # questions scored by this process (the rest were committed before)
-    scoring_started: float = field(default_factory=time.time)
-
-
 def acc(results: Sequence[QuestionResult]) -> Accuracy:
     return Accuracy.of([r.correct for r in results])
 
@@ -130,7 +121,7 @@ class EvaluationSession:
         self.my_units = assign(everything, self.shard.count)[self.shard.index]
         self.done: Done = {}  # committed before this process started (a resume)
         self.held: dict[Unit, list[QuestionResult]] = {}  # every unit this process holds results of
-        self.counts = Counts()
+        self.work, self.scoring_started = ShardWork(), time.time()  # this process's, from its claim
 
     @property
     def _which(self) -> str:
@@ -161,7 +152,7 @@ class EvaluationSession:
             where = f"{self.recorder.run_id}{self._which}"
             self.echo(f"resuming run {where}: {n_done} of {total} questions were committed")
         self.recorder.open_mirror()  # one MLflow run per run, open from the first shard's start
-        self.counts = Counts()
+        self.work, self.scoring_started = ShardWork(), time.time()
         try:
             if self.looks is None:
                 self._score(self.my_units)
@@ -228,11 +219,12 @@ class EvaluationSession:
                 f"{q.subject} question {q.index}{f' (rotation {r})' if r else ''}: {err}; the questions "
                 "committed so far are kept: run the same command to resume"
             ) from err
-        c = self.counts
-        c.multi_pass += sum(s.multi_pass for s in scores)
-        c.prefix_fallbacks += sum(s.prefix_fallback for s in scores)
-        c.forwarded += sum(s.forwarded for s in scores)
-        c.scored += n
+        self.work += ShardWork(
+            scored=n,
+            forwarded=sum(s.forwarded for s in scores),
+            multi_pass=sum(s.multi_pass for s in scores),
+            prefix_fallbacks=sum(s.prefix_fallback for s in scores),
+        )
         each = [
             to_results(ps, scores[r * n : (r + 1) * n], scoring.calibration) for r, ps in enumerate(asked)
         ]
@@ -268,17 +260,13 @@ class EvaluationSession:
 
     def _work(self, finished: float) -> ShardWork:
         """What this process did for the run (a shard: its part)."""
-        c, prep = self.counts, self.prep
-        traffic = prep.lm.traffic()
-        return ShardWork(
+        prep, traffic = self.prep, self.prep.lm.traffic()
+        return replace(
+            self.work,
             data_s=round(prep.data_s, 3),
             model_load_s=round(prep.model_load_s, 3),
-            scoring_s=round(finished - c.scoring_started, 3),
+            scoring_s=round(finished - self.scoring_started, 3),
             total_s=round(finished - prep.started, 3),
-            scored=c.scored,
-            forwarded=c.forwarded,
-            multi_pass=c.multi_pass,
-            prefix_fallbacks=c.prefix_fallbacks,
             requests=traffic.requests,
             abandoned=traffic.abandoned,
             abandoned_s=traffic.abandoned_s,
@@ -294,7 +282,7 @@ class EvaluationSession:
         if not recorder.claim_finalization(start.data.n_questions):
             self.echo(
                 f"run {run_id}{self._which}: {len(self.held)} units ({len(own)} questions, "
-                f"{self.counts.scored} scored now) committed; the shard that commits the run's last "
+                f"{self.work.scored} scored now) committed; the shard that commits the run's last "
                 "unit finalizes it"
             )
             return RunOutput(run_id, own, aggregate(own) if own else None, None, self.output_dir, None)
@@ -319,8 +307,8 @@ class EvaluationSession:
             self.echo(circular_table(agg, record.circular))
         if record.letter_bias:
             self.echo(record.letter_bias.line())
-        seconds = finished - self.counts.scoring_started
-        n, now = len(results), self.counts.scored
+        seconds = finished - self.scoring_started
+        n, now = len(results), self.work.scored
         self.echo(summary_line(record, n, now, seconds, sharded=self.sharded, output_dir=output_dir))
         if line := abandoned_line(record):
             self.echo(line)
@@ -341,17 +329,9 @@ class EvaluationSession:
             truncated=sum(r.truncated for r in results),
             multi_pass=work.multi_pass,
             prefix_fallbacks=work.prefix_fallbacks,
-            timing=Timing(
-                data_s=round(work.data_s, 3),
-                model_load_s=round(work.model_load_s, 3),
-                scoring_s=round(work.scoring_s, 3),
-                questions_per_s=round(work.scored / max(work.scoring_s, 1e-9), 3),
+            timing=work.timing(
                 resumed_subjects=len({r.subject for rs in self.done.values() for r in rs}),
-                tokens_forwarded=work.forwarded,
-                total_s=round(max(work.total_s, time.time() - self.prep.started), 3),
-                requests=work.requests,
-                abandoned_requests=work.abandoned,
-                abandoned_s=round(work.abandoned_s, 3),
+                total_s=max(work.total_s, time.time() - self.prep.started),
             ),
             scores=agg,
             circular=circular_scores(results),

@@ -16,7 +16,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar
 
-from mmlu_track.records.run import EarlyStop, EvalProtocol, RecordError, RunRecord
+from mmlu_track.records.run import EarlyStop, EvalProtocol, RecordError, RunRecord, Timing
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.settings.typed import ConfigError
@@ -162,17 +162,19 @@ class NoiseEntry:
 
 @dataclass(frozen=True)
 class ShardWork:
-    """What one shard's process did, recorded when its units are committed: a sharded run's
-    record sums its shards' work (`Timing`), where the finalizer's own share was all it had."""
+    """The one work record, from the scores to `results.json`: what one process did for a run.
+    The session adds each unit's (`+`), completes it with its seconds and its backend's traffic,
+    and records it when its units are committed; a sharded run's record sums its shards' (`timing`:
+    the record's `Timing`), where the finalizer's own share was all it had."""
 
-    data_s: float
-    model_load_s: float
-    scoring_s: float
-    total_s: float
-    scored: int  # questions scored by this process (not those committed before)
-    forwarded: int  # tokens forwarded
-    multi_pass: int
-    prefix_fallbacks: int
+    data_s: float = 0.0
+    model_load_s: float = 0.0
+    scoring_s: float = 0.0
+    total_s: float = 0.0
+    scored: int = 0  # questions scored by this process (not those committed before)
+    forwarded: int = 0  # tokens forwarded
+    multi_pass: int = 0
+    prefix_fallbacks: int = 0
     requests: int = 0  # sent to a served model, retries included (`eval.backend.Traffic`)
     abandoned: int = 0  # of those, cut at model.timeout_s
     abandoned_s: float = 0.0  # seconds spent waiting on the abandoned ones
@@ -189,10 +191,26 @@ class ShardWork:
 
     @classmethod
     def none(cls) -> ShardWork:
-        return cls(0, 0, 0, 0, 0, 0, 0, 0)
+        return cls()
 
     def __add__(self, other: ShardWork) -> ShardWork:
         return ShardWork(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
+
+    def timing(self, resumed_subjects: int, total_s: float) -> Timing:
+        """The run record's `Timing` (results.json's stable names) of this work: the one place the
+        names change (`forwarded` is `tokens_forwarded`, `abandoned` is `abandoned_requests`)."""
+        return Timing(
+            data_s=round(self.data_s, 3),
+            model_load_s=round(self.model_load_s, 3),
+            scoring_s=round(self.scoring_s, 3),
+            questions_per_s=round(self.scored / max(self.scoring_s, 1e-9), 3),
+            resumed_subjects=resumed_subjects,
+            tokens_forwarded=self.forwarded,
+            total_s=round(total_s, 3),
+            requests=self.requests,
+            abandoned_requests=self.abandoned,
+            abandoned_s=round(self.abandoned_s, 3),
+        )
 
 
 @dataclass(frozen=True)
