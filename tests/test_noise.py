@@ -177,3 +177,23 @@ def test_evaluations_sharded_beforehand_are_reused(cli: Cli, tmp_path: Path) -> 
     assert doc["runs"]["reference"] == sharded
     assert [p["name"] for p in doc["pairs"]] == ["repeat", "batching (1, None)"]
     assert doc["shot_seed_accuracies"] is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("noise.batch_size=0", "noise.batch_size=0 must be >= 1"),
+        ("noise.batch_tokens=-5", "noise.batch_tokens=-5 must be >= 1"),
+        ("noise.shot_seeds=[-1,2]", "noise.shot_seeds=-1 is out of range"),
+        ("noise.shot_seeds=[1,1]", "noise.shot_seeds=[1, 1] names a seed twice"),
+    ],
+)
+def test_the_noise_commands_own_settings_are_checked_before_any_evaluation(
+    cli: Cli, tmp_path: Path, setting: str, message: str
+) -> None:
+    """They were not: noise.batch_size=0 failed as a bug after two evaluations had run."""
+    got = cli("noise", "experiment=smoke", "device=cpu", setting, cwd=tmp_path)
+    assert got.code == 2
+    (line,) = got.errors
+    assert line.startswith(f"mmlu_track: error: {message}")
+    assert not list(tmp_path.rglob("*.db"))  # nothing evaluated, nothing recorded

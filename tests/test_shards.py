@@ -119,7 +119,7 @@ def test_four_shards_in_turn_make_one_run_equal_to_the_unsharded_one(
 def test_a_big_subject_is_cut_into_slices() -> None:
     from mmlu_track.eval.plan import units
 
-    cfg = tiny_run_cfg("sqlite://", *ARGS)
+    cfg = tiny_run_cfg("sqlite:///never-opened.db", *ARGS)
     rendered = {"professional_law": [None] * 250, "anatomy": [None] * 135}  # only lengths matter here
 
     class P:  # a rendered prompt's two lengths

@@ -297,6 +297,7 @@ def noise_main() -> None:
 
     from mmlu_track.commands.launchers import redact_hydra_files
     from mmlu_track.commands.noise import measure
+    from mmlu_track.settings.checks import check_noise
     from mmlu_track.settings.config import NoiseConfig
     from mmlu_track.settings.typed import from_mapping
 
@@ -307,6 +308,7 @@ def noise_main() -> None:
             raw = OmegaConf.to_container(cfg.pop("noise"), resolve=True)
         with errors_as_exit_codes(refused=True):
             noise = from_mapping(NoiseConfig, raw, prefix="noise.")  # type: ignore[arg-type]
+            check_noise(noise)
         eval_cfg = _eval_config(cfg)
         with errors_as_exit_codes():
             measure(eval_cfg, noise, Path(HydraConfig.get().runtime.output_dir))

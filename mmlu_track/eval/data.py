@@ -190,9 +190,14 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return list(pq.read_table(path).to_pylist())
+    try:
+        return list(pq.read_table(path).to_pylist())
+    except (pa.ArrowException, OSError) as err:
+        said = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DataError(f"{path} is not a readable Parquet file ({said}): replace it, or remove it") from None
 
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:

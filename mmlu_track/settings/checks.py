@@ -21,6 +21,7 @@ from mmlu_track.settings.config import (
     EvalConfig,
     GateConfig,
     ModelConfig,
+    NoiseConfig,
 )
 from mmlu_track.settings.parsers import PARSERS
 from mmlu_track.settings.typed import ConfigError, from_mapping
@@ -55,15 +56,25 @@ def _check_values(cfg: EvalConfig) -> None:
             "shards > 1 needs tracking.resume=true: the shards find their one run by its identity"
         )
     t = cfg.tracking
+    if re.fullmatch(r"sqlite(\+\w+)?://(/:memory:)?(\?.*)?", t.db_url.strip()):
+        raise ConfigError(
+            f"tracking.db_url={t.db_url} is an in-memory database: every result would be gone when the "
+            "process ends; give a file (sqlite:///mmlu_track.db) or a server"
+        )
     if not 0 < t.heartbeat_s <= t.dead_after_s / 2:
         raise ConfigError(
             f"tracking.heartbeat_s={t.heartbeat_s:g} must be above 0 and at most half of "
             f"tracking.dead_after_s={t.dead_after_s:g} (a process is taken as dead after missing beats)"
         )
-    if cfg.batch_size < 1:
-        raise ConfigError(f"batch_size={cfg.batch_size} must be >= 1")
-    if cfg.batch_tokens is not None and cfg.batch_tokens < 1:
-        raise ConfigError(f"batch_tokens={cfg.batch_tokens} must be >= 1, or null for batch_size alone")
+    check_batching("", cfg.batch_size, cfg.batch_tokens)
+    m = cfg.model
+    if m.source == "tiny" and not (m.tiny_hidden_size >= 8 and m.tiny_hidden_size % 8 == 0):
+        raise ConfigError(
+            f"model.tiny_hidden_size={m.tiny_hidden_size} must be a positive multiple of 8 (4 attention "
+            "heads of an even width)"
+        )
+    if m.source == "tiny" and m.tiny_num_layers < 1:
+        raise ConfigError(f"model.tiny_num_layers={m.tiny_num_layers} must be >= 1")
     if cfg.max_length is not None and cfg.max_length < 16:
         raise ConfigError(f"max_length={cfg.max_length} must be >= 16, or null for the model's")
     if cfg.scoring.max_new_tokens < 1:
@@ -104,6 +115,23 @@ def _check_chat(cfg: EvalConfig) -> None:
         raise ConfigError("chat.system is empty: give the system message's text, or leave it null")
 
 
+def check_batching(prefix: str, batch_size: int, batch_tokens: int | None) -> None:
+    """`batch_size` and `batch_tokens` under `prefix` (the evaluation's, or `noise.`'s)."""
+    if batch_size < 1:
+        raise ConfigError(f"{prefix}batch_size={batch_size} must be >= 1")
+    if batch_tokens is not None and batch_tokens < 1:
+        raise ConfigError(f"{prefix}batch_tokens={batch_tokens} must be >= 1, or null for batch_size alone")
+
+
+def check_noise(noise: NoiseConfig) -> None:
+    """The noise command's own settings, checked as the evaluation's are."""
+    check_batching("noise.", noise.batch_size, noise.batch_tokens)
+    for seed in noise.shot_seeds:
+        _check_seed("noise.shot_seeds", seed)
+    if len(set(noise.shot_seeds)) < len(noise.shot_seeds):
+        raise ConfigError(f"noise.shot_seeds={list(noise.shot_seeds)} names a seed twice: give each once")
+
+
 def _check_served(model: ModelConfig) -> None:
     if model.source != "openai_api":
         given = [k for k in SERVED_ONLY if getattr(model, k) is not None]
@@ -117,8 +145,15 @@ def _check_served(model: ModelConfig) -> None:
             )
             raise ConfigError(f"model.{key} is required for model.source=openai_api{why}")
     url = model.base_url or ""
-    parts = urllib.parse.urlsplit(url)
-    if not url.startswith(("http://", "https://")) or not parts.hostname:
+    try:  # an unclosed or invalid [IPv6] host raises here
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname
+    except ValueError as err:
+        raise ConfigError(
+            f"model.base_url does not parse as a URL ({str(err).split(':')[0]}): write "
+            "http://HOST:PORT/v1, an IPv6 address in brackets, e.g. http://[::1]:8000/v1"
+        ) from None
+    if not url.startswith(("http://", "https://")) or not host:
         raise ConfigError(
             f"model.base_url={url!r} must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1"
         )
