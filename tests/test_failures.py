@@ -145,6 +145,12 @@ CASES: list[tuple[str, Setup, int, str]] = [
         "anatomy.parquet is not a readable Parquet file",
     ),
     (
+        "data.path naming a file, not the MMLU folder",
+        lambda p: ["data=local", f"data.path={p / 'store.db'}", "subjects=anatomy", "experiment=smoke"],
+        2,
+        "store.db is a file: give the MMLU folder that holds dev/ and test/",
+    ),
+    (
         "a tiny model whose heads cannot split its width",
         lambda _: ["experiment=smoke", "model.tiny_hidden_size=3"],
         2,

@@ -186,6 +186,7 @@ def test_evaluations_sharded_beforehand_are_reused(cli: Cli, tmp_path: Path) -> 
         ("noise.batch_tokens=-5", "noise.batch_tokens=-5 must be >= 1"),
         ("noise.shot_seeds=[-1,2]", "noise.shot_seeds=-1 is out of range"),
         ("noise.shot_seeds=[1,1]", "noise.shot_seeds=[1, 1] names a seed twice"),
+        ("noise.shot_seeds=[4]", "noise.shot_seeds=[4] is one seed: a spread needs two or more"),
     ],
 )
 def test_the_noise_commands_own_settings_are_checked_before_any_evaluation(

@@ -228,6 +228,11 @@ _READERS: dict[str, Callable[[Path], list[dict[str, Any]]]] = {
 
 def _load_local(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]:
     root = Path(_path(cfg)).expanduser()
+    if root.is_file():
+        raise DataError(
+            f"data.path={root} is a file: give the MMLU folder that holds dev/ and test/ (or the "
+            "<subject>_<split>.csv files)"
+        )
     if not root.is_dir():
         raise DataError(f"local MMLU folder {root} does not exist")
     original = root / split / f"{subject}_{split}.csv"

@@ -130,6 +130,11 @@ def check_noise(noise: NoiseConfig) -> None:
         _check_seed("noise.shot_seeds", seed)
     if len(set(noise.shot_seeds)) < len(noise.shot_seeds):
         raise ConfigError(f"noise.shot_seeds={list(noise.shot_seeds)} names a seed twice: give each once")
+    if len(noise.shot_seeds) == 1:  # its "spread" would be 0, stored as this protocol's
+        raise ConfigError(
+            f"noise.shot_seeds={list(noise.shot_seeds)} is one seed: a spread needs two or more "
+            "(noise.shot_seeds=[1,2,3]), or [] to leave the shots out"
+        )
 
 
 def _check_served(model: ModelConfig) -> None:
