@@ -22,6 +22,7 @@ from mmlu_track.settings.config import (
     GateConfig,
     ModelConfig,
     NoiseConfig,
+    TrackingConfig,
 )
 from mmlu_track.settings.parsers import PARSERS
 from mmlu_track.settings.typed import ConfigError, from_mapping
@@ -55,26 +56,9 @@ def _check_values(cfg: EvalConfig) -> None:
         raise ConfigError(
             "shards > 1 needs tracking.resume=true: the shards find their one run by its identity"
         )
-    t = cfg.tracking
-    if re.fullmatch(r"sqlite(\+\w+)?://(/:memory:)?(\?.*)?", t.db_url.strip()):
-        raise ConfigError(
-            f"tracking.db_url={t.db_url} is an in-memory database: every result would be gone when the "
-            "process ends; give a file (sqlite:///mmlu_track.db) or a server"
-        )
-    if not 0 < t.heartbeat_s <= t.dead_after_s / 2:
-        raise ConfigError(
-            f"tracking.heartbeat_s={t.heartbeat_s:g} must be above 0 and at most half of "
-            f"tracking.dead_after_s={t.dead_after_s:g} (a process is taken as dead after missing beats)"
-        )
+    _check_tracking(cfg.tracking)
     check_batching("", cfg.batch_size, cfg.batch_tokens)
-    m = cfg.model
-    if m.source == "tiny" and not (m.tiny_hidden_size >= 8 and m.tiny_hidden_size % 8 == 0):
-        raise ConfigError(
-            f"model.tiny_hidden_size={m.tiny_hidden_size} must be a positive multiple of 8 (4 attention "
-            "heads of an even width)"
-        )
-    if m.source == "tiny" and m.tiny_num_layers < 1:
-        raise ConfigError(f"model.tiny_num_layers={m.tiny_num_layers} must be >= 1")
+    _check_tiny(cfg.model)
     if cfg.max_length is not None and cfg.max_length < 16:
         raise ConfigError(f"max_length={cfg.max_length} must be >= 16, or null for the model's")
     if cfg.scoring.max_new_tokens < 1:
@@ -113,6 +97,31 @@ def _check_chat(cfg: EvalConfig) -> None:
         )
     if cfg.chat.system is not None and not cfg.chat.system.strip():
         raise ConfigError("chat.system is empty: give the system message's text, or leave it null")
+
+
+def _check_tracking(t: TrackingConfig) -> None:
+    if re.fullmatch(r"sqlite(\+\w+)?://(/:memory:)?(\?.*)?", t.db_url.strip()):
+        raise ConfigError(
+            f"tracking.db_url={t.db_url} is an in-memory database: every result would be gone when the "
+            "process ends; give a file (sqlite:///mmlu_track.db) or a server"
+        )
+    if not 0 < t.heartbeat_s <= t.dead_after_s / 2:
+        raise ConfigError(
+            f"tracking.heartbeat_s={t.heartbeat_s:g} must be above 0 and at most half of "
+            f"tracking.dead_after_s={t.dead_after_s:g} (a process is taken as dead after missing beats)"
+        )
+
+
+def _check_tiny(m: ModelConfig) -> None:
+    if m.source != "tiny":
+        return
+    if not (m.tiny_hidden_size >= 8 and m.tiny_hidden_size % 8 == 0):
+        raise ConfigError(
+            f"model.tiny_hidden_size={m.tiny_hidden_size} must be a positive multiple of 8 (4 attention "
+            "heads of an even width)"
+        )
+    if m.tiny_num_layers < 1:
+        raise ConfigError(f"model.tiny_num_layers={m.tiny_num_layers} must be >= 1")
 
 
 def check_batching(prefix: str, batch_size: int, batch_tokens: int | None) -> None:
