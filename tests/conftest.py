@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -326,7 +327,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     running.stop()
 
 
-def logprob_scores(
+def kernel_scores(
+    method: str,
     lm: Any,
     texts: Sequence[str],
     cfg: ScoringConfig,
@@ -337,29 +339,19 @@ def logprob_scores(
     max_tokens: int | None = None,
     answer_lead: str = " ",
 ) -> list[Score]:
-    """The logprob kernel on plain texts (the tests' shorthand): their requests, their `Batching`."""
+    """A scoring kernel on plain texts (the tests' shorthand): their requests, their `Batching`."""
     from mmlu_track.eval.batching import Batching
+    from mmlu_track.eval.generate import score_generate
     from mmlu_track.eval.scoring import score_logprob
 
     shared = prefixes if prefixes is not None else [""] * len(texts)
-    requests = [LetterRequest(t, p, answer_lead) for t, p in zip(texts, shared, strict=True)]
-    return score_logprob(lm, requests, Batching(cfg, batch_size, max_tokens), progress)
+    batching = Batching(cfg, batch_size, max_tokens)
+    if method == "logprob":
+        letters = [LetterRequest(t, p, answer_lead) for t, p in zip(texts, shared, strict=True)]
+        return score_logprob(lm, letters, batching, progress)
+    generations = [GenerationRequest(t, p) for t, p in zip(texts, shared, strict=True)]
+    return score_generate(lm, generations, batching, progress)
 
 
-def generate_scores(
-    lm: Any,
-    texts: Sequence[str],
-    cfg: ScoringConfig,
-    batch_size: int,
-    progress: Callable[[int], None],
-    *,
-    prefixes: Sequence[str] | None = None,
-    max_tokens: int | None = None,
-) -> list[Score]:
-    """The generate kernel on plain texts (the tests' shorthand): their requests, their `Batching`."""
-    from mmlu_track.eval.batching import Batching
-    from mmlu_track.eval.generate import score_generate
-
-    shared = prefixes if prefixes is not None else [""] * len(texts)
-    requests = [GenerationRequest(t, p) for t, p in zip(texts, shared, strict=True)]
-    return score_generate(lm, requests, Batching(cfg, batch_size, max_tokens), progress)
+logprob_scores = functools.partial(kernel_scores, "logprob")
+generate_scores = functools.partial(kernel_scores, "generate")
