@@ -94,7 +94,7 @@ def render(outcome: Outcome, output_dir: Path) -> Reports:
 def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> str | None:
     """The verdict's record: its row in the SQL store, then (tracking.mlflow) its MLflow run; the
     run's page, where the store has a UI."""
-    o, g = outcome, outcome.cfg.gate
+    o, g = outcome, outcome.comp.settings  # the policy it was decided under: δ a number
     comp = o.comp
     entry = ComparisonEntry(
         id=reports.comparison_id,
@@ -199,8 +199,8 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> Logged | None:
         "baseline_run": base.id,
         "candidate_run": cand.id,
         "mode": o.mode,
-        "alpha": str(cfg.gate.alpha),
-        **({} if gap else {"policy": cfg.gate.name, "margin_pts": str(100 * cfg.gate.delta)}),
+        "alpha": str(o.comp.settings.alpha),
+        **({} if gap else {"policy": o.comp.settings.name, "margin_pts": str(100 * o.comp.settings.delta)}),
         **({"looks": str(cfg.gate.looks)} if extra else {}),
     }
     # Runs logged while MLflow was down have no MLflow id until `runs sync`.

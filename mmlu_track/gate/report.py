@@ -199,7 +199,7 @@ def markdown(o: Outcome, experiments: Mapping[str, str] | None = None) -> str:
     if verdict.status != "analysis":
         lines += ["", exit_line(verdict)]
     policy = (
-        f", policy {md_code(cfg.gate.name)} (α={s.alpha}, δ={100 * s.delta:.1f} pts, min effect "
+        f", policy {md_code(s.name)} (α={s.alpha}, δ={100 * s.delta:.1f} pts, min effect "
         f"{100 * s.min_effect:.0f} pts, {s.correction})"
         if gate_mode
         else f" (α={s.alpha}, {s.correction})"
@@ -316,7 +316,7 @@ def to_json(o: Outcome) -> dict[str, Any]:
 
     return {
         "mode": cfg.mode,
-        "policy": dataclasses.asdict(cfg.gate),
+        "policy": dataclasses.asdict(comp.settings),
         "verdict": {
             "status": verdict.status,
             "headline": verdict.headline,
