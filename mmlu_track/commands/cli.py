@@ -129,10 +129,9 @@ def errors_as_exit_codes(*, refused: bool = False) -> Iterator[None]:
 
     try:
         yield
-    except ConfigError as err:
-        fail(config_message(err), refused=True, code=err.exit_code)
-    except MmluTrackError as err:
-        fail(str(err), refused=refused or err.before_any_work, code=err.exit_code)
+    except MmluTrackError as err:  # a ConfigError's line names its full key (`config_message`)
+        said = config_message(err) if isinstance(err, ConfigError) else str(err)
+        fail(said, refused=refused or err.before_any_work, code=err.exit_code)
     except OmegaConfBaseException as err:
         fail(config_message(err), refused=True)
     except Exception as err:
