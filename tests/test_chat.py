@@ -19,7 +19,7 @@ from mmlu_track.commands import runs
 from mmlu_track.eval import in_process, plan, prompts
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.pipeline.evaluate import QUIET, run
-from mmlu_track.records.run import EvalProtocol
+from mmlu_track.records.protocol import EvalProtocol
 from mmlu_track.settings.config import DataConfig
 from mmlu_track.store.sql import SqlStore
 

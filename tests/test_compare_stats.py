@@ -13,7 +13,7 @@ from mmlu_track.gate.run import decide
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, deltas, noninferiority, pair
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.settings.config import GateConfig
-from mmlu_track.stats.paired import critical_value, tango_interval, tango_statistic
+from mmlu_track.stats.paired import critical_value, tango_interval, tango_limit, tango_statistic
 
 Z95 = float(stats.norm.ppf(0.975))
 GATE = GateConfig(name="default")
@@ -49,9 +49,15 @@ def test_noninferiority_is_tangos_score_test_with_an_exact_critical_value() -> N
     # No changed answer is not proof of no change: 114 questions cannot show a 1-point margin.
     none_changed = noninferiority(0, 0, 114, 0.01, 0.05)
     assert not none_changed.shown
-    assert none_changed.lower_bound == pytest.approx(-(1.645**2) / (114 + 1.645**2), rel=1e-3)
-    assert none_changed.questions_needed == 268
+    assert none_changed.lower_bound < -(1.645**2) / (114 + 1.645**2)  # the exact test's, below the score one
+    assert none_changed.questions_needed == 299  # where the gate first passes two identical runs
     assert noninferiority(0, 0, 1000, 0.01, 0.05).shown
+    # At 298 questions the score limit alone is −0.90 points: the bound printed beside "not shown"
+    # is the exact rule's, below −δ; at 299 the gate passes and its bound is above −δ.
+    at_298, at_299 = noninferiority(0, 0, 298, 0.01, 0.05), noninferiority(0, 0, 299, 0.01, 0.05)
+    assert float(tango_limit(0, 0, 298, 1.6448536269514722, "lower")) > -0.01
+    assert (at_298.shown, at_299.shown) == (False, True)
+    assert at_298.lower_bound <= -0.01 < at_299.lower_bound
 
 
 def test_macro_correction_bootstrap_and_categories() -> None:
@@ -96,7 +102,7 @@ def test_identical_runs_are_no_change_but_few_questions_show_nothing() -> None:
     assert not any(d.flagged or d.improved for d in small.subjects)
     verdict = decide(small, GATE)
     assert (verdict.status, verdict.exit_code) == ("inconclusive", 1)
-    assert "268 questions would be needed" in " ".join(verdict.reasons)
+    assert "299 questions are needed for two runs that differ by nothing" in " ".join(verdict.reasons)
     large = same(200)
     assert decide(large, GATE).status == "pass"
 
@@ -176,3 +182,28 @@ def test_power_one_subject_losing_twenty_points_is_flagged() -> None:
     sims = 100
     flagged = sum(_gate(_simulate(rng, drop_subject=0.20))[1] >= 1 for _ in range(sims))
     assert flagged / sims >= 0.8
+
+
+def test_the_pass_rule_and_pass_rate_are_the_gates_own_decide() -> None:
+    """`decision.passes` is decide()'s PASS on every drawn outcome, and `decision.pass_rate` (the
+    power tables, the noise floor, the questions needed) is the rate at which decide() passes pairs
+    drawn with that flip share: within Monte Carlo error, at two margins."""
+    from mmlu_track.stats import decision
+
+    rng = np.random.default_rng(49)
+    for n, psi, margin, sims in ((200, 0.04, 0.03, 200), (120, 0.10, 0.08, 200)):
+        gate = GateConfig(name="test", margin=margin, bootstrap_resamples=0)
+        passed = 0
+        for _ in range(sims):
+            x = (rng.random(n) < 0.6).astype(float)
+            flips = rng.random(n) < psi
+            x[flips] = rng.integers(0, 2, int(flips.sum()))  # a flip is a loss or a gain, evenly
+            y = np.where(flips, 1.0 - x, x)
+            comp = compare({"anatomy": (x, y)}, gate)
+            verdict = decide(comp, gate).status == "pass"
+            assert verdict == bool(decision.passes(comp.micro.lost, comp.micro.gained, n, margin, 0.05))
+            passed += verdict
+        # Δ = 0 and the flip share is psi: the exact rate the tables print.
+        expected = decision.pass_rate(n, psi, 0.0, margin, 0.05)
+        assert 0.2 < expected < 0.95  # both outcomes drawn often
+        assert abs(passed / sims - expected) <= 3 * math.sqrt(expected * (1 - expected) / sims)

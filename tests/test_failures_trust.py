@@ -416,7 +416,7 @@ def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> N
 def test_settings_a_run_predates_are_not_compared_and_named() -> None:
     from dataclasses import replace
 
-    from mmlu_track.records.run import EvalProtocol
+    from mmlu_track.records.protocol import EvalProtocol
 
     from .conftest import compose_eval
 

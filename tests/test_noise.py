@@ -25,15 +25,16 @@ def _gate_passes(b: int, c: int, n: int, margin: float) -> bool:
 
 
 def test_at_no_flips_the_margin_is_where_the_gate_starts_passing_an_identical_pair() -> None:
-    """Worked example (module docstring): with b = c = 0 the score test's one-sided lower limit
-    is −z²/(n + z²); the exact test can only ask more. The recommended margin is where the gate's
-    own decision on an identical pair turns to pass."""
-    for n in (100, 268):
+    """Worked example (module docstring): with b = c = 0 the score test needs −z²/(n + z²) > −δ and
+    the exact test (1 − δ)ⁿ ≤ α, so δ_min = max(1 − α^(1/n), z²/(n + z²)); the recommended margin
+    is where the gate's own decision on an identical pair turns to pass (to 0.05 points, above)."""
+    for n in (100, 268, 299):
         found = smallest_margin(n, 0.0, 0.05)
-        assert found >= Z**2 / (n + Z**2) - 1e-9
+        closed = max(1 - 0.05 ** (1 / n), Z**2 / (n + Z**2))
+        assert closed - 1e-9 <= found <= closed + 5e-4
         assert _gate_passes(0, 0, n, found)
         assert not _gate_passes(0, 0, n, found - 5e-4)
-    assert pytest.approx(0.0100, abs=1e-4) == Z**2 / (268 + Z**2)  # the README's 268 at δ = 1 point
+    assert pytest.approx(0.00997, abs=1e-5) == 1 - 0.05 ** (1 / 299)  # the README's 299 at δ = 1 point
 
 
 @pytest.mark.parametrize(("n", "psi"), [(100, 0.06), (1000, 0.06)])
@@ -41,23 +42,26 @@ def test_a_noise_only_pair_passes_95_percent_of_the_time_at_the_recommended_marg
     n: int, psi: float
 ) -> None:
     """By simulation: pairs drawn with the measured flip rate and no true change, decided by the
-    gate's rule (`noninferiority`: the score test and the exact test both reject), pass at the
-    recommended margin at least 95 % of the time (up to simulation error), and below it less often."""
-    from mmlu_track.stats import paired
+    gate's PASS rule (`decision.passes`: non-inferiority shown by the score and the exact test, and
+    no McNemar drop — decide()'s, test_compare_stats), pass at the recommended margin at least 95 %
+    of the time (up to simulation error), and below it less often."""
+    from mmlu_track.stats import decision, paired
 
     margin = smallest_margin(n, psi, 0.05)
     assert pass_probability(n, psi, margin, 0.05) >= 0.95
     draws = np.random.default_rng(7).multinomial(n, [psi / 2, psi / 2, 1 - psi], size=20_000)
     se = np.sqrt(0.95 * 0.05 / len(draws))
     for delta in (margin, margin - 2e-3):
-        t = paired.tango_statistic(draws[:, 0], draws[:, 1], n, -delta)
-        rate = float(np.mean((t >= paired.critical_value(n, delta, 0.05)) & (t > Z)))
+        rate = float(np.mean(decision.passes(draws[:, 0], draws[:, 1], n, delta, 0.05)))
         exact = pass_probability(n, psi, delta, 0.05)
         assert abs(rate - exact) <= 4 * se, (n, psi, delta, rate, exact)
     assert pass_probability(n, psi, margin - 2e-3, 0.05) < 0.95
-    b, c = int(draws[0, 0]), int(draws[0, 1])
-    t0 = float(paired.tango_statistic(b, c, n, -margin))
-    assert _gate_passes(b, c, n, margin) == (t0 >= paired.critical_value(n, margin, 0.05) and t0 > Z)
+    # Non-inferiority alone passes more often: the floor counts the drops a PASS also excludes.
+    b, c, w = paired.outcome_distribution(n, psi, 0.0)
+    alone = float(np.sum(w * decision.noninferior(b, c, n, margin, 0.05)))
+    assert alone >= pass_probability(n, psi, margin, 0.05)
+    if n == 1000:  # enough flips for a drop and non-inferiority to be shown together
+        assert alone > pass_probability(n, psi, margin, 0.05)
 
 
 def test_pairs_count_flips_and_the_recommendation_takes_the_worst() -> None:
@@ -122,6 +126,19 @@ def test_the_noise_command_measures_the_tiny_model(
     doc2 = json.loads((tmp_path / "m" / "noise.json").read_text())
     assert doc2["runs"]["shot seed 1"] == doc["runs"]["shot seed 1"]
     assert doc2["runs"]["repeat"] != doc["runs"]["repeat"]
+    # Roles by what each run was scored at, never by identity alone: the second reference is a run at
+    # the configured batching (before: the first measurement's batch-1 run), the batching pair
+    # compares two batchings, and each pair's runs and batching are named.
+    from mmlu_track.store.sql import SqlStore
+
+    store = SqlStore(db.split("=", 1)[1])
+    batch = {role: store.get(run).config.batch_size for role, run in doc2["runs"].items()}  # type: ignore[union-attr]
+    store.close()
+    assert batch["batching (1, None)"] == 1 != batch["reference"] == batch["repeat"]
+    assert len({doc2["runs"][r] for r in ("reference", "repeat", "batching (1, None)")}) == 3
+    assert doc2["batching"]["batching (1, None)"] == "batch_size 1, batch_tokens none"
+    assert f"{doc2['runs']['batching (1, None)'][:12]} (batch_size 1, batch_tokens none)" in again.out
+    assert doc2["subjects"] == ["abstract_algebra", "anatomy"]
     # Stored: `runs noise` lists it, and a gate over this protocol states it and warns.
     listed = cli("runs", "--db", db.split("=", 1)[1], "noise", cwd=tmp_path)
     assert listed.code == 0
@@ -142,12 +159,37 @@ def test_the_noise_command_measures_the_tiny_model(
     assert f"gate.margin=auto: δ = {100 * floor:.2f} pts, the floor of measurement" in auto.out
     report = json.loads(next((tmp_path / "auto").rglob("report.json")).read_text())
     assert report["policy"]["margin"] == pytest.approx(floor)
+    # The measurement serves a comparison of other questions asked the same way, at its own n: a
+    # floor measured on a few questions sets δ for more, from the flip rate's upper limit.
+    wider = [a for a in args if not a.startswith("hydra.run.dir")] + ["limit=5"]
+    made = [cli("eval", *wider, f"hydra.run.dir={tmp_path / f'w{i}'}", "tracking.resume=false", cwd=tmp_path)
+            for i in range(2)]  # fmt: skip
+    assert all(m.code == 0 for m in made), made[0].err
+    store = SqlStore(db.split("=", 1)[1])
+    measured = doc["recommendation"]["n"]
+    six = [r.id for r in store.runs() if r.protocol.n_questions > measured]
+    entry = store.noise.latest(store.get(six[0]).protocol)  # type: ignore[union-attr]
+    n = store.get(six[0]).protocol.n_questions  # type: ignore[union-attr]
+    store.close()
+    assert len(six) == 2
+    assert entry is not None
+    assert entry.n == measured
+    at_six = cli("compare", f"baseline={six[1]}", f"candidate={six[0]}", *cmp_args[2:], "gate.margin=auto",
+                 f"hydra.run.dir={tmp_path / 'six'}", cwd=tmp_path)  # fmt: skip
+    assert at_six.code == 0, at_six.err
+    expected = entry.margin_at(n, 0.05)
+    assert expected < entry.margin  # more questions: a smaller floor from the same flip rate
+    assert (
+        f"gate.margin=auto: δ = {100 * expected:.2f} pts, the floor of measurement {entry.id[:12]} at n = {n}"
+        in at_six.out
+    )
+    assert "of answers changed between these runs; noise alone flips at most" in at_six.out
     from mmlu_track.gate.policy import auto_margin
     from mmlu_track.gate.stats import ComparisonError
     from mmlu_track.settings.config import GateConfig
 
     with pytest.raises(ComparisonError, match=r"gate\.margin=auto needs a noise measurement"):
-        auto_margin(GateConfig("default", margin="auto"), None, "m")
+        auto_margin(GateConfig("default", margin="auto"), None, "m", 114)
     bad = cli("noise", *args[:-1], "noise.shot_seeds=1", cwd=tmp_path)
     assert bad.code == 2
     (line,) = bad.errors

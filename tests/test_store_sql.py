@@ -211,7 +211,7 @@ def test_an_unreadable_json_column_is_one_error_naming_the_run(
 ) -> None:
     import dataclasses
 
-    from mmlu_track.records.run import RecordError
+    from mmlu_track.records.protocol import RecordError
 
     store = SqlStore(sqlite_url)
     run_id, _ = store.start_or_resume(START, "unreadable")

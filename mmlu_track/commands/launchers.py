@@ -100,8 +100,9 @@ class SweepResults(Callback):
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         from mmlu_track.pipeline.outputs import RESULTS_FILE
+        from mmlu_track.records.protocol import RecordError
         from mmlu_track.records.results import table
-        from mmlu_track.records.run import RecordError, RunRecord
+        from mmlu_track.records.run import RunRecord
 
         if "submitit" not in str(config.hydra.launcher.get("_target_", "")):
             return

@@ -2,8 +2,8 @@
 
     python -m mmlu_track.noise [evaluation settings ...] [noise.shot_seeds=[1,2,3]] [noise.dtype=bfloat16]
 
-It runs the evaluation it is given (the **reference**; a finished run of the same identity in the
-store is taken as it is) and the evaluations that differ from it only in what must not matter:
+It runs the evaluation it is given (the **reference**; a finished run of the same identity scored at
+the same batching is taken as it is) and the evaluations that differ from it only in what must not matter:
 
 - **repeat**: the same settings again (determinism; a served model's own nondeterminism);
 - **batching**: `noise.batch_size` / `noise.batch_tokens` instead of the evaluation's;
@@ -57,6 +57,16 @@ class Variant:
     reuse: bool  # a finished run of its identity is taken as it is (not: repeat, batching)
     gated: bool  # the gate would compare it with the reference (the same prompts)
 
+    @property
+    def origin(self) -> Origin:
+        # The gated runs share the reference's identity: each takes or resumes only a run scored at
+        # its own batching, so that no run stands in for another (a batch-1 run is never the repeat).
+        return Origin(reuse=self.reuse, own_batching=self.gated)
+
+    @property
+    def batching(self) -> str:
+        return f"batch_size {self.cfg.batch_size}, batch_tokens {self.cfg.batch_tokens or 'none'}"
+
 
 def variants(cfg: EvalConfig, noise: NoiseConfig) -> list[Variant]:
     """The reference, then what differs from it only in what must not matter (module docstring)."""
@@ -76,6 +86,8 @@ def variants(cfg: EvalConfig, noise: NoiseConfig) -> list[Variant]:
 class NoiseReport:
     reference_run: str
     runs: dict[str, str]  # variant name -> its run id
+    batching: dict[str, str]  # variant name -> the batching it was scored at
+    subjects: tuple[str, ...]  # the subjects of the questions measured
     pairs: tuple[PairNoise, ...]
     gated: tuple[str, ...]  # the names of the pairs the recommendation rests on
     spread: Spread | None  # micro accuracy across the shot seeds
@@ -88,6 +100,8 @@ class NoiseReport:
         return {
             "reference_run": self.reference_run,
             "runs": self.runs,
+            "batching": self.batching,
+            "subjects": list(self.subjects),
             "pairs": [{**asdict(p), "flip_rate": p.flip_rate, "delta": p.delta} for p in self.pairs],
             "gated": list(self.gated),
             "shot_seed_accuracies": list(self.spread.accuracies) if self.spread else None,
@@ -129,11 +143,14 @@ def _measure(
     planned = variants(cfg, noise)
     for v in planned:
         folder = output_dir / v.name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
-        out = run(v.cfg, folder, display=QUIET, origin=Origin(reuse=v.reuse), store=store)
+        out = run(v.cfg, folder, display=QUIET, origin=v.origin, store=store)
         if out.record is None or out.run_id is None:
             raise RuntimeError(f"the {v.name} evaluation did not finish (a bug: it runs unsharded)")
         outs[v.name] = out
-        echo(f"{v.name}: run {out.run_id[:12]}, accuracy {100 * out.record.scores.micro.acc:.2f} %")
+        echo(
+            f"{v.name}: run {out.run_id[:12]} ({v.batching}), "
+            f"accuracy {100 * out.record.scores.micro.acc:.2f} %"
+        )
     gated_names = [v.name for v in planned if v.gated and v.name != "reference"]
     ref = _outcomes(outs["reference"].results)
     pairs = [_pair(name, ref, _outcomes(out.results)) for name, out in outs.items() if name != "reference"]
@@ -157,6 +174,8 @@ def _measure(
     report = NoiseReport(
         reference_run=str(outs["reference"].run_id),
         runs={name: str(out.run_id) for name, out in outs.items()},
+        batching={v.name: v.batching for v in planned},
+        subjects=tuple(sorted({r.subject for r in outs["reference"].results})),
         pairs=tuple(pairs),
         gated=tuple(gated_names),
         spread=spread,
@@ -184,7 +203,7 @@ def _entry(report: NoiseReport, reference: RunRecord) -> NoiseEntry:
     rec, spread = report.recommendation, report.spread
     return NoiseEntry(
         id=uuid.uuid4().hex,
-        protocol_key=reference.start.protocol.key(),
+        protocol_key=reference.start.protocol.prompt_key(),
         model_name=reference.start.model.name,
         reference_run_id=report.reference_run,
         n=rec.n,
@@ -230,13 +249,16 @@ def table(report: NoiseReport) -> str:
     """Each pair's flips and Δ against the reference, with their 95 % intervals."""
     width = max(len(p.name) for p in report.pairs) + 2
     head = f"{'against the reference':<{width}}{'n':>6} {'lost':>5} {'gained':>6}  {'flips % [95% CI]':<22} "
-    head += "Δ pts [95% CI]"
-    rows = [head, "-" * len(head)]
+    head += f"{'Δ pts [95% CI]':<26}run"
+    ref = report.reference_run[:12]
+    rows = [f"reference: run {ref} ({report.batching.get('reference', '-')})", head, "-" * len(head)]
     for p in report.pairs:
         flips = f"{100 * p.flip_rate:5.2f} [{100 * p.flip_low:.2f}, {100 * p.flip_high:.2f}]"
         mark = "" if p.name in report.gated else "  (not gated: other prompts)"
+        delta = f"{pts(p.delta)} [{pts(p.delta_low)}, {pts(p.delta_high)}]"
+        own = report.runs.get(p.name, report.reference_run)[:12]  # option order: the reference's rotations
         rows.append(
-            f"{p.name:<{width}}{p.n:>6} {p.lost:>5} {p.gained:>6}  {flips:<22} "
-            f"{pts(p.delta)} [{pts(p.delta_low)}, {pts(p.delta_high)}]{mark}"
+            f"{p.name:<{width}}{p.n:>6} {p.lost:>5} {p.gained:>6}  {flips:<22} {delta:<26}"
+            f"{own} ({report.batching.get(p.name, report.batching.get('reference', '-'))}){mark}"
         )
     return "\n".join(rows)

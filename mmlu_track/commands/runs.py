@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mmlu_track.records.run import RecordError
+from mmlu_track.records.protocol import RecordError
 from mmlu_track.records.stored import RunStatus
-from mmlu_track.settings.config import DB_URL_ENV, DEFAULT_DB_URL
+from mmlu_track.settings.config import DB_URL_ENV, DEFAULT_ALPHA, DEFAULT_DB_URL
 from mmlu_track.store.db import StoreError, parse_url
 from mmlu_track.support.console import reader_gone
 from mmlu_track.support.credentials import redact, redact_text
@@ -119,11 +119,13 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
             f"shard {claim.shard} of {claim.shards}  {claim.status}  process {who}  "
             f"scheduler {claim.scheduler or '-'}  {beat}"
         )
-    if noise := store.noise.latest(run.protocol.key()):
+    if noise := store.noise.latest(run.protocol):
+        n = run.protocol.n_questions
         print(
             f"noise floor of this protocol: measurement {noise.id[:12]} ({noise.created_at:%Y-%m-%d}, "
-            f"reference {noise.reference_run_id[:12]}): up to {100 * noise.flip_rate:.1f} % flips at "
-            f"n = {noise.n}, δ from {100 * noise.margin:.2f} pts"
+            f"reference {noise.reference_run_id[:12]}, n = {noise.n}): up to {100 * noise.flip_rate:.1f} % "
+            f"flips (at most {100 * noise.flip_upper:.1f} %), at this run's n = {n} δ from "
+            f"{100 * noise.margin_at(n, DEFAULT_ALPHA):.2f} pts (α = {DEFAULT_ALPHA})"
         )
     else:
         print(

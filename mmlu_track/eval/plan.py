@@ -22,8 +22,9 @@ import numpy as np
 from mmlu_track.eval import prompts
 from mmlu_track.eval.backend import Backend, ModelError
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
+from mmlu_track.records.protocol import EvalProtocol
 from mmlu_track.records.results import Docs
-from mmlu_track.records.run import EvalProtocol, ModelInfo, RunRecord
+from mmlu_track.records.run import ModelInfo, RunRecord
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.settings.identity import identity_dict
 from mmlu_track.support.errors import MmluTrackError

@@ -61,8 +61,8 @@ def decide(comp: Comparison, gate: GateConfig) -> Verdict:
     if ni.shown:
         return Verdict("pass", f"non-inferiority shown at {delta_txt}, no drop shown", (ni_line,), EXIT_PASS)
     need = (
-        f"about {ni.questions_needed:,} questions would be needed at the observed "
-        f"{100 * ni.discordance:.1f}% of changed answers (80% power if nothing changed)"
+        f"{ni.questions_needed:,} questions are needed for two runs that differ by nothing but the observed "
+        f"{100 * ni.discordance:.1f}% of changed answers to pass 80% of the time"
         if ni.questions_needed is not None
         else "a margin of 0 cannot be shown"
     )
@@ -211,40 +211,54 @@ def check_comparable(base: StoredRun, cand: StoredRun, cfg: CompareConfig, store
 
 
 def noise_notes(noise: NoiseEntry | None, comp: Comparison, g: GateConfig) -> list[str]:
-    """What the evaluation's own noise, when measured for this protocol, says of this verdict: the
-    floor beside it (naming the measurement), and a warning when gate.margin is below it or when
-    this many questions cannot show it at the measured flip rate."""
+    """What the evaluation's own noise, when measured for this prompt protocol, says of this verdict:
+    the floor at this comparison's n beside it (naming the measurement), this comparison's own flip
+    rate beside the noise's, and a warning when gate.margin is below the floor, when this many
+    questions cannot show it at the measured flip rate, or when the measurement did not cover every
+    subject compared."""
     if noise is None:
         return []
-    from mmlu_track.stats.paired import questions_needed
+    from mmlu_track.stats.decision import questions_needed
 
+    n, upper = comp.micro.n, noise.flip_upper
+    floor = noise.margin_at(n, g.alpha)
     spread = (
         f"; shot-seed range {100 * noise.shot_seed_range:.1f} pts"
         if noise.shot_seed_range is not None
         else ""
     )
+    changed = (comp.micro.lost + comp.micro.gained) / n
     out = [
         f"this evaluation's own noise (measurement {noise.id[:12]} of {noise.created_at:%Y-%m-%d}, "
-        f"reference run {noise.reference_run_id[:12]}): up to {100 * noise.flip_rate:.1f} % of answers "
-        f"flip at n = {noise.n:,}, where a noise-only pair passes 95 % of the time from "
-        f"δ = {100 * noise.margin:.2f} pts{spread}"
+        f"reference run {noise.reference_run_id[:12]}, n = {noise.n:,}): {100 * noise.flip_rate:.1f} % of "
+        f"answers flip (at most {100 * upper:.1f} % at 95 % confidence); at this comparison's n = {n:,} a "
+        f"noise-only pair passes 95 % of the time from δ = {100 * floor:.2f} pts{spread}",
+        f"{100 * changed:.1f} % of answers changed between these runs; noise alone flips at most "
+        f"{100 * upper:.1f} %",
     ]
-    n = comp.micro.n
-    if g.delta < noise.margin and n <= noise.n:
+    measured = noise.subjects
+    if measured is not None and (outside := sorted({s.name for s in comp.subjects} - set(measured))):
+        out.append(
+            f"warning: the noise measurement did not cover {len(outside)} of the {len(comp.subjects)} "
+            f"subjects compared (e.g. {outside[0]}): its flip rate is assumed to hold for them"
+        )
+    if g.delta < floor:
         out.append(
             f"warning: gate.margin = {100 * g.delta:.2f} pts is below this evaluation's noise floor "
-            f"({100 * noise.margin:.2f} pts at n = {noise.n:,}): two runs differing only by noise may fail it"
+            f"({100 * floor:.2f} pts at n = {n:,}): two runs differing only by noise may fail it"
         )
-    if g.delta > 0 and (needed := questions_needed(noise.flip_rate, g.delta, g.alpha)) > n:
+    elif g.delta > 0 and (needed := questions_needed(upper, g.delta, g.alpha)) > n:
         out.append(
-            f"warning: at the measured {100 * noise.flip_rate:.1f} % flips, showing "
-            f"δ = {100 * g.delta:.2f} pts needs about {needed:,} questions; this comparison has {n:,}"
+            f"warning: at up to {100 * upper:.1f} % flips, a noise-only pair passes "
+            f"δ = {100 * g.delta:.2f} pts 80 % of the time from {needed:,} questions; "
+            f"this comparison has {n:,}"
         )
     return out
 
 
-def auto_margin(g: GateConfig, noise: NoiseEntry | None, protocol_of: str) -> GateConfig:
-    """`gate.margin=auto`: δ is the stored noise measurement's smallest margin for this protocol."""
+def auto_margin(g: GateConfig, noise: NoiseEntry | None, protocol_of: str, n: int) -> GateConfig:
+    """`gate.margin=auto`: δ is the floor of the stored noise measurement of this prompt protocol
+    at this comparison's n questions (`NoiseEntry.margin_at`)."""
     if g.margin != "auto":
         return g
     if noise is None:
@@ -253,4 +267,4 @@ def auto_margin(g: GateConfig, noise: NoiseEntry | None, protocol_of: str) -> Ga
             f"runs of {protocol_of}): measure it with python -m mmlu_track.noise and the same settings, or "
             "give a number"
         )
-    return replace(g, margin=noise.margin)
+    return replace(g, margin=noise.margin_at(n, g.alpha))

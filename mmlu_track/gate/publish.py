@@ -112,9 +112,9 @@ def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> str |
         report_json=json.dumps(reports.doc),
         created_at=datetime.now(UTC).replace(tzinfo=None),
     )
-    store.save_comparison(entry)
+    store.comparisons.save(entry)
     if o.cfg.tracking.mlflow and (logged := _log_comparison(o, reports)):
-        store.set_comparison_mlflow(entry.id, logged.id)
+        store.comparisons.set_mlflow(entry.id, logged.id)
         return logged.url
     return None
 

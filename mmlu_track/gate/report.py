@@ -326,4 +326,5 @@ def to_json(o: Outcome) -> dict[str, Any]:
         "baseline": run(base),
         "candidate": run(cand),
         **{k: v for k, v in dataclasses.asdict(comp).items() if k != "settings"},
+        "noninferiority": comp.noninferiority.to_json(),  # with its questions needed, searched on use
     }

@@ -146,9 +146,9 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print, docs_for: D
                 f"{cfg.candidate!r}): a verdict needs two different runs"
             )
         check_comparable(base, cand, cfg, store)
-        noise = store.noise.latest(cand.protocol.key())
+        noise = store.noise.latest(cand.protocol)
         auto = cfg.gate.margin == "auto"
-        g = auto_margin(cfg.gate, noise, cand.model_name)
+        g = auto_margin(cfg.gate, noise, cand.model_name, cand.protocol.n_questions)
         cfg = replace(cfg, gate=g)
         base_results, cand_results = store.question_results(base.id), store.question_results(cand.id)
         if cfg.mode == "gate":
@@ -162,7 +162,9 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print, docs_for: D
             notes += noise_notes(noise, comp, g)
             if auto and noise is not None:
                 notes.append(
-                    f"gate.margin=auto: δ = {100 * g.delta:.2f} pts, the floor of measurement {noise.id[:12]}"
+                    f"gate.margin=auto: δ = {100 * g.delta:.2f} pts, the floor of measurement "
+                    f"{noise.id[:12]} "
+                    f"at n = {cand.protocol.n_questions:,}"
                 )
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
         docs = questions_text(docs_for, base, cfg.tracking.mlflow)  # the questions both scored

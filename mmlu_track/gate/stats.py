@@ -11,9 +11,11 @@ The formulas are in `paired.py`; this module applies them to groups of questions
 - Exact one-sided McNemar per group: b | b+c ~ Binomial(b+c, 1/2) under no change (scipy's
   binomial tail, the value `scipy.stats.binomtest(b, b+c, alternative="greater")` gives).
 - Across subjects: Holm (default) or Benjamini-Hochberg (`statsmodels` multipletests).
-- Non-inferiority of the micro Δ against a margin δ: Tango's score test of H0: Δ <= -δ with an
-  exact unconditional critical value (its level holds at every n); when it is not shown, the
-  questions needed at the observed discordance (80 % power, no true change).
+- Non-inferiority of the micro Δ against a margin δ, and the numbers beside it, by the gate's own
+  rule (`stats.decision`): Tango's score test of H0: Δ <= -δ with an exact unconditional critical
+  value (its level holds at every n), the limit the verdict holds against -δ, and, when neither it
+  nor a drop is shown, the questions at which a pair at the observed discordance that changed
+  nothing passes 80 % of the time.
 - A subject-stratified paired bootstrap (`scipy.stats.bootstrap`, each subject resampled within
   itself) gives a second interval for micro and macro, only where a percentile bootstrap is
   sound: at least BOOTSTRAP_MIN_FLIPS changed answers and BOOTSTRAP_MIN_PER_SUBJECT questions in
@@ -26,11 +28,14 @@ The formulas are in `paired.py`; this module applies them to groups of questions
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import gc
 import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -38,7 +43,7 @@ from scipy import stats
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.settings.config import GateConfig
 from mmlu_track.settings.subjects import CATEGORIES, category
-from mmlu_track.stats import paired
+from mmlu_track.stats import decision, paired
 from mmlu_track.support.errors import MmluTrackError
 
 BOOTSTRAP_MIN_FLIPS = 20
@@ -82,11 +87,25 @@ class NonInferiority:
     """Tango's score test of H0: Δ micro <= -margin, with an exact critical value."""
 
     margin: float
-    lower_bound: float  # one-sided (1 - alpha) score lower limit of the micro Δ
+    lower_bound: float  # the one-sided limit the verdict holds against -margin (`decision.lower_limit`)
     p_value: float  # the larger of the asymptotic and the exact p-value (asymptotic when T >= t* + 1)
     shown: bool
     discordance: float  # share of questions whose correctness changed
-    questions_needed: int | None  # for 80 % power at this discordance if nothing changed; None if shown
+    alpha: float = 0.05
+    decided: bool = False  # a drop is shown: the verdict rests on it, not on this test
+
+    @functools.cached_property
+    def questions_needed(self) -> int | None:
+        """The n at which a pair that changed nothing at this discordance passes 80 % of the time;
+        None where the verdict does not rest on it (shown, or a drop shown). Searched on first use
+        (seconds at large n: only an INCONCLUSIVE verdict prints it), at the share the verdict
+        prints (to a tenth of a percent): the count it states is the one for the figure beside it."""
+        if self.shown or self.decided or self.margin <= 0:
+            return None
+        return decision.questions_needed(round(self.discordance, 3), self.margin, self.alpha)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "questions_needed": self.questions_needed}
 
 
 @dataclass(frozen=True)
@@ -126,13 +145,9 @@ def pair(
 
 
 def _mcnemar(b: np.ndarray, c: np.ndarray) -> tuple[list[float], list[float]]:
-    """One-sided exact p-values for a regression (b > c) and an improvement (c > b), per group."""
-    # P(B >= b) for B ~ Binomial(b + c, 1/2): binomtest(b, b + c, alternative="greater"), for all
-    # groups in one call (the gate's simulations compare thousands of times); 1 when nothing changed.
-    m = b + c
-    reg = np.where(m > 0, stats.binom.sf(b - 1, np.maximum(m, 1), 0.5), 1.0)
-    imp = np.where(m > 0, stats.binom.sf(c - 1, np.maximum(m, 1), 0.5), 1.0)
-    return [float(v) for v in reg], [float(v) for v in imp]
+    """One-sided exact p-values for a regression (b > c) and an improvement (c > b), per group, all
+    groups in one call (the gate's simulations compare thousands of times)."""
+    return [float(v) for v in decision.drop_p(b, c)], [float(v) for v in decision.drop_p(c, b)]
 
 
 def deltas(groups: Sequence[tuple[str, np.ndarray, np.ndarray]], alpha: float) -> list[Delta]:
@@ -179,18 +194,18 @@ def _macro(subjects: Sequence[Delta], alpha: float) -> Delta:
     )
 
 
-def noninferiority(lost: int, gained: int, n: int, margin: float, alpha: float) -> NonInferiority:
-    """H0: Δ <= -margin against H1: Δ > -margin (see `paired.py`)."""
+def noninferiority(
+    lost: int, gained: int, n: int, margin: float, alpha: float, *, decided: bool = False
+) -> NonInferiority:
+    """H0: Δ <= -margin against H1: Δ > -margin (`stats.decision`). `decided`: a drop is shown,
+    so the verdict does not rest on it and no questions-needed count is searched."""
     t = float(paired.tango_statistic(lost, gained, n, -margin))
-    crit = paired.critical_value(n, margin, alpha)
-    shown = t >= crit and t > float(stats.norm.ppf(1 - alpha))
+    shown = bool(decision.noninferior(lost, gained, n, margin, alpha))
     p_value = float(stats.norm.sf(t))
-    if t < crit + 1:  # near the boundary report the exact p-value; far above it both are tiny
+    if t < paired.critical_value(n, margin, alpha) + 1:  # near the boundary: the exact one
         p_value = max(p_value, paired.exact_size(n, margin, t))
-    lower = float(paired.tango_limit(lost, gained, n, float(stats.norm.ppf(1 - alpha)), "lower"))
-    discordance = (lost + gained) / n
-    needed = None if shown else paired.questions_needed(discordance, margin, alpha) if margin > 0 else None
-    return NonInferiority(margin, lower, p_value, shown, discordance, needed)
+    lower = decision.lower_limit(lost, gained, n, margin, alpha)
+    return NonInferiority(margin, lower, p_value, shown, (lost + gained) / n, alpha, decided)
 
 
 def _bootstrap(pairs: Pairs, settings: GateConfig) -> dict[str, tuple[float, float]] | None:
@@ -275,7 +290,14 @@ def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
         micro=micro,
         macro=_macro(subjects, a),
         bootstrap=_bootstrap(pairs, settings) if settings.bootstrap_resamples > 0 else None,
-        noninferiority=noninferiority(micro.lost, micro.gained, micro.n, settings.delta, a),
+        noninferiority=noninferiority(
+            micro.lost,
+            micro.gained,
+            micro.n,
+            settings.delta,
+            a,
+            decided=micro.p_regression is not None and micro.p_regression < a,
+        ),
         subjects=tuple(subjects),
         categories=categories,
     )

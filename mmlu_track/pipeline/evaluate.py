@@ -45,11 +45,14 @@ def run(
     command's own SQL store when it holds one (the sequential gate's, with `looks`; else the run
     opens and closes its own)."""
     store = store or (looks.store if looks is not None else None)
-    recorder = RunRecorder(cfg.tracking, Shard(cfg.shard, cfg.shards), store)  # fails before any work
+    origin = origin or Origin()
+    batching = (cfg.batch_size, cfg.batch_tokens) if origin.own_batching else None
+    recorder = RunRecorder(
+        cfg.tracking, Shard(cfg.shard, cfg.shards), store, batching
+    )  # fails before any work
     cfg = replace(cfg, tracking=recorder.tracking)  # the MLflow URI it records, fixed from the start
     try:
         with sigterm_as_exit():
-            origin = origin or Origin()
             prep = prepare(cfg, origin)
             kept = recorder.finished(prep.identity) if origin.reuse else None
             if kept is not None and (record := kept[0].record) is not None:  # taken as it is: nothing scored

@@ -22,6 +22,9 @@ class Origin:
     sweep: str | None = None  # the sweep's folder (a launched job); None outside a sweep
     command: list[str] | None = None  # the command recorded (default: this process's own)
     reuse: bool = False  # a finished run of this identity is the result, nothing scored
+    # Take or resume only a run scored at this run's own batching: the noise command's roles (its
+    # reference, repeat and batching runs share one identity and must never stand in for each other).
+    own_batching: bool = False
 
 
 @dataclass(frozen=True)

@@ -13,24 +13,18 @@ The JSON layout (schema_version 1) is stable: sections `config`, `model`, `data`
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from mmlu_track.records.protocol import EvalProtocol, RecordError
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.robustness import CircularScores, LetterBias
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.settings.config import DEFAULT_SEED, EvalConfig, to_dict
 from mmlu_track.settings.subjects import SUBJECTS
 from mmlu_track.settings.typed import ConfigError
-from mmlu_track.support.errors import MmluTrackError
 
 SCHEMA_VERSION = 1
-
-
-class RecordError(MmluTrackError):
-    """A stored record this version cannot read (written by an incompatible mmlu_track)."""
 
 
 @dataclass(frozen=True)
@@ -65,165 +59,6 @@ class HostInfo:
     hostname: str
     platform: str
     argv: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class EvalProtocol:
-    """What makes two runs' answers comparable question by question: the same questions, asked with
-    the same prompts, scored the same way. The one declaration of comparability: the run identity
-    hashes it (`plan.identity`), the SQL store keeps it (`runs.protocol_json`), the gate compares it
-    field by field (`differences`) and a model name resolves to the newest run it allows.
-
-    None in a field means "not recorded" (a run stored before the field was): such a field is not
-    compared, and `unrecorded` names it so the report can say so.
-    """
-
-    questions: str  # the data fingerprint: sha256 of the scored test questions
-    n_questions: int
-    limit: int | None  # questions per subject (a seeded sample) or None for all
-    sample_seed: int | None  # the seed that drew a limit= sample (None without a limit)
-    formulation: str
-    template_hash: str | None
-    k: int
-    shot_selection: str | None
-    shot_seed: int | None  # the seed of random shots (None for the first k dev rows)
-    dev_fingerprint: str | None  # sha256 of the dev rows used as shots
-    max_length: int | None  # the configured context limit (None: each model's own)
-    allow_truncation: bool | None
-    scoring: str
-    calibration: str | None
-    chat: str = "none"  # the prompt style (`ChatConfig.style`); every run stored before chat prompts was raw
-    # How a generation is read: first_char, or "pattern <hash of the patterns>"; older runs: first_char.
-    extract: str = "first_char"
-    # as_given | circular: compared only by a gate on circular accuracy (rotation 0 is the question
-    # as given, so plain accuracies compare across the two).
-    choice_order: str = "as_given"
-
-    @classmethod
-    def of(
-        cls,
-        cfg: EvalConfig,
-        *,
-        questions: str,
-        n_questions: int,
-        dev_fingerprint: str | None,
-        template_hash: str | None,
-    ) -> EvalProtocol:
-        return cls(
-            questions=questions,
-            n_questions=n_questions,
-            limit=cfg.limit,
-            sample_seed=cfg.seed if cfg.limit is not None else None,
-            formulation=cfg.formulation,
-            template_hash=template_hash,
-            k=cfg.k,
-            shot_selection=cfg.shot_selection,
-            shot_seed=(cfg.seed if cfg.shot_seed is None else cfg.shot_seed)
-            if cfg.shot_selection == "random" and cfg.k > 0
-            else None,
-            dev_fingerprint=dev_fingerprint,
-            max_length=cfg.max_length,
-            allow_truncation=cfg.allow_truncation,
-            scoring=cfg.scoring.method,
-            calibration=cfg.scoring.calibration,
-            chat=cfg.chat.style,
-            extract=_extraction(cfg),
-            choice_order=cfg.scoring.choice_order,
-        )
-
-    def key(self) -> str:
-        """What a noise measurement is stored under: the hash of this protocol."""
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
-
-    def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        if out["choice_order"] == "as_given":  # as before rotations: an as-given run's identity unchanged
-            out.pop("choice_order")
-        return out
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> EvalProtocol:
-        names = {f.name for f in dataclasses.fields(cls)}
-        try:
-            return cls(**{k: v for k, v in doc.items() if k in names})
-        except TypeError as err:
-            raise RecordError(f"unreadable protocol record: {err}") from err
-
-    def differences(self, other: EvalProtocol, *, fewshot_gap: bool = False) -> list[str]:
-        """Why runs of `self` (the baseline) and `other` (the candidate) are not comparable, each
-        in one phrase naming the setting; empty when they are. `fewshot_gap`: k (and so the shots)
-        is what differs on purpose."""
-        b, c = self, other
-        out = []
-        if b.questions != c.questions or b.n_questions != c.n_questions:
-            why = ""
-            if b.limit != c.limit:
-                why = f": limit={_shown(b.limit)} vs limit={_shown(c.limit)}"
-            elif b.limit is not None and b.sample_seed != c.sample_seed:
-                why = f": the limit={b.limit} sample is drawn by seed={b.sample_seed} vs seed={c.sample_seed}"
-            out.append(
-                f"questions differ{why} (baseline {b.n_questions} questions, data fingerprint "
-                f"{b.questions[:12]}; candidate {c.n_questions}, {c.questions[:12]})"
-            )
-        checks = ["chat", "formulation", "template_hash", "scoring", "calibration", "extract"]
-        if not fewshot_gap:
-            checks.append("k")
-        if not fewshot_gap or min(b.k, c.k) > 0:
-            checks += ["shot_selection", "shot_seed"]
-        if not fewshot_gap:
-            checks.append("dev_fingerprint")
-        checks += ["max_length", "allow_truncation"]
-        for name in checks:
-            x, y = getattr(b, name), getattr(c, name)
-            if x != y and not (name in _RECORDED and None in (x, y)):
-                out.append(
-                    f"{_LABELS[name]} differs (baseline {_value(name, x)}, candidate {_value(name, y)})"
-                )
-        return out
-
-    def unrecorded(self) -> list[str]:
-        """The settings this run has no record of (stored before they were): not compared."""
-        return [_LABELS[name] for name in _RECORDED if getattr(self, name) is None]
-
-
-# Fields every run records from now on: None there means "not recorded" (compared on what the runs
-# have); in the others None is a value (no limit, the first shots, each model's own context).
-_RECORDED = ("template_hash", "shot_selection", "dev_fingerprint", "allow_truncation", "calibration")
-_LABELS = {
-    "chat": "prompt style chat (raw text or the model's chat template)",
-    "extract": "answer extraction (scoring.extract, scoring.patterns)",
-    "formulation": "formulation",
-    "template_hash": "prompt template (template hash)",
-    "scoring": "scoring method",
-    "calibration": "scoring.calibration",
-    "k": "k",
-    "shot_selection": "shot_selection",
-    "shot_seed": "the seed of random shots (seed=)",
-    "dev_fingerprint": "the few-shot examples (dev rows fingerprint)",
-    "max_length": "the context limit max_length",
-    "allow_truncation": "allow_truncation",
-}
-
-
-def _extraction(cfg: EvalConfig) -> str:
-    s = cfg.scoring
-    if s.extract == "first_char":
-        return "first_char"
-    return f"pattern {hashlib.sha256(json.dumps(list(s.patterns)).encode()).hexdigest()[:12]}"
-
-
-def _value(name: str, value: object) -> str:
-    if value is None:
-        return "null"
-    if name == "dev_fingerprint":
-        return str(value)[:12]
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
-
-
-def _shown(value: int | None) -> str:
-    return "null" if value is None else str(value)
 
 
 @dataclass(frozen=True)

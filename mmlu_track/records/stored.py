@@ -16,7 +16,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar
 
-from mmlu_track.records.run import EarlyStop, EvalProtocol, RecordError, RunRecord, Timing
+from mmlu_track.records.protocol import EvalProtocol, RecordError
+from mmlu_track.records.run import EarlyStop, RunRecord, Timing
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.settings.typed import ConfigError
@@ -145,7 +146,9 @@ class ComparisonEntry:
 @dataclass(frozen=True)
 class NoiseEntry:
     """One measurement of an evaluation's own noise, as the store keeps it (`noise_floors`): the
-    gate finds it by the protocol of the runs it compares (`EvalProtocol.key`)."""
+    gate finds it by the prompt protocol of the runs it compares (`EvalProtocol.prompt_key`; a
+    measurement stored before that, by the whole protocol's `key`), whichever questions they share.
+    Its flip rate serves any n: `margin_at` is the floor at a comparison's own n."""
 
     id: str
     protocol_key: str
@@ -153,11 +156,31 @@ class NoiseEntry:
     reference_run_id: str
     n: int
     flip_rate: float  # the largest among the pairs the gate would compare
-    margin: float  # the smallest δ at which a noise-only pair passes 95 % of the time
+    margin: float  # the smallest δ at which a noise-only pair passes 95 % of the time, at n
     shot_seed_range: float | None  # accuracy's range across shot seeds (None: none measured)
     report_json: str
     created_at: datetime
     mlflow_run_id: str | None = None
+
+    @property
+    def flip_upper(self) -> float:
+        """The one-sided 95 % upper limit of the flip rate (`stats.noise_margin.flip_upper`)."""
+        from mmlu_track.stats.noise_margin import flip_upper
+
+        return flip_upper(round(self.flip_rate * self.n), self.n)
+
+    def margin_at(self, n: int, alpha: float) -> float:
+        """The floor at n questions: the smallest δ a noise-only pair passes 95 % of the time, at
+        the flip rate's upper limit."""
+        from mmlu_track.stats.noise_margin import smallest_margin
+
+        return smallest_margin(n, self.flip_upper, alpha)
+
+    @property
+    def subjects(self) -> tuple[str, ...] | None:
+        """The subjects the measurement's questions came from (None: stored before it said)."""
+        found = json.loads(self.report_json).get("subjects")
+        return tuple(found) if isinstance(found, list) else None
 
 
 @dataclass(frozen=True)

@@ -8,51 +8,63 @@ interval (the gate's own). Across shot seeds, the spread of accuracy: the sample
 deviation (ddof = 1) and the range, per subject, category and overall.
 
 **The smallest margin the gate can use at this noise.** The gate passes a pair when it shows
-non-inferiority at δ: Tango's score test and the exact unconditional test (Hsueh, Liu & Chen 2001)
-both reject H₀: Δ ≤ −δ (`gate.stats.noninferiority`). For two runs that differ by noise alone
-(Δ = 0) with flip rate ψ over n questions, the probability that the gate passes is
+non-inferiority at δ (Tango's score test and the exact unconditional test, Hsueh, Liu & Chen 2001,
+both reject H₀: Δ ≤ −δ) and shows no drop (exact McNemar): `stats.decision.passes`. For two runs
+that differ by noise alone (Δ = 0) with flip rate ψ over n questions, the probability that the gate
+passes is
 
-    P_pass(δ; n, ψ) = Σ_(b,c) P(b, c | n, ψ, Δ = 0) · 1[the gate shows Δ > −δ at (b, c, n)],
+    P_pass(δ; n, ψ) = Σ_(b,c) P(b, c | n, ψ, Δ = 0) · 1[the gate passes (b, c, n) at δ],
 
-summed exactly over every outcome (`paired.outcome_distribution`: b + c ~ Bin(n, ψ), b | b + c ~
+summed exactly over every outcome (`decision.pass_rate`: b + c ~ Bin(n, ψ), b | b + c ~
 Bin(b + c, ½)). The recommended margin is the smallest δ with P_pass ≥ 0.95 — a noise-only pair
 then passes 19 times in 20 — found by bisection (P_pass rises with δ). Worked example: with no
-flips (ψ = 0) a pair passes exactly when the one-sided lower limit −z²/(n + z²) exceeds −δ
-(Tango's interval at b = c = 0, `paired.py`), so δ_min = z²/(n + z²): at n = 268 and α = 0.05,
-1.645²/(268 + 1.645²) = 0.99 points, the README's "268 questions at δ = 1 point" read backwards.
+flips (ψ = 0) the exact test's p-value is (1 − δ)ⁿ, the chance that nothing flips when every flip
+would be a loss (ψ = δ), and the score test needs −z²/(n + z²) > −δ; so δ_min =
+max(1 − α^(1/n), z²/(n + z²)): at n = 299 and α = 0.05, 1 − 0.05^(1/299) = 0.997 points, and
+two identical runs first pass δ = 1 point at n = 299.
 
-**The questions needed** at a chosen δ and the measured ψ: `paired.questions_needed` (80 % power
-when nothing changed), the number an INCONCLUSIVE verdict prints.
+**The measured flip rate's own error.** A measurement over n questions estimates ψ; the floor rests
+on the one-sided 95 % upper Wilson limit of the worst gated pair's flips (`flip_upper`), not on ψ̂:
+taken too low, the floor would let two runs that differ by noise alone fail the gate more than one
+time in 20 (a release blocked for nothing), which is what the floor exists to prevent. With no flip
+among 114 questions the limit is 2.3 %. ψ is a per-question rate of the prompt protocol, so the
+same measurement gives δ at any other n (`smallest_margin(n, flip_upper, α)`): the gate computes
+it at the comparison's own n.
+
+**The questions needed** at a chosen δ and the measured ψ: `decision.questions_needed` (a pair
+that changed nothing passes 80 % of the time), the number an INCONCLUSIVE verdict prints.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
-from mmlu_track.stats import paired
+from mmlu_track.stats import decision, paired
 
 PASS_PROBABILITY = 0.95  # a noise-only pair must pass this often at the recommended margin
+FLIP_UPPER_LEVEL = 0.95  # the one-sided level of the flip rate's upper limit the floor rests on
+
+
+def flip_upper(flips: int, n: int) -> float:
+    """The one-sided upper limit of a flip rate at FLIP_UPPER_LEVEL (Wilson; module docstring)."""
+    return paired.wilson(flips, n, 2 * (1 - FLIP_UPPER_LEVEL))[1] if n else 1.0
 
 
 def pass_probability(n: int, psi: float, margin: float, alpha: float) -> float:
     """P(the gate passes | Δ = 0, flip rate `psi`, `n` questions, margin δ) (module docstring)."""
-    if margin <= 0:
-        return 0.0
-    b, c, w = paired.outcome_distribution(n, psi, 0.0)
-    t = paired.tango_statistic(b, c, n, -margin)
-    shown = (t >= paired.critical_value(n, margin, alpha)) & (t > float(stats.norm.ppf(1 - alpha)))
-    return float(np.sum(w * shown))
+    return decision.pass_rate(n, psi, 0.0, margin, alpha)
 
 
+@functools.lru_cache(maxsize=256)
 def smallest_margin(n: int, psi: float, alpha: float, probability: float = PASS_PROBABILITY) -> float:
     """The smallest δ at which a noise-only pair passes with `probability` (to 0.05 points, above),
     by bisection on the exact pass probability, bracketed around the normal approximation's δ
-    (`paired.questions_needed` at that power: cheap, and close)."""
+    (`paired.questions_needed_approx` at that power: cheap, and close)."""
 
     def passes(delta: float) -> bool:
         return pass_probability(n, psi, delta, alpha) >= probability
@@ -60,7 +72,7 @@ def smallest_margin(n: int, psi: float, alpha: float, probability: float = PASS_
     lo, hi = 1e-4, 1.0
     while hi - lo > 1e-4:  # the approximation's δ: questions_needed(δ) <= n
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if paired.questions_needed(psi, mid, alpha, probability) <= n else (mid, hi)
+        lo, hi = (lo, mid) if paired.questions_needed_approx(psi, mid, alpha, probability) <= n else (mid, hi)
     guess = hi
     lo, hi = 0.6 * guess, min(1.6 * guess, 1.0)
     while not passes(hi):
@@ -127,7 +139,8 @@ class Spread:
 class Recommendation:
     n: int
     flip_rate: float  # the largest measured among the pairs: the gate must live with the worst
-    margin: float  # the smallest δ at which a noise-only pair passes 95 % of the time
+    flip_upper: float  # its one-sided 95 % upper limit, what the floor rests on
+    margin: float  # the smallest δ at which a noise-only pair passes 95 % of the time, at n
     chosen_margin: float  # the δ the user's gate uses
     needed_at_chosen: int | None  # questions for 80 % power at the chosen δ (None: δ = 0)
     alpha: float
@@ -148,12 +161,15 @@ class Recommendation:
             else "clears it"
         )
         flips, n, floor = 100 * self.flip_rate, f"{self.n:,}", 100 * self.margin
+        upper = 100 * self.flip_upper
         return (
             f"This evaluation's own noise: up to {flips:.1f} % of the answers flip between runs that differ "
-            f"only in what must not matter, at n = {n}.{shots} At that noise the smallest margin the gate "
-            f"can use is δ = {floor:.2f} points (a noise-only pair passes {100 * PASS_PROBABILITY:.0f} % "
-            f"of the time at α = {self.alpha}); the configured gate.margin = {100 * self.chosen_margin:.2f} "
-            f"points {verdict}, and showing it with 80 % power needs {need} questions."
+            f"only in what must not matter, at n = {n} (at most {upper:.1f} % at 95 % confidence).{shots} "
+            f"At that noise the smallest margin the gate can use at n = {n} is δ = {floor:.2f} points (a "
+            f"noise-only pair passes {100 * PASS_PROBABILITY:.0f} % of the time at α = {self.alpha}); the "
+            f"configured gate.margin = {100 * self.chosen_margin:.2f} points {verdict}, and a noise-only "
+            f"pair passes it 80 % of the time from {need} questions. A gate over more questions of this "
+            "protocol reads its own, smaller δ from this measurement."
         )
 
 
@@ -163,5 +179,6 @@ def recommend(pairs: Sequence[PairNoise], chosen_margin: float, alpha: float) ->
         raise ValueError("no pair of runs to measure noise on")
     n = min(p.n for p in pairs)
     psi = max(p.flip_rate for p in pairs)
-    needed = paired.questions_needed(psi, chosen_margin, alpha) if chosen_margin > 0 else None
-    return Recommendation(n, psi, smallest_margin(n, psi, alpha), chosen_margin, needed, alpha)
+    upper = max(flip_upper(p.lost + p.gained, p.n) for p in pairs)
+    needed = decision.questions_needed(upper, chosen_margin, alpha) if chosen_margin > 0 else None
+    return Recommendation(n, psi, upper, smallest_margin(n, upper, alpha), chosen_margin, needed, alpha)

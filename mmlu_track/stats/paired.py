@@ -17,7 +17,9 @@ in [0, 1] of 2n q² + (−b − c + (2n + b − c)Δ₀) q − bΔ₀(1 − Δ�
 - the **score interval** at level 1 − a is {Δ₀ : |T(Δ₀)| < z₁₋ₐ/₂}, found by bisection; it always
   lies inside [−1, 1], and with no discordant pair at all it is ±z²/(n + z²) — never a point;
 - the **non-inferiority test** of H₀: Δ ≤ −δ against H₁: Δ > −δ rejects when T(−δ) > z₁₋α, with
-  p = 1 − Φ(T(−δ)); it rejects exactly when the one-sided (1 − α) lower limit exceeds −δ.
+  p = 1 − Φ(T(−δ)); it rejects exactly when the one-sided (1 − α) score limit exceeds −δ. The gate
+  also asks the exact test below, which at few flips rejects later: the limit the gate prints is
+  that combined rule's own (`decision.lower_limit`), not this one.
 
 **An exact critical value** (Hsueh, Liu & Chen, *Biometrics* 57:478–483, 2001: the unconditional
 exact test ordered by the score statistic). T is asymptotically normal, and at small n or few
@@ -37,10 +39,11 @@ for an accuracy) is computed from them. With equal subject sizes this is exactly
 interval; it stays inside the parameter's range and never collapses (MOVER, which combines the
 subjects' own intervals, loses a side whenever a small subject sits at 0/n or n/n).
 
-**Questions needed** to show non-inferiority at margin δ with power 1 − β when nothing changed
-(Δ = 0) and a share ψ of answers flips (Nam, *Biometrics* 53:1422–1430, 1997; Liu et al.,
-*Stat Med* 21:231–245, 2002): n = (z₁₋α σ₀ + z₁₋β σ₁)² / δ², with σ₁² = ψ and σ₀² = 2q̃_b + Δ₀(1 − Δ₀)
-at Δ₀ = −δ, q̃_b the constrained estimate for cell shares q_b = q_c = ψ/2.
+**Questions needed, approximately** (where the exact search of `decision.py` starts), to show
+non-inferiority at margin δ with power 1 − β when nothing changed (Δ = 0) and a share ψ of answers
+flips (Nam, *Biometrics* 53:1422–1430, 1997; Liu et al., *Stat Med* 21:231–245, 2002):
+n = (z₁₋α σ₀ + z₁₋β σ₁)² / δ², with σ₁² = ψ and σ₀² = 2q̃_b + Δ₀(1 − Δ₀) at Δ₀ = −δ,
+q̃_b the constrained estimate for cell shares q_b = q_c = ψ/2.
 
 **Single accuracies** get Wilson score intervals (statsmodels' `proportion_confint`).
 """
@@ -49,6 +52,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -136,9 +141,10 @@ def tango_interval(b: ArrayLike, c: ArrayLike, n: ArrayLike, alpha: float) -> tu
 
 
 def _psi_grid(margin: float, points: int = 160) -> Floats:
-    # Dense near ψ = δ, where the statistic is most skewed and the size peaks.
+    # Dense near ψ = |δ| (the fewest flips Δ = −δ allows), where the statistic is most skewed and
+    # the size peaks.
     u = np.linspace(0.0, 1.0, points)
-    low = max(margin, 1e-6)
+    low = max(abs(margin), 1e-6)
     return np.asarray(low + (1.0 - low) * u**2, dtype=np.float64)
 
 
@@ -156,37 +162,118 @@ def _fewest_gained(n: int, margin: float, t: float) -> NDArray[np.int64]:
     return lo
 
 
+@dataclass(frozen=True)
+class _NullMass:
+    """Where Δ = −margin puts its mass, per ψ of a grid: each (ψ, m) with Bin(m; n, ψ) above 1e-20
+    (what is left out sums to less than (n + 1)·1e-20 per ψ) and the share of those m flips gained,
+    (ψ − δ)/2ψ. What `exact_size` sums does not depend on the threshold t: computed once per
+    (n, margin, grid), flattened."""
+
+    row: NDArray[np.int64]  # which ψ of the grid
+    m: NDArray[np.int64]  # flips
+    mass: Floats  # Bin(m; n, ψ)
+    share_gained: Floats
+    rows: int
+
+    @classmethod
+    def of(cls, n: int, margin: float, grid: Floats) -> _NullMass:
+        sd = np.sqrt(n * grid * (1 - grid))
+        lo = np.clip(np.floor(n * grid - 12 * sd) - 2, 0, n).astype(np.int64)
+        hi = np.clip(np.ceil(n * grid + 12 * sd) + 2, 0, n).astype(np.int64)
+        m = lo[:, None] + np.arange(int(np.max(hi - lo)) + 1)[None, :]
+        inside = m <= hi[:, None]
+        m = np.minimum(m, n)
+        mass = np.where(inside, stats.binom.pmf(m, n, grid[:, None]), 0.0)
+        share = np.broadcast_to(np.clip((grid - margin) / (2 * grid), 0.0, 1.0)[:, None], m.shape)
+        row = np.broadcast_to(np.arange(len(grid))[:, None], m.shape)
+        keep = mass > 1e-20
+        return cls(row[keep], m[keep], mass[keep], share[keep], len(grid))
+
+    def size(self, need: NDArray[np.int64]) -> float:
+        """sup over the grid of P(C ≥ need(m)): the size of a test rejecting from need(m) gained."""
+        tail = stats.binom.sf(need[self.m] - 1, self.m, self.share_gained)
+        per_psi = np.bincount(self.row, weights=self.mass * tail, minlength=self.rows)
+        return min(float(np.max(per_psi)), 1.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _null_mass(n: int, margin: float) -> _NullMass:
+    return _NullMass.of(n, margin, _psi_grid(margin))
+
+
 def exact_size(n: int, margin: float, t: float, psi: ArrayLike | None = None) -> float:
     """sup over ψ of P(T(−margin) ≥ t) when Δ = −margin (the exact p-value at T = t)."""
-    grid = _psi_grid(margin) if psi is None else np.atleast_1d(np.asarray(psi, dtype=np.float64))
-    need = _fewest_gained(n, margin, t)
-    # Binomial mass beyond 12 standard deviations is below 1e-30: sum each ψ over its window only.
-    sd = np.sqrt(n * grid * (1 - grid))
-    lo = np.clip(np.floor(n * grid - 12 * sd) - 2, 0, n).astype(np.int64)
-    hi = np.clip(np.ceil(n * grid + 12 * sd) + 2, 0, n).astype(np.int64)
-    m = lo[:, None] + np.arange(int(np.max(hi - lo)) + 1)[None, :]
-    inside = m <= hi[:, None]
-    m = np.minimum(m, n)
-    share_gained = np.clip((grid - margin) / (2 * grid), 0.0, 1.0)[:, None]
-    tail = stats.binom.sf(need[m] - 1, m, share_gained)
-    mass = np.where(inside, stats.binom.pmf(m, n, grid[:, None]) * tail, 0.0)
-    return min(float(np.max(np.sum(mass, axis=1))), 1.0)
+    if psi is None:
+        null = _null_mass(n, margin)
+    else:
+        null = _NullMass.of(n, margin, np.atleast_1d(np.asarray(psi, dtype=np.float64)))
+    return null.size(_fewest_gained(n, margin, t))
+
+
+class _CriticalSearch:
+    """The search for one (n, margin, alpha)'s critical value, kept step by step: each step a
+    narrower bracket (lo, hi] that holds it (lo = hi = z₁₋α where the normal quantile already keeps
+    the level). A caller that only needs to know on which side of it some T lies stops at the first
+    bracket that tells; a later caller resumes where the last stopped."""
+
+    def __init__(self, n: int, margin: float, alpha: float) -> None:
+        self._steps: list[tuple[float, float]] = []
+        self._search = self._brackets(n, margin, alpha)
+
+    @staticmethod
+    def _brackets(n: int, margin: float, alpha: float) -> Iterator[tuple[float, float]]:
+        z = float(stats.norm.ppf(1 - alpha))
+        if exact_size(n, margin, z) <= alpha:
+            yield z, z
+            return
+        # The excess over z shrinks with n (about 0.002 at 14,042 questions): bracket it from below.
+        lo, step = z, 0.01
+        hi = z + step
+        while exact_size(n, margin, hi) > alpha:
+            lo, step = hi, 4 * step
+            hi = lo + step
+        yield lo, hi
+        while hi - lo > 1e-7:  # the size is a step function of t: this pins its step
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if exact_size(n, margin, mid) > alpha else (lo, mid)
+            yield lo, hi
+
+    def brackets(self) -> Iterator[tuple[float, float]]:
+        i = 0
+        while True:
+            if i == len(self._steps):
+                step = next(self._search, None)
+                if step is None:
+                    return
+                self._steps.append(step)
+            yield self._steps[i]
+            i += 1
 
 
 @functools.lru_cache(maxsize=64)
+def _critical_search(n: int, margin: float, alpha: float) -> _CriticalSearch:
+    # Cached: a gate's simulations ask for the same n again and again.
+    return _CriticalSearch(n, margin, alpha)
+
+
+def critical_brackets(n: int, margin: float, alpha: float) -> Iterator[tuple[float, float]]:
+    """Ever narrower brackets (lo, hi] of `critical_value(n, margin, alpha)`, the last one its own."""
+    return _critical_search(n, margin, alpha).brackets()
+
+
 def critical_value(n: int, margin: float, alpha: float) -> float:
-    """The smallest t with exact size ≤ alpha, never below the normal quantile z₁₋α (cached: a
-    gate's simulations ask for the same n again and again)."""
-    z = float(stats.norm.ppf(1 - alpha))
-    if exact_size(n, margin, z) <= alpha:
-        return z
-    lo, hi = z, z + 1.0
-    while exact_size(n, margin, hi) > alpha:
-        lo, hi = hi, hi + 1.0
-    for _ in range(24):  # the size is a step function of t: this pins its step within 1e-7
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if exact_size(n, margin, mid) > alpha else (lo, mid)
+    """The smallest t with exact size ≤ alpha (to 1e-7), never below the normal quantile z₁₋α."""
+    *_, (_, hi) = critical_brackets(n, margin, alpha)
     return hi
+
+
+def at_least_critical(t: ArrayLike, n: int, margin: float, alpha: float) -> NDArray[np.bool_]:
+    """t ≥ critical_value(n, margin, alpha), elementwise, searching only as far as the t need."""
+    t_ = np.asarray(t, dtype=np.float64)
+    for lo, hi in critical_brackets(n, margin, alpha):
+        if lo == hi or not np.any((t_ > lo) & (t_ < hi)):
+            return np.asarray(t_ >= hi)
+    return np.asarray(t_ >= critical_value(n, margin, alpha))
 
 
 def effective_counts(
@@ -216,8 +303,9 @@ def macro_accuracy_interval(correct: ArrayLike, n: ArrayLike, alpha: float = 0.0
     return wilson(float(np.mean(k / m)) * n_eff, n_eff, alpha)
 
 
-def questions_needed(discordance: float, margin: float, alpha: float, power: float = 0.8) -> int:
-    """Questions for Tango's test to show Δ > −margin with `power` when Δ = 0 (module docstring)."""
+def questions_needed_approx(discordance: float, margin: float, alpha: float, power: float = 0.8) -> int:
+    """The normal approximation to the questions Tango's test needs to show Δ > −margin with `power`
+    when Δ = 0 (module docstring): where `decision.questions_needed`, the gate's own count, starts."""
     if margin <= 0:
         raise ValueError("a margin of 0 cannot be shown when nothing changed")
     half = np.array([discordance / 2])
@@ -250,19 +338,21 @@ def outcome_distribution(
         raise ValueError(f"no such paired design: flips {psi}, Δ {delta}")
     if psi <= 0:
         return np.zeros(1), np.zeros(1), np.ones(1)
-    m = np.arange(n + 1)
-    p_m = stats.binom.pmf(m, n, psi)
-    keep = p_m > tail
-    lost, gained, weight = [], [], []
-    for mi, pmi in zip(m[keep], p_m[keep], strict=True):
-        b = np.arange(mi + 1)
-        w = stats.binom.pmf(b, mi, min(max(q_b / psi, 0.0), 1.0)) * pmi
-        k = w > tail
-        lost.append(b[k])
-        gained.append(mi - b[k])
-        weight.append(w[k])
+    p_m = stats.binom.pmf(np.arange(n + 1), n, psi)
+    m = np.flatnonzero(p_m > tail)
+    share_lost = min(max(q_b / psi, 0.0), 1.0)
+    # Every b of each m within 12 standard deviations (beyond, the binomial mass is below 1e-30).
+    sd = np.sqrt(m * share_lost * (1 - share_lost))
+    first = np.clip(np.floor(m * share_lost - 12 * sd) - 2, 0, None).astype(np.int64)
+    last = np.minimum(np.ceil(m * share_lost + 12 * sd) + 2, m).astype(np.int64)
+    b = first[:, None] + np.arange(int(np.max(last - first)) + 1)[None, :]
+    inside = b <= last[:, None]
+    b = np.minimum(b, last[:, None])
+    w = np.where(inside, stats.binom.pmf(b, m[:, None], share_lost) * p_m[m][:, None], 0.0)
+    keep = w > tail
+    lost = b[keep]
     return (
-        np.concatenate(lost).astype(np.float64),
-        np.concatenate(gained).astype(np.float64),
-        np.concatenate(weight),
+        lost.astype(np.float64),
+        (np.broadcast_to(m[:, None], b.shape)[keep] - lost).astype(np.float64),
+        w[keep],
     )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from mmlu_track.records.protocol import EvalProtocol
 from mmlu_track.records.stored import NoiseEntry
 from mmlu_track.store.orm import NoiseRow
 from mmlu_track.support.console import warn
@@ -61,15 +62,16 @@ class NoiseFloors:
         self.set_mlflow(entry.id, mlflow_id)
         return dataclasses.replace(entry, mlflow_run_id=mlflow_id)
 
-    def latest(self, protocol_key: str) -> NoiseEntry | None:
-        """The newest noise measurement of this protocol, if any."""
-        found = self.entries(1, protocol_key)
+    def latest(self, protocol: EvalProtocol) -> NoiseEntry | None:
+        """The newest noise measurement of this prompt protocol, whichever questions it was measured
+        on (one stored before prompt keys: of this very protocol), if any."""
+        found = self.entries(1, (protocol.prompt_key(), protocol.key()))
         return found[0] if found else None
 
-    def entries(self, limit: int = 20, protocol_key: str | None = None) -> list[NoiseEntry]:
-        """The newest noise measurements (of one protocol, when given), newest first (`runs noise`)."""
+    def entries(self, limit: int = 20, protocol_keys: tuple[str, ...] | None = None) -> list[NoiseEntry]:
+        """The newest noise measurements (under these keys, when given), newest first (`runs noise`)."""
         query = select(NoiseRow).order_by(NoiseRow.created_at.desc()).limit(limit)
-        if protocol_key is not None:
-            query = query.where(NoiseRow.protocol_key == protocol_key)
+        if protocol_keys is not None:
+            query = query.where(NoiseRow.protocol_key.in_(protocol_keys))
         with self._sessions(False) as s:
             return [_entry(r) for r in s.scalars(query)]

@@ -34,6 +34,7 @@ from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.liveness import Heartbeat
 from mmlu_track.store.locations import mlflow_uri
+from mmlu_track.store.rows import Batched
 from mmlu_track.store.sql import Shard, SqlStore, open_store
 from mmlu_track.support.console import warn
 from mmlu_track.support.credentials import redact
@@ -56,10 +57,16 @@ class RunRecorder:
     """One process's side of one run in the SQL store and MLflow (see the module's docstring)."""
 
     def __init__(
-        self, tracking: TrackingConfig, shard: Shard | None = None, store: SqlStore | None = None
+        self,
+        tracking: TrackingConfig,
+        shard: Shard | None = None,
+        store: SqlStore | None = None,
+        batching: Batched | None = None,
     ) -> None:
         """`store`: the command's own, when it already holds one (the sequential gate, the noise
-        command): one connection per command, closed by whoever opened it."""
+        command): one connection per command, closed by whoever opened it. `batching`: take or
+        resume only a run scored at this (batch_size, batch_tokens) (`Origin.own_batching`)."""
+        self.batching = batching
         self.tracking = resolved(tracking)
         self.shard = shard or Shard()
         self._owns_store = store is None
@@ -74,7 +81,7 @@ class RunRecorder:
 
     def finished(self, identity: str) -> tuple[StoredRun, list[QuestionResult]] | None:
         """A finished run of `identity` with its questions, taken as it is (`Origin.reuse`)."""
-        kept = self.store.unfinished(identity, [RunStatus.FINISHED])
+        kept = self.store.unfinished(identity, [RunStatus.FINISHED], self.batching)
         if kept is None or kept.record is None:
             return None
         return kept, self.store.question_results(kept.id)
@@ -98,7 +105,9 @@ class RunRecorder:
 
     def claim(self, start: RunStart, identity: str, output_dir: Path) -> Done:
         """Start or resume the run of `identity`, taking this shard; its committed questions."""
-        self._run_id, done = self.store.start_or_resume(start, identity, self.shard, str(output_dir))
+        self._run_id, done = self.store.start_or_resume(
+            start, identity, self.shard, str(output_dir), self.batching
+        )
         self._start = start
         return done
 

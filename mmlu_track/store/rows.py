@@ -64,6 +64,17 @@ def new_run(start: RunStart, identity: str, output_dir: str | None) -> Run:
     )  # fmt: skip
 
 
+Batched = tuple[int, int | None]  # (batch_size, batch_tokens) a run was scored with
+
+
+def batched_as(row: Run, batching: Batched | None) -> bool:
+    """Whether the run was scored at `batching` (None: at any)."""
+    if batching is None:
+        return True
+    cfg = stored(row).config
+    return (cfg.batch_size, cfg.batch_tokens) == batching
+
+
 def stored(row: Run) -> StoredRun:
     """The typed record of a run row: what every reader above the store gets."""
     values = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredRun)}

@@ -9,7 +9,6 @@ one of them finalizes it (`claim_finalization`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.records.stored import (
     ACTIVE,
     UNFINISHED,
-    ComparisonEntry,
     RunStatus,
     ShardStatus,
     ShardWork,
@@ -33,11 +31,12 @@ from mmlu_track.records.stored import (
     StoredShard,
 )
 from mmlu_track.settings.config import TrackingConfig
+from mmlu_track.store.comparisons import Comparisons
 from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
 from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness, scheduler
 from mmlu_track.store.noise_floors import NoiseFloors
-from mmlu_track.store.orm import ComparisonRow, QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.rows import from_row, new_run, stored, to_row, utc_now
+from mmlu_track.store.orm import QuestionRow, Run, RunShard, SubjectScore
+from mmlu_track.store.rows import Batched, batched_as, from_row, new_run, stored, to_row, utc_now
 from mmlu_track.support.credentials import redact
 
 
@@ -91,6 +90,7 @@ class SqlStore:
         self.dead_after = dead_after
         self.engine = open_engine(url)
         self.noise = NoiseFloors(self._session)  # the noise measurements: their rows and MLflow runs
+        self.comparisons = Comparisons(self._session)  # the gate's verdicts
         try:
             self.revision = upgrade(self.engine)
         except Exception as err:
@@ -132,10 +132,17 @@ class SqlStore:
         self.engine.dispose()
 
     def start_or_resume(
-        self, start: RunStart, identity: str, shard: Shard = Shard(), output_dir: str | None = None
+        self,
+        start: RunStart,
+        identity: str,
+        shard: Shard = Shard(),
+        output_dir: str | None = None,
+        batching: Batched | None = None,
     ) -> tuple[str, dict[str, list[QuestionResult]]]:
         """The newest unfinished run with the same identity and its committed questions by subject,
-        or a new run; this process takes `shard` of it.
+        or a new run; this process takes `shard` of it. `batching`: resume only a run scored at this
+        (batch_size, batch_tokens) — batching is no part of a run's identity, but the noise command
+        measures it (its repeat and batching runs each resume their own).
 
         Atomic: the lookup and the claim happen in one transaction holding the write lock (SQLite)
         or an advisory lock on the identity and the run's row lock (PostgreSQL), so two processes
@@ -147,13 +154,9 @@ class SqlStore:
         with self._session(write=True) as s:
             if self.engine.dialect.name == "postgresql":  # no row to lock yet when the run is new
                 s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": int(identity[:15], 16)})
-            run = s.scalars(
-                select(Run)
-                .where(Run.identity == identity, Run.status.in_(UNFINISHED))
-                .order_by(Run.created_at.desc())
-                .limit(1)
-                .with_for_update()
-            ).first()
+            query = select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED))
+            query = query.order_by(Run.created_at.desc()).with_for_update()
+            run = next((r for r in s.scalars(query) if batched_as(r, batching)), None)
             if run is None:
                 run = new_run(start, identity, output_dir)
                 s.add(run)
@@ -266,12 +269,15 @@ class SqlStore:
         """What the processes of the run's `shards` shards did, summed (those that recorded it)."""
         return sum((c.work for c in self.shards(run_id) if c.work and c.shards == shards), ShardWork.none())
 
-    def unfinished(self, identity: str, statuses: Iterable[str] = UNFINISHED) -> StoredRun | None:
+    def unfinished(
+        self, identity: str, statuses: Iterable[str] = UNFINISHED, batching: Batched | None = None
+    ) -> StoredRun | None:
         """The run a process with this identity would resume, if any (of other `statuses`: the
-        newest of them: `finished`)."""
+        newest of them: `finished`); scored at `batching`, when given (`start_or_resume`)."""
         with self._session() as s:
             query = select(Run).where(Run.identity == identity, Run.status.in_(tuple(statuses)))
-            row = s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
+            rows = s.scalars(query.order_by(Run.created_at.desc()))
+            row = next((r for r in rows if batched_as(r, batching)), None)
             return stored(row) if row is not None else None
 
     def committed_by_subject(self, run_id: str) -> dict[str, tuple[int, int]]:
@@ -408,11 +414,3 @@ class SqlStore:
         query = select(Run).where(Run.model_name == model_name, Run.status == RunStatus.FINISHED)
         with self._session() as s:
             return [stored(r) for r in s.scalars(query.order_by(Run.created_at.desc()))]
-
-    def save_comparison(self, entry: ComparisonEntry) -> None:
-        with self._session(write=True) as s:
-            s.add(ComparisonRow(**dataclasses.asdict(entry)))
-
-    def set_comparison_mlflow(self, comparison_id: str, mlflow_run_id: str) -> None:
-        with self._session(write=True) as s:
-            s.get_one(ComparisonRow, comparison_id).mlflow_run_id = mlflow_run_id
