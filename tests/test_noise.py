@@ -240,3 +240,50 @@ def test_the_noise_commands_own_settings_are_checked_before_any_evaluation(
     (line,) = got.errors
     assert line.startswith(f"mmlu_track: error: {message}")
     assert not list(tmp_path.rglob("*.db"))  # nothing evaluated, nothing recorded
+
+
+def test_the_gate_states_the_floor_at_its_own_n_and_what_the_measurement_did_not_cover() -> None:
+    """A measurement on 114 questions serves a 570-question comparison of the same prompt protocol:
+    the floor at 570 from the flip rate's upper limit, the comparison's own flips beside the noise's,
+    a warning for the subjects it did not measure, and a bound that never contradicts the verdict."""
+    from datetime import UTC, datetime
+
+    from mmlu_track.gate.policy import auto_margin, noise_notes
+    from mmlu_track.gate.stats import compare
+    from mmlu_track.records.stored import NoiseEntry
+    from mmlu_track.settings.config import GateConfig
+    from mmlu_track.stats.noise_margin import flip_upper
+
+    entry = NoiseEntry(
+        id="e" * 32, protocol_key="p", model_name="m", reference_run_id="r" * 32, n=114, flip_rate=0.0,
+        margin=smallest_margin(114, flip_upper(0, 114), 0.05), shot_seed_range=None,
+        report_json=json.dumps({"subjects": ["anatomy"]}), created_at=datetime.now(UTC),
+    )  # fmt: skip
+    assert entry.flip_upper == pytest.approx(0.0232, abs=1e-4)  # one-sided 95 % Wilson at 0 of 114
+    assert entry.margin_at(114, 0.05) == entry.margin
+    at_570 = auto_margin(GateConfig("default", margin="auto"), entry, "m", 570)
+    assert at_570.delta == pytest.approx(smallest_margin(570, entry.flip_upper, 0.05))
+    assert at_570.delta < entry.margin
+    x = np.tile([1.0, 0.0], 285)
+    y = x.copy()
+    y[:4] = 1.0 - y[:4]  # 2 lost, 2 gained
+    half = len(x) // 2
+    comp = compare({"anatomy": (x[:half], y[:half]), "virology": (x[half:], y[half:])}, at_570)
+    notes = noise_notes(entry, comp, at_570)
+    floor = f"n = 570 a noise-only pair passes 95 % of the time from δ = {100 * at_570.delta:.2f}"
+    assert floor in notes[0]
+    assert notes[1] == "0.7 % of answers changed between these runs; noise alone flips at most 2.3 %"
+    assert any("did not cover 1 of the 2 subjects compared (e.g. virology)" in n for n in notes)
+
+
+def test_a_bound_above_minus_delta_never_stands_beside_not_shown() -> None:
+    """Over a grid of outcomes and margins: non-inferiority is shown exactly when the printed bound
+    lies above −δ (or on it, where the exact critical value is above z)."""
+    rng = np.random.default_rng(52)
+    for n in (20, 114, 298, 299, 570):
+        for _ in range(10):
+            flips = int(rng.integers(0, max(2, n // 8)))
+            lost = int(rng.integers(0, flips + 1))
+            for margin in (0.01, 0.02, 0.05):
+                ni = noninferiority(lost, flips - lost, n, margin, 0.05)
+                assert ni.shown == (ni.lower_bound > -margin or (ni.shown and ni.lower_bound == -margin))

@@ -274,8 +274,8 @@ def _verdict(res: SequentialResult, gate: GateConfig, looks: int, total: int) ->
 
 def _say_needed(verdict: Verdict, comp: Comparison, total: int, limited: bool) -> Verdict:
     """An INCONCLUSIVE says how many questions it would have needed: the fixed-sample figure at the
-    changed answers seen (80 % power if nothing changed); a sequential gate, paying for its early
-    looks, needs somewhat more."""
+    changed answers seen (`stats.decision.questions_needed`, said to be the fixed-sample gate's); a
+    sequential gate, paying for its early looks, needs somewhat more."""
     ni = comp.noninferiority
     if verdict.status != "inconclusive" or ni.questions_needed is None:
         return verdict
@@ -283,9 +283,9 @@ def _say_needed(verdict: Verdict, comp: Comparison, total: int, limited: bool) -
     fix = "raise limit" if limited else "only a wider gate.margin can be shown on these questions"
     more = f"more than this run's {total:,}: {fix}" if n > total else f"this run has {total:,}"
     needed = (
-        f"about {n:,} questions would be needed at the observed {100 * ni.discordance:.1f}% of changed "
-        f"answers (a fixed-sample gate at 80% power if nothing changed; a sequential one somewhat "
-        f"more): {more}"
+        f"a fixed-sample gate passes two runs that differ by nothing but the observed "
+        f"{100 * ni.discordance:.1f}% of changed answers 80% of the time from {n:,} questions (a "
+        f"sequential one, paying for its looks, needs somewhat more): {more}"
     )
     return replace(verdict, reasons=(*verdict.reasons, needed))
 
