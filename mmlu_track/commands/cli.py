@@ -233,7 +233,7 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     """One evaluation (a sweep's job): its micro accuracy; a sequential gate's exit code into `codes`."""
     from hydra.core.hydra_config import HydraConfig
 
-    from mmlu_track.commands.launchers import job_command, job_folders, redact_hydra_files
+    from mmlu_track.commands.launchers import host_share, job_command, job_folders, redact_hydra_files
     from mmlu_track.pipeline.evaluate import Origin, run
 
     try:
@@ -243,7 +243,7 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
     hydra_cfg = HydraConfig.get()
     sweep, output_dir = job_folders(hydra_cfg)
-    origin = Origin(sweep, job_command(hydra_cfg))
+    origin = Origin(sweep, job_command(hydra_cfg), host_share=host_share(hydra_cfg, eval_cfg.shards))
     with errors_as_exit_codes():
         if eval_cfg.gate is not None and eval_cfg.gate.sequential:
             from mmlu_track.eval.plan import question_docs

@@ -87,6 +87,19 @@ def job_command(hc: Any) -> list[str] | None:
     return ["python", "-m", "mmlu_track", *hc.overrides.hydra, *hc.overrides.task]
 
 
+def host_share(hc: Any, shards: int) -> int:
+    """How many of this launch's jobs run at once on this host: joblib's (its n_jobs, at most the
+    run's shards: `threads=auto` divides the CPUs among them); 1 elsewhere (submitit and Ray place
+    each job in its own allocation, whose CPUs its affinity and SLURM_CPUS_PER_TASK already say)."""
+    from hydra.types import RunMode
+
+    launcher = str(hc.launcher.get("_target_", "")) if hc.mode == RunMode.MULTIRUN else ""
+    if "joblib" not in launcher.lower():
+        return 1
+    n_jobs = int(hc.launcher.get("n_jobs", 1) or 1)
+    return max(1, min(n_jobs if n_jobs > 0 else os.cpu_count() or 1, shards))
+
+
 class JobFailed(CompactHydraException):
     """A sweep job's unusable input (exit 2 when run alone) as an ordinary exception: Hydra records
     the job as failed, the driver prints the message alone (Hydra prints a compact exception as

@@ -8,6 +8,7 @@ nothing in how prompts are scored.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -74,4 +75,16 @@ SCORED_BY = {"logprob": "logits", "generate": "greedy"}  # the model's own logit
 
 
 def load_backend(cfg: EvalConfig) -> InProcess:
+    _set_threads(cfg.threads)
     return InProcess(models.load_model(cfg), Batching.of(cfg))
+
+
+def _set_threads(count: int | str) -> None:
+    """torch's intra- and inter-op threads (`eval.threads`: prepare resolves `auto`); the inter-op
+    pool only once per process: torch refuses a second setting once it has started."""
+    import torch
+
+    if isinstance(count, int):
+        torch.set_num_threads(count)
+        with contextlib.suppress(RuntimeError):
+            torch.set_num_interop_threads(count)

@@ -5,9 +5,9 @@ never fit (`plan.TruncationError`) before anything is written."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from mmlu_track.eval import load, prompts, provenance
+from mmlu_track.eval import load, prompts, provenance, threads
 from mmlu_track.eval.backend import Backend
 from mmlu_track.eval.plan import Asked, Plan, fits_check, identity, plan, render, rotations, style
 from mmlu_track.records.run import DataInfo, HostInfo, RunStart
@@ -22,6 +22,9 @@ class Origin:
     sweep: str | None = None  # the sweep's folder (a launched job); None outside a sweep
     command: list[str] | None = None  # the command recorded (default: this process's own)
     reuse: bool = False  # a finished run of this identity is the result, nothing scored
+    host_share: int = (
+        1  # the processes this launch runs at once on this host (joblib's jobs): threads=auto divides
+    )
     # Take or resume only a run scored at this run's own batching: the noise command's roles (its
     # reference, repeat and batching runs share one identity and must never stand in for each other).
     own_batching: bool = False
@@ -45,9 +48,10 @@ def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
     """The run about to be scored; the caller closes its `lm`."""
     t0 = time.time()
     seeds = provenance.set_seeds(cfg.seed, torch=load.in_process(cfg))
+    cpu = threads.choose(cfg.threads, origin.host_share) if load.in_process(cfg) else None
     the_plan = plan(cfg)
     t1 = time.time()
-    lm = load.load_backend(cfg)
+    lm = load.load_backend(replace(cfg, threads=cpu.count) if cpu else cfg)  # the backend sets them
     t2 = time.time()
     fits = fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
     try:
@@ -74,7 +78,7 @@ def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
         seeds=seeds,
         versions=provenance.versions(),
         git_commit=provenance.git_commit(),
-        host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"])),
+        host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"]), cpu.why if cpu else None),
         sweep=origin.sweep,
     )
     ident = identity(cfg, lm.info, start.protocol, fresh=not cfg.tracking.resume)

@@ -151,6 +151,8 @@ class EvaluationSession:
             n_done, total = sum(map(len, self.done.values())), self.prep.start.data.n_questions
             where = f"{self.recorder.run_id}{self._which}"
             self.echo(f"resuming run {where}: {n_done} of {total} questions were committed")
+        if threads := self.prep.start.host.threads:
+            self.echo(f"scoring with {threads}")
         self.recorder.open_mirror()  # one MLflow run per run, open from the first shard's start
         self.work, self.scoring_started = ShardWork(), time.time()
         try:

@@ -59,6 +59,9 @@ class HostInfo:
     hostname: str
     platform: str
     argv: tuple[str, ...]
+    threads: str | None = (
+        None  # in-process scoring's CPU threads and why (`eval.threads`); None: served, or older
+    )
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,7 @@ class RunRecord:
                 seeds=dict(raw["seeds"]),
                 versions=dict(raw["versions"]),
                 git_commit=raw["git_commit"],
-                host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"])),
+                host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"]), host.get("threads")),
                 sweep=raw.get("sweep"),
             )
             scoring = raw["scoring"]

@@ -58,6 +58,8 @@ def _check_values(cfg: EvalConfig) -> None:
         )
     _check_tracking(cfg.tracking)
     check_batching("", cfg.batch_size, cfg.batch_tokens)
+    if cfg.threads != "auto" and not 1 <= cfg.threads <= 4096:
+        raise ConfigError(f"threads={cfg.threads} must be auto or a number of CPU threads in 1..4096")
     _check_tiny(cfg.model)
     if cfg.max_length is not None and cfg.max_length < 16:
         raise ConfigError(f"max_length={cfg.max_length} must be >= 16, or null for the model's")

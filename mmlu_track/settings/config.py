@@ -190,6 +190,9 @@ class EvalConfig:
     shot_seed: int | None = None  # the seed of shot_selection=random apart from the sample's; None: seed
     batch_size: int = 64  # most questions per forward pass; scores do not depend on batching
     batch_tokens: int | None = 1024  # most padded tokens per forward pass (None: batch_size alone)
+    # CPU threads of in-process scoring: auto = what this process may use (affinity, cgroup quota,
+    # SLURM_CPUS_PER_TASK, OMP_NUM_THREADS) shared among a launch's shards on this host; or a number
+    threads: int | Literal["auto"] = "auto"
     dtype: Dtype = "auto"  # auto: float32 on a CPU, bfloat16 on a GPU; lower precision moves scores
     device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N | mps
     max_length: int | None = None  # context limit in tokens; None = the model's own
