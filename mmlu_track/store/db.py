@@ -62,6 +62,15 @@ def sqlite_file(url: str) -> Path | None:
     return Path(db).expanduser().resolve()
 
 
+READ_ONLY = "mmlu_track_read_only"  # an execution option: this connection's transactions only read
+
+
+def reading(engine: Engine) -> Engine:
+    """The same engine (one pool) for sessions that only read: SQLite begins their transactions
+    deferred, so they never hold up a writer; other databases ignore the option."""
+    return engine.execution_options(**{READ_ONLY: True})
+
+
 def make_engine(url: str) -> Engine:
     parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite":
@@ -83,9 +92,11 @@ def make_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        # Take the write lock up front: concurrent writers (and concurrent Alembic upgrades)
-        # queue on busy_timeout instead of failing on a read-to-write lock upgrade.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A writer takes the write lock up front: concurrent writers (and concurrent Alembic
+        # upgrades) queue on busy_timeout instead of failing on a read-to-write lock upgrade. A
+        # reader (`reading(engine)`) begins a deferred transaction: under WAL it takes no lock a
+        # writer waits on, and it never writes.
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -146,6 +157,10 @@ def upgrade(engine: Engine, *, shared: bool = False) -> str:
             if MigrationContext.configure(conn).get_current_revision() != head:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
+                if engine.dialect.name == "sqlite":
+                    # Statistics for the planner: without them SQLite picks the status index over the
+                    # model-name one for a model's finished runs (PostgreSQL's autovacuum keeps its own).
+                    conn.exec_driver_sql("ANALYZE")
     return head
 
 

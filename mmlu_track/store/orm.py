@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -35,16 +35,20 @@ class Run(Base):
     n_questions: Mapped[int] = mapped_column(Integer)
     acc_micro: Mapped[float | None] = mapped_column(Float)
     acc_macro: Mapped[float | None] = mapped_column(Float)
-    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))  # opened when scoring starts
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64), index=True)  # opened when scoring starts
     mlflow_synced_at: Mapped[datetime | None] = mapped_column(DateTime)  # when it was completely logged
     output_dir: Mapped[str | None] = mapped_column(Text)
     sweep: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime)
+    created_at: Mapped[datetime] = mapped_column(DateTime, index=True)  # runs list: newest first
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
     owner: Mapped[str | None] = mapped_column(String(255))  # sql.Owner of the claimer or finalizer
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last beat
     stop_json: Mapped[str | None] = mapped_column(Text)  # record.EarlyStop: the sequential gate stopped it
     protocol_json: Mapped[str | None] = mapped_column(Text)  # EvalProtocol (None: stored before 0007)
+
+    # A model's finished runs, newest first (the gate's lookup by model name): one index serves the
+    # whole query, whatever the planner knows of the table.
+    __table_args__ = (Index("ix_runs_model_status_created", "model_name", "status", "created_at"),)
 
 
 class RunShard(Base):
@@ -136,4 +140,4 @@ class NoiseRow(Base):
     shot_seed_range: Mapped[float | None] = mapped_column(Float)
     report_json: Mapped[str] = mapped_column(Text)  # commands.noise.NoiseReport.to_json()
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(DateTime)
+    created_at: Mapped[datetime] = mapped_column(DateTime, index=True)  # runs noise: newest first

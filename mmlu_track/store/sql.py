@@ -32,7 +32,7 @@ from mmlu_track.records.stored import (
 )
 from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.comparisons import Comparisons
-from mmlu_track.store.db import StoreError, db_error, open_engine, sqlite_file, upgrade
+from mmlu_track.store.db import StoreError, db_error, open_engine, reading, sqlite_file, upgrade
 from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness, scheduler
 from mmlu_track.store.noise_floors import NoiseFloors
 from mmlu_track.store.orm import QuestionRow, Run, RunShard, SubjectScore
@@ -102,6 +102,7 @@ class SqlStore:
         # now has the name: every write first checks that the file is still the one opened.
         self._file = sqlite_file(url)
         self._file_id = _file_id(self._file) if self._file else None
+        self._reader = reading(self.engine)  # read sessions: deferred, never holding up a writer
 
     def _check_file(self) -> None:
         if self._file is None or _file_id(self._file) == self._file_id:
@@ -118,7 +119,7 @@ class SqlStore:
         if write:
             self._check_file()
         try:
-            with Session(self.engine, expire_on_commit=False) as s:
+            with Session(self.engine if write else self._reader, expire_on_commit=False) as s:
                 if write:
                     with s.begin():
                         yield s
@@ -394,6 +395,11 @@ class SqlStore:
             if run is not None:
                 return [stored(run)]
             query = select(Run).where(Run.id.startswith(ref, autoescape=True)).order_by(Run.created_at.desc())
+            if ref and all(ch in "0123456789abcdef" for ch in ref):
+                # A hex prefix (what `runs list` prints) as a range the primary key's index serves:
+                # LIKE with an escape clause is never one SQLite looks up in an index.
+                upper = ref[:-1] + chr(ord(ref[-1]) + 1)
+                query = query.where(Run.id >= ref, Run.id < upper)
             return [stored(r) for r in s.scalars(query.limit(20))]
 
     def get(self, run_id: str) -> StoredRun | None:
