@@ -186,6 +186,25 @@ def test_a_credentialed_mlflow_url_that_is_down_warns_without_the_password(tmp_p
     _nowhere(tmp_path, ML_SECRET)
 
 
+@pytest.mark.parametrize("setting", ["tracking.db_url", "tracking.mlflow_uri"])
+def test_a_password_with_a_space_is_in_no_file_hydra_writes(setting: str, tmp_path: Path, cli: Cli) -> None:
+    """YAML folds a long line at a space: Hydra's saved `override_dirname` held the password split
+    over two lines, where no text search finds it whole (issue 52). The files are masked as parsed."""
+    secret = "open s3same-Zq"
+    port = _closed_port()
+    url = (
+        f"postgresql+psycopg://postgres:{secret}@127.0.0.1:{port}/nothing"
+        if setting == "tracking.db_url"
+        else f"http://muser:{secret}@127.0.0.1:{port}"
+    )
+    extra = [] if setting == "tracking.db_url" else [f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"]
+    got = _smoke(cli, tmp_path, *extra, f'{setting}="{url}"')
+    assert got.code == (2 if setting == "tracking.db_url" else 0), got.err
+    assert "s3same" not in got.out + got.err
+    assert (tmp_path / "out" / ".hydra" / "hydra.yaml").is_file()  # kept, masked
+    _nowhere(tmp_path, "s3same")
+
+
 def test_a_sweep_keeps_no_password_in_its_files_or_its_launcher_log(tmp_path: Path, cli: Cli) -> None:
     uri = f"http://muser:{ML_SECRET}@127.0.0.1:{_closed_port()}"
     db, multi = f"tracking.db_url=sqlite:///{tmp_path / 's.db'}", tmp_path / "multi"

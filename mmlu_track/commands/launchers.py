@@ -191,22 +191,27 @@ def redact_hydra_files() -> None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from mmlu_track.support.credentials import redact_text, remember_urls
+    from mmlu_track.support.credentials import redact_doc, remember_urls
 
     hc = HydraConfig.get()
     files = list((Path(hc.runtime.output_dir) / hc.output_subdir).glob("*.yaml")) if hc.output_subdir else []
     if hc.mode == RunMode.MULTIRUN:
         files.append(anchored_dir(hc.sweep.dir, Path(hc.runtime.cwd)) / "multirun.yaml")
-    texts = {}
+    docs = {}
     for path in files:
         with contextlib.suppress(OSError):  # not written (a launcher's own layout): nothing to hide
-            texts[path] = path.read_text(encoding="utf-8")
-    for text in texts.values():  # every password found by parsing first: masked in all the files
-        remember_urls(OmegaConf.to_container(OmegaConf.create(text), resolve=False))
-    for path, text in texts.items():
-        if (clean := redact_text(text)) != text:
+            docs[path] = OmegaConf.to_container(
+                OmegaConf.create(path.read_text(encoding="utf-8")), resolve=False
+            )
+    for doc in docs.values():  # every password found by parsing first: masked in all the files
+        remember_urls(doc)
+    for path, doc in docs.items():
+        # Masked in the parsed values, then written again: YAML folds a long line at a space, so a
+        # password with a space in it is never whole in the file's text.
+        if (clean := redact_doc({"doc": doc})["doc"]) != doc:
+            text = OmegaConf.to_yaml(OmegaConf.create(clean))
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # sweep jobs may rewrite one file at once
-            tmp.write_text(clean, encoding="utf-8")
+            tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
 
 
