@@ -48,7 +48,10 @@ def test_a_writer_never_waits_on_another_process_reading_a_full_run(tmp_path: Pa
         reader.join(30)
     assert reader.exitcode == 0
     assert len(waits) >= 10
-    assert max(waits) < 0.1, waits
+    # Under 0.1 s as a rule (before: 0.2-1.6 s each), and never a lock's wait even when the machine
+    # is busy with other tests: a scheduler's pause is not a lock.
+    assert sorted(waits)[len(waits) // 2] < 0.1, waits
+    assert max(waits) < 0.5, waits
     # A read session's transaction is deferred, a write session's immediate.
     with store._session() as s:
         assert s.connection().get_execution_options().get("mmlu_track_read_only") is True

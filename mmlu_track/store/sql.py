@@ -395,11 +395,8 @@ class SqlStore:
             if run is not None:
                 return [stored(run)]
             query = select(Run).where(Run.id.startswith(ref, autoescape=True)).order_by(Run.created_at.desc())
-            if ref and all(ch in "0123456789abcdef" for ch in ref):
-                # A hex prefix (what `runs list` prints) as a range the primary key's index serves:
-                # LIKE with an escape clause is never one SQLite looks up in an index.
-                upper = ref[:-1] + chr(ord(ref[-1]) + 1)
-                query = query.where(Run.id >= ref, Run.id < upper)
+            if ref and all(ch in "0123456789abcdef" for ch in ref):  # SQLite's LIKE ... ESCAPE uses no index:
+                query = query.where(Run.id >= ref, Run.id < ref[:-1] + chr(ord(ref[-1]) + 1))  # a key range
             return [stored(r) for r in s.scalars(query.limit(20))]
 
     def get(self, run_id: str) -> StoredRun | None:
