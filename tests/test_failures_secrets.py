@@ -117,6 +117,34 @@ def test_a_db_error_line_has_no_password(tmp_path: Path, cli: Cli) -> None:
     _nowhere(tmp_path, DB_SECRET)
 
 
+def test_a_raw_at_or_slash_in_a_password_is_refused_before_any_part_of_it_is_printed(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """SQLAlchemy ends the userinfo at the first `@` and MLflow's client the host at a `/`: the rest
+    of the password was printed as a host name (`failed to resolve host 'ss@vw@127.0.0.1'`). Such a
+    URL is now refused in one line that says how to write it, naming no part of it (issue 52)."""
+    db = f"postgresql+psycopg://postgres:p@ss@vw{DB_SECRET}@127.0.0.1:{_closed_port()}/x"
+    for got in (
+        _smoke(cli, tmp_path, "tracking=sql_only", f"tracking.db_url={db}"),
+        cli("runs", "--db", db, "list", cwd=tmp_path),
+    ):
+        assert got.code == 2, got.err
+        assert "password holds a raw @ / ? or #: write them percent-encoded (%40 %2F %3F %23" in got.err
+        assert "vw" not in got.err
+        assert DB_SECRET not in got.out + got.err
+    uri = f"http://muser:ab/{ML_SECRET}@127.0.0.1:{_closed_port()}"
+    got = _smoke(
+        cli, tmp_path, f"tracking.db_url=sqlite:///{tmp_path / 's.db'}", f"tracking.mlflow_uri={uri}"
+    )
+    assert got.code == 2
+    (line,) = got.errors
+    assert line.endswith(
+        "tracking.mlflow_uri's password holds / ? or #: write them percent-encoded (%2F %3F %23)"
+    )
+    _nowhere(tmp_path, DB_SECRET)
+    _nowhere(tmp_path, ML_SECRET)
+
+
 def _everything_logged(client: MlflowClient, run_id: str, into: Path) -> str:
     """Every param, tag and artifact of an MLflow run, as one text."""
     run = client.get_run(run_id)

@@ -102,6 +102,10 @@ def _check_chat(cfg: EvalConfig) -> None:
 
 
 def _check_tracking(t: TrackingConfig) -> None:
+    if t.mlflow_uri is not None and unencoded_in_password(t.mlflow_uri):  # never half-parsed
+        raise ConfigError(
+            "tracking.mlflow_uri's password holds / ? or #: write them percent-encoded (%2F %3F %23)"
+        )
     if re.fullmatch(r"sqlite(\+\w+)?://(/:memory:)?(\?.*)?", t.db_url.strip()):
         raise ConfigError(
             f"tracking.db_url={t.db_url} is an in-memory database: every result would be gone when the "

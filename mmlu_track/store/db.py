@@ -17,7 +17,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from mmlu_track.support.credentials import redact, redact_text
+from mmlu_track.support.credentials import redact, redact_text, unencoded_in_password
 from mmlu_track.support.errors import MmluTrackError
 from mmlu_track.support.resources import MIGRATIONS_DIR
 
@@ -41,6 +41,11 @@ def busy_timeout() -> float:
 def parse_url(url: str) -> URL:
     """A results database's URL, parsed; a malformed one is one line that repeats none of it (it
     may hold a password, and a URL that does not parse cannot be masked by parsing)."""
+    if unencoded_in_password(url, "@/?#"):  # SQLAlchemy would read the rest of it as the host
+        raise StoreError(
+            "the results database URL's password holds a raw @ / ? or #: write them percent-encoded "
+            "(%40 %2F %3F %23: p@ss is written p%40ss)"
+        )
     try:
         return make_url(url)
     except (ArgumentError, ValueError) as err:

@@ -81,10 +81,11 @@ def _passwords(text: str) -> list[tuple[str, str]]:
     return found
 
 
-def unencoded_in_password(url: str) -> bool:
+def unencoded_in_password(url: str, chars: str = "/?#") -> bool:
     """Whether a URL's password holds `/`, `?` or `#` as written (a URL parser ends the host part
-    there, and would read part of the password as the host or the port)."""
-    return any(c in password for _, password in _passwords(url) for c in "/?#")
+    there, and would read part of the password as the host or the port); `chars="@/?#"` for a
+    parser that also ends the userinfo at its first `@` (SQLAlchemy's)."""
+    return any(c in password for _, password in _passwords(url) for c in chars)
 
 
 def remember_urls(doc: Any) -> None:
