@@ -96,7 +96,7 @@ def test_a_database_url_that_does_not_parse_is_the_users_error_and_repeats_none_
 ) -> None:
     """`[::1` makes SQLAlchemy's port parsing raise a ValueError naming part of the URL: it was a
     bug's traceback in compare and runs; the URL (a password in it) is never repeated."""
-    url = "postgresql://bob:s3cret@db@[::1"
+    url = "postgresql://bob:s3cret@[::1"
     if command == "runs":
         proc = cli("runs", "--db", url, "list", cwd=tmp_path)
     else:
