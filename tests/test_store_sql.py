@@ -72,7 +72,18 @@ def test_a_newer_schema_is_refused(sqlite_url: str) -> None:
 
 def test_unusable_url_is_a_clear_error() -> None:
     with pytest.raises(StoreError, match="cannot be opened"):
-        SqlStore("sqlite:////proc/no/such/dir/x.db")
+        SqlStore("sqlite:////proc/x.db")  # a folder that exists, where no file can be made
+
+
+def test_a_results_database_in_a_missing_folder_is_refused_and_no_folder_made(tmp_path: Path) -> None:
+    """A typo in a path made a new tree and put the results there (issue 52): the user names the
+    file, never a folder for it."""
+    missing = tmp_path / "no" / "such"
+    with pytest.raises(
+        StoreError, match=f"the results database's folder {missing} does not exist: create it"
+    ):
+        SqlStore(f"sqlite:///{missing / 'x.db'}")
+    assert not (tmp_path / "no").exists()
 
 
 def test_sqlite_is_opened_for_concurrent_writers(sqlite_url: str) -> None:

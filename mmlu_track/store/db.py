@@ -80,8 +80,15 @@ def make_engine(url: str) -> Engine:
     parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+        # The file is the user's to name; a folder they did not make is never made for it (a typo
+        # in a path would otherwise leave a new tree behind, and the results in it).
+        folder = Path(parsed.database).expanduser().absolute().parent
+        if not folder.is_dir():
+            raise StoreError(
+                f"the results database's folder {folder} does not exist: create it, or give "
+                "tracking.db_url a file in an existing folder"
+            )
     busy = busy_timeout()
     engine = create_engine(url, connect_args={"timeout": busy})
 
