@@ -37,10 +37,8 @@ class Threads:
 
 def _cgroup_quota(root: Path = CGROUP) -> float | None:
     """CPUs the cgroup may use (quota / period), None when unlimited or unreadable."""
-    try:
-        quota, period = (
-            (root / "cpu.max").read_text().split()[:2]
-        )  # cgroup v2: "max 100000" or "200000 100000"
+    try:  # cgroup v2: "max 100000" (unlimited) or "200000 100000" (2 CPUs)
+        quota, period = (root / "cpu.max").read_text().split()[:2]
         return None if quota == "max" else int(quota) / int(period)
     except (OSError, ValueError):
         pass

@@ -5,15 +5,10 @@ mirrors it. The one mapping between a `records.stored.ComparisonEntry` and its r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-
-from sqlalchemy.orm import Session
 
 from mmlu_track.records.stored import ComparisonEntry
+from mmlu_track.store.db import Sessions
 from mmlu_track.store.orm import ComparisonRow
-
-Sessions = Callable[[bool], AbstractContextManager[Session]]  # SqlStore._session: write or read
 
 
 class Comparisons:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+from sqlalchemy.orm import Session
 
 from mmlu_track.support.credentials import redact, redact_text, unencoded_in_password
 from mmlu_track.support.errors import MmluTrackError
@@ -67,6 +70,8 @@ def sqlite_file(url: str) -> Path | None:
     return Path(db).expanduser().resolve()
 
 
+# SqlStore._session (write or not): how the store's members (noise floors, comparisons) open theirs
+Sessions = Callable[[bool], AbstractContextManager[Session]]
 READ_ONLY = "mmlu_track_read_only"  # an execution option: this connection's transactions only read
 
 

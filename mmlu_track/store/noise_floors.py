@@ -6,22 +6,18 @@ the runs it compares, mirrored as an MLflow run of their own. The one mapping be
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
 from mmlu_track.records.protocol import EvalProtocol
 from mmlu_track.records.stored import NoiseEntry
+from mmlu_track.store.db import Sessions
 from mmlu_track.store.orm import NoiseRow
 from mmlu_track.support.console import warn
 
 if TYPE_CHECKING:
     from mmlu_track.store.mlflow_comparison import ComparisonLog
-
-Sessions = Callable[[bool], AbstractContextManager[Session]]  # SqlStore._session: write or read
 
 
 def _entry(row: NoiseRow) -> NoiseEntry:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import case, delete, func, select, text, update
+from sqlalchemy import Select, case, delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -84,6 +84,11 @@ def open_existing_store(tracking: TrackingConfig) -> SqlStore:
     return open_store(tracking)
 
 
+def _newest(query: Select[Run], batching: Batched | None) -> Select[Run]:
+    """Runs newest first: only the newest, unless it must also have been scored at `batching`."""
+    return query.order_by(Run.created_at.desc()).limit(1 if batching is None else None)
+
+
 class SqlStore:
     def __init__(self, url: str, dead_after: timedelta = DEAD_AFTER) -> None:
         self.url = redact(url)  # for messages: the engine alone holds the password
@@ -141,9 +146,8 @@ class SqlStore:
         batching: Batched | None = None,
     ) -> tuple[str, dict[str, list[QuestionResult]]]:
         """The newest unfinished run with the same identity and its committed questions by subject,
-        or a new run; this process takes `shard` of it. `batching`: resume only a run scored at this
-        (batch_size, batch_tokens) — batching is no part of a run's identity, but the noise command
-        measures it (its repeat and batching runs each resume their own).
+        or a new run; this process takes `shard` of it; with `batching`, only a run scored at it (the
+        noise command's roles: batching is no part of the identity, yet what it measures).
 
         Atomic: the lookup and the claim happen in one transaction holding the write lock (SQLite)
         or an advisory lock on the identity and the run's row lock (PostgreSQL), so two processes
@@ -155,9 +159,8 @@ class SqlStore:
         with self._session(write=True) as s:
             if self.engine.dialect.name == "postgresql":  # no row to lock yet when the run is new
                 s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": int(identity[:15], 16)})
-            query = select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED))
-            query = query.order_by(Run.created_at.desc()).with_for_update()
-            run = next((r for r in s.scalars(query) if batched_as(r, batching)), None)
+            query = _newest(select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED)), batching)
+            run = next((r for r in s.scalars(query.with_for_update()) if batched_as(r, batching)), None)
             if run is None:
                 run = new_run(start, identity, output_dir)
                 s.add(run)
@@ -273,12 +276,10 @@ class SqlStore:
     def unfinished(
         self, identity: str, statuses: Iterable[str] = UNFINISHED, batching: Batched | None = None
     ) -> StoredRun | None:
-        """The run a process with this identity would resume, if any (of other `statuses`: the
-        newest of them: `finished`); scored at `batching`, when given (`start_or_resume`)."""
+        """The run this identity would resume, if any (or the newest in `statuses`), at `batching`."""
         with self._session() as s:
             query = select(Run).where(Run.identity == identity, Run.status.in_(tuple(statuses)))
-            rows = s.scalars(query.order_by(Run.created_at.desc()))
-            row = next((r for r in rows if batched_as(r, batching)), None)
+            row = next((r for r in s.scalars(_newest(query, batching)) if batched_as(r, batching)), None)
             return stored(row) if row is not None else None
 
     def committed_by_subject(self, run_id: str) -> dict[str, tuple[int, int]]:
