@@ -59,6 +59,18 @@ def test_intervals_never_collapse_or_leave_minus_one_to_one() -> None:
         assert np.all(high - low > 0)
 
 
+def test_no_drop_is_the_exact_sign_test_p_value_compared_with_alpha() -> None:
+    # The gate's rates sum no_drop over every outcome; it must agree with drop_p to the last outcome.
+    b, c = np.meshgrid(np.arange(400), np.arange(400))
+    keep = b + c <= 420
+    b, c = b[keep], c[keep]
+    for alpha in (0.001, 0.01, 0.05, 0.1, 0.25, 0.5):
+        expected = decision.drop_p(b, c) >= alpha
+        assert np.array_equal(decision.no_drop(b, c, alpha), expected)
+        assert expected.any()
+        assert not expected.all()
+
+
 def test_noninferiority_with_no_flips_needs_the_rule_of_three_sample_size() -> None:
     # 0 changed answers among n. The score test alone would show δ once z²(1 − δ)/δ < n (268 at
     # δ = 1 point, the normal approximation's count); the exact test's p-value is (1 − δ)ⁿ, the
