@@ -71,6 +71,14 @@ def test_no_drop_is_the_exact_sign_test_p_value_compared_with_alpha() -> None:
         assert not expected.all()
 
 
+def test_exact_size_reusing_the_last_tails_is_the_size_computed_afresh() -> None:
+    # A critical-value search recomputes only the tails whose threshold moved since the last t.
+    for n, margin in ((50, 0.05), (1500, 0.02)):
+        grid = paired._psi_grid(margin)
+        for t in (1.6449, 1.7, 1.65, 1.6449, 2.3, 1.0, 1.70001):
+            assert paired.exact_size(n, margin, t) == paired.exact_size(n, margin, t, psi=grid)
+
+
 def test_noninferiority_with_no_flips_needs_the_rule_of_three_sample_size() -> None:
     # 0 changed answers among n. The score test alone would show δ once z²(1 − δ)/δ < n (268 at
     # δ = 1 point, the normal approximation's count); the exact test's p-value is (1 − δ)ⁿ, the

@@ -174,6 +174,10 @@ class _NullMass:
     mass: Floats  # Bin(m; n, ψ)
     share_gained: Floats
     rows: int
+    # The last thresholds asked for and their tails: a critical-value search asks for t close to
+    # the last, where c*(m) moves for few m, so only those tails are computed again.
+    asked: NDArray[np.int64]
+    tails: Floats
 
     @classmethod
     def of(cls, n: int, margin: float, grid: Floats) -> _NullMass:
@@ -187,12 +191,16 @@ class _NullMass:
         share = np.broadcast_to(np.clip((grid - margin) / (2 * grid), 0.0, 1.0)[:, None], m.shape)
         row = np.broadcast_to(np.arange(len(grid))[:, None], m.shape)
         keep = mass > 1e-20
-        return cls(row[keep], m[keep], mass[keep], share[keep], len(grid))
+        unasked = np.full(int(np.count_nonzero(keep)), -2, dtype=np.int64)  # need(m) − 1 ≥ −1
+        return cls(row[keep], m[keep], mass[keep], share[keep], len(grid), unasked, np.zeros(unasked.shape))
 
     def size(self, need: NDArray[np.int64]) -> float:
         """sup over the grid of P(C ≥ need(m)): the size of a test rejecting from need(m) gained."""
-        tail = stats.binom.sf(need[self.m] - 1, self.m, self.share_gained)
-        per_psi = np.bincount(self.row, weights=self.mass * tail, minlength=self.rows)
+        k = need[self.m] - 1
+        new = np.flatnonzero(k != self.asked)
+        self.tails[new] = stats.binom.sf(k[new], self.m[new], self.share_gained[new])
+        self.asked[new] = k[new]
+        per_psi = np.bincount(self.row, weights=self.mass * self.tails, minlength=self.rows)
         return min(float(np.max(per_psi)), 1.0)
 
 
