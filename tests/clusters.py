@@ -14,6 +14,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -168,7 +169,30 @@ class RayCluster:
         )  # fmt: skip
         return self
 
+    def _processes(self) -> list[int]:
+        """This cluster's processes: those started with its token (GCS, raylets, workers) and
+        the agents a raylet starts without it (they name their raylet)."""
+        environs: dict[int, list[bytes]] = {}
+        for proc in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if proc.name.isdigit():
+                    environs[int(proc.name)] = (proc / "environ").read_bytes().split(b"\0")
+        token = f"RAY_AUTH_TOKEN={self.env['RAY_AUTH_TOKEN']}".encode()
+        ours = {pid for pid, env in environs.items() if token in env}
+        parents = {f"RAY_RAYLET_PID={pid}".encode() for pid in ours}
+        return sorted(ours | {pid for pid, env in environs.items() if parents.intersection(env)})
+
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        subprocess.run(
-            ["ray", "stop", "--force"], env=self.env, check=False, timeout=120, capture_output=True
-        )
+        # SIGKILL this cluster's processes, not every Ray process on the host as `ray stop` does;
+        # and done once they are dead: `ray stop` waits for its victims to be reaped, and here
+        # PID 1 may never reap them (5 s of polling zombies).
+        for pid in self._processes():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        wait_for("the Ray cluster's processes are dead", lambda: all(map(_dead, self._processes())), 30)
+
+
+def _dead(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] in ("Z", "X")
+    return True
