@@ -43,6 +43,12 @@ def compose_eval(overrides: list[str]) -> EvalConfig:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Bytecode written and reused (__pycache__, ignored by git) by this run and every process it
+    # starts, whatever the environment says: under PYTHONDONTWRITEBYTECODE=1 (this machine's, and
+    # many images') each process compiled every mmlu_track module and test module anew (a tenth of
+    # the whole run's CPU, py-spy).
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
     # One converted-model cache for the xdist workers and every process they start: converting the
     # packaged GGUF costs 10 s (tokenizer) and 30 s (model) of CPU, paid once per test run, not per worker.
     if "PYTEST_XDIST_WORKER" in os.environ:

@@ -1,4 +1,5 @@
-"""A run killed midway (SIGKILL or SIGINT) resumes where it stopped and ends as an uninterrupted run."""
+"""A run killed midway (SIGKILL or SIGINT) resumes where it stopped and ends as an uninterrupted run;
+and it resumes only into the same weights, however they were put in place."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from mmlu_track.eval.fingerprint import cached_sha256, file_sha256
 from mmlu_track.pipeline.evaluate import QUIET, run
 from mmlu_track.store.orm import QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
@@ -90,3 +92,25 @@ def test_killed_run_resumes_and_equals_an_uninterrupted_run(tmp_path: Path, sig:
 def _exact_part(r: Any) -> dict[str, Any]:
     d = dict(r) if isinstance(r, dict) else dataclasses.asdict(r)
     return {k: v for k, v in d.items() if k not in ("logprobs", "margin")}
+
+
+def test_weights_are_hashed_again_whenever_the_file_is_not_the_one_hashed(tmp_path: Path) -> None:
+    """The cached hash is reused only while the file is untouched: other bytes of the same size
+    written with the old mtime put back (`touch -r`), or another file of the same size and mtime
+    moved in its place (`cp -p`, `rsync -t`), are read again."""
+    cache, weights = tmp_path / "cache", tmp_path / "model.gguf"
+    weights.write_bytes(b"a" * 4096)
+    first = cached_sha256([weights], cache)
+    assert first == [file_sha256(weights)]
+    stamp = weights.stat()
+    weights.write_bytes(b"b" * 4096)
+    os.utime(weights, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    second = cached_sha256([weights], cache)
+    assert second == [file_sha256(weights)] != first
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"c" * 4096)
+    os.utime(other, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    os.replace(other, weights)
+    assert cached_sha256([weights], cache) == [file_sha256(weights)] != second
+    entry = json.loads((cache / "file_sha256.json").read_text())[str(weights.resolve())]
+    assert entry[:2] == [4096, stamp.st_mtime_ns]  # the same size and mtime throughout

@@ -16,10 +16,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import hashlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
@@ -31,6 +29,7 @@ from typing import Any
 import torch
 
 from mmlu_track.eval.backend import ModelError
+from mmlu_track.eval.fingerprint import cached_sha256, folder_sha256
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.settings.config import EvalConfig, ModelConfig
 
@@ -82,43 +81,6 @@ def resolve_dtype(dtype: str, device: str) -> str:
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
     return "float32"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def folder_sha256(folder: Path, cache_dir: Path) -> str:
-    """sha256 over a model folder's files (names and contents; hidden ones aside), so other
-    weights in the same folder are another model. Each file's hash is cached by its path, size
-    and mtime (`cache_dir/file_sha256.json`): a 15 GB folder is read once, not every run."""
-    cache_file = cache_dir / "file_sha256.json"
-    try:
-        cache: dict[str, list[Any]] = json.loads(cache_file.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    h, changed = hashlib.sha256(), False
-    files = sorted(
-        p for p in folder.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )  # fmt: skip
-    for path in files:
-        st = path.stat()
-        key, stamp = str(path.resolve()), [st.st_size, st.st_mtime_ns]
-        if (hit := cache.get(key)) is None or hit[:2] != stamp:
-            cache[key], changed = [*stamp, file_sha256(path)], True
-        h.update(f"{path.relative_to(folder).as_posix()}\0{cache[key][2]}\n".encode())
-    if changed:
-        with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(cache))
-            os.replace(tmp, cache_file)
-    return h.hexdigest()
 
 
 def packaged_file(package: str, filename: str) -> Path:
@@ -181,7 +143,7 @@ def _gguf_cache(cfg: ModelConfig, cache_dir: Path) -> tuple[Path, Path, str]:
         path = Path(_required(cfg.name_or_path, "name_or_path", "gguf")).expanduser() / gguf_file
         if not path.is_file():
             raise ModelError(f"GGUF file {path} does not exist")
-    sha = file_sha256(path)
+    (sha,) = cached_sha256([path], cache_dir)
     tf = importlib.metadata.version("transformers")
     return cache_dir / "gguf" / f"{path.stem}-{sha[:16]}-tf{tf}", path, sha
 

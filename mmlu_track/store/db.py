@@ -8,6 +8,7 @@ purpose (`python -m mmlu_track.runs --db URL db-upgrade`); a database newer than
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -131,6 +132,28 @@ def open_engine(url: str) -> Engine:
 MIGRATION_LOCK = 0x6D6D6C75  # "mmlu": the advisory lock key taken while migrating a server database
 
 
+def _alembic_config() -> Any:
+    from alembic.config import Config
+
+    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return cfg
+
+
+@functools.cache
+def _revisions() -> tuple[str, frozenset[str]]:
+    """(head, every revision) of the migrations this package ships, read once per process: Alembic
+    loads each script to learn them (compiling it where no bytecode may be written, as in images
+    with PYTHONDONTWRITEBYTECODE), and a process opens its store many times (a sweep, a gate)."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(_alembic_config())
+    head = scripts.get_current_head()
+    if head is None:
+        raise StoreError(f"no schema migration found in {MIGRATIONS_DIR}: reinstall mmlu_track")
+    return head, frozenset(s.revision for s in scripts.walk_revisions())
+
+
 def upgrade(engine: Engine, *, shared: bool = False) -> str:
     """Bring the database to the newest migration; return that revision.
 
@@ -141,18 +164,12 @@ def upgrade(engine: Engine, *, shared: bool = False) -> str:
     # Alembic narrates every step (its imports too) at INFO, which Hydra's logging setup would print.
     logging.getLogger("alembic").setLevel(logging.WARNING)
     from alembic import command
-    from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
 
-    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    head = ScriptDirectory.from_config(cfg).get_current_head()
-    if head is None:
-        raise StoreError(f"no schema migration found in {MIGRATIONS_DIR}: reinstall mmlu_track")
+    cfg = _alembic_config()
+    head, known = _revisions()
     with engine.connect() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
-    known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
     if current is not None and current not in known:
         raise StoreError(
             f"database schema {current} is newer than this mmlu_track (head {head}): upgrade mmlu_track"
