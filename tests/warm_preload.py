@@ -1,8 +1,10 @@
 """What a warm server (`warm.py`) imports before it forks: the modules an evaluation, a comparison
 and the stores load, lazy ones included; and the tiny model's tokenizer, parsed once here rather
 than in each child (`models._converted_tokenizer_loaded` keeps it: 0.4 s a run). No torch op runs
-before a fork."""
+before a fork. All of it frozen out of the garbage collector's sight (as Python's docs advise
+before a fork): a child's collections scan what it made, not these 600k objects."""
 
+import gc
 import os
 from pathlib import Path
 
@@ -43,3 +45,6 @@ if "MMLU_TRACK_CACHE" in os.environ:  # the test session's (conftest's `cache_di
         Path(os.environ["MMLU_TRACK_CACHE"]),
     )
     models._converted_tokenizer_loaded(models._converted_tokenizer(_key_dir, _gguf))
+
+gc.collect()
+gc.freeze()
