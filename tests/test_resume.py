@@ -114,3 +114,5 @@ def test_weights_are_hashed_again_whenever_the_file_is_not_the_one_hashed(tmp_pa
     assert cached_sha256([weights], cache) == [file_sha256(weights)] != second
     entry = json.loads((cache / "file_sha256.json").read_text())[str(weights.resolve())]
     assert entry[:2] == [4096, stamp.st_mtime_ns]  # the same size and mtime throughout
+    (cache / "file_sha256.json").write_text("[1, 2]")  # damaged: read again, never a traceback
+    assert cached_sha256([weights], cache) == [file_sha256(weights)]

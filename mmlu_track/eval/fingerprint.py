@@ -33,6 +33,8 @@ def cached_sha256(paths: Sequence[Path], cache_dir: Path) -> list[str]:
         cache: dict[str, list[Any]] = json.loads(cache_file.read_text())
     except (OSError, ValueError):
         cache = {}
+    if not isinstance(cache, dict):  # a damaged cache is only a cache
+        cache = {}
     hashes, changed = [], False
     for path in paths:
         st = path.stat()

@@ -175,7 +175,8 @@ class _NullMass:
     share_gained: Floats
     rows: int
     # The last thresholds asked for and their tails: a critical-value search asks for t close to
-    # the last, where c*(m) moves for few m, so only those tails are computed again.
+    # the last, where c*(m) moves for few m, so only those tails are computed again (one search
+    # at a time: the gate's statistics run in one thread).
     asked: NDArray[np.int64]
     tails: Floats
 
