@@ -57,6 +57,34 @@ def test_auto_takes_the_smallest_limit_and_shares_it_among_the_shards_on_this_ho
     assert choose("auto", 1, tmp_path / "none").count == 6
 
 
+def test_the_quota_is_read_for_this_processs_own_cgroup_and_every_one_above_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
+    root, proc = tmp_path / "fs", tmp_path / "cgroup"
+    (root / "job" / "step").mkdir(parents=True)
+    (root / "cpu.max").write_text("max 100000")
+    (root / "job" / "cpu.max").write_text("300000 100000")  # the job's 3 CPUs
+    (root / "job" / "step" / "cpu.max").write_text("max 100000")  # its step sets none of its own
+    proc.write_text("0::/job/step\n")
+    assert choose("auto", 1, root, proc).count == 3  # before: the mount's root only, 16
+    assert "cgroup quota 3" in choose("auto", 1, root, proc).why
+    (root / "job" / "step" / "cpu.max").write_text("100000 100000")
+    assert choose("auto", 1, root, proc).count == 1  # the smallest on the way up
+    v1 = root / "cpu" / "batch" / "task"  # cgroup v1: the cpu controller's own line and folder
+    v1.mkdir(parents=True)
+    (v1.parent / "cpu.cfs_quota_us").write_text("150000")
+    (v1.parent / "cpu.cfs_period_us").write_text("100000")
+    proc.write_text("12:cpu,cpuacct:/batch/task\n11:memory:/elsewhere\n0::/\n")
+    assert choose("auto", 1, root, proc).count == 2
+    for unknown in ("0::/../outside\n", "garbage\n"):  # outside its namespace, or unreadable: the root
+        proc.write_text(unknown)
+        assert choose("auto", 1, root, proc).count == 16
+    assert choose("auto", 1, root, tmp_path / "missing").count == 16
+
+
 def test_joblib_shards_on_one_host_share_it_other_launchers_do_not() -> None:
     from hydra.types import RunMode
 

@@ -7,7 +7,8 @@ busy node many times over. `threads=auto` takes the smallest of what the process
 
 - the CPUs of its affinity mask (`os.sched_getaffinity`: taskset, SLURM's and Ray's binding);
 - its cgroup's quota, rounded up (`cpu.max` of cgroup v2, `cpu.cfs_quota_us / cpu.cfs_period_us`
-  of v1): a container or a CI runner with a CPU limit;
+  of v1), read for the cgroup `/proc/self/cgroup` names and every one above it: a container or a
+  CI runner with a CPU limit, a job a host placed in a limited cgroup;
 - `SLURM_CPUS_PER_TASK` where set, and `OMP_NUM_THREADS` where a launcher or the user set it;
 
 then divides it among the shards the launcher runs at once on this host (`Origin.host_share`:
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")  # which cgroup this process is in
 
 
 @dataclass(frozen=True)
@@ -35,19 +37,57 @@ class Threads:
     why: str
 
 
-def _cgroup_quota(root: Path = CGROUP) -> float | None:
-    """CPUs the cgroup may use (quota / period), None when unlimited or unreadable."""
-    try:  # cgroup v2: "max 100000" (unlimited) or "200000 100000" (2 CPUs)
-        quota, period = (root / "cpu.max").read_text().split()[:2]
+def _own_paths(proc: Path) -> tuple[str, str]:
+    """This process's cgroup in the v2 hierarchy and in v1's cpu controller (`/proc/self/cgroup`:
+    `0::/path` and `N:cpu,cpuacct:/path`); "/" where unknown, or where outside its namespace."""
+    v2 = v1 = "/"
+    try:
+        lines = proc.read_text().splitlines()
+    except OSError:
+        return v2, v1
+    for line in lines:
+        hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
+        path = path if path.startswith("/") and ".." not in path.split("/") else "/"
+        if hierarchy == "0" and not controllers:
+            v2 = path
+        elif "cpu" in controllers.split(","):
+            v1 = path
+    return v2, v1
+
+
+def _chain(mount: Path, path: str) -> list[Path]:
+    """The folder of cgroup `path` under `mount` and each one above it: a quota set on any
+    ancestor (a SLURM job above its step, a slice above its service) limits the process too."""
+    parts = [p for p in path.split("/") if p]
+    return [mount.joinpath(*parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def _quota_v2(folder: Path) -> float | None:
+    try:  # "max 100000" (unlimited) or "200000 100000" (2 CPUs)
+        quota, period = (folder / "cpu.max").read_text().split()[:2]
         return None if quota == "max" else int(quota) / int(period)
     except (OSError, ValueError):
-        pass
-    try:  # cgroup v1
-        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None
+
+
+def _quota_v1(folder: Path) -> float | None:
+    try:
+        quota_us = int((folder / "cpu.cfs_quota_us").read_text())
+        period_us = int((folder / "cpu.cfs_period_us").read_text())
         return None if quota_us <= 0 else quota_us / period_us
     except (OSError, ValueError):
         return None
+
+
+def _cgroup_quota(root: Path = CGROUP, proc: Path = PROC_CGROUP) -> float | None:
+    """CPUs this process's cgroup may use (quota / period): the smallest quota on its own cgroup
+    and its ancestors, in v2 and in v1's cpu controller (a host places a job in a sub-cgroup; a
+    container sees its own as the root); None when unlimited or unreadable."""
+    v2, v1 = _own_paths(proc)
+    found = [_quota_v2(folder) for folder in _chain(root, v2)]
+    found += [_quota_v1(folder) for folder in _chain(root / "cpu", v1)]
+    quotas = [q for q in found if q is not None]
+    return min(quotas) if quotas else None
 
 
 def _env_count(name: str) -> int | None:
@@ -55,11 +95,11 @@ def _env_count(name: str) -> int | None:
     return int(raw) if raw.isdigit() and int(raw) > 0 else None
 
 
-def available(root: Path = CGROUP) -> tuple[int, list[str]]:
+def available(root: Path = CGROUP, proc: Path = PROC_CGROUP) -> tuple[int, list[str]]:
     """The CPUs this process may use, and each limit that says so."""
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     limits = [(affinity, f"affinity {affinity}")]
-    if (quota := _cgroup_quota(root)) is not None:
+    if (quota := _cgroup_quota(root, proc)) is not None:
         limits.append((max(1, math.ceil(quota)), f"cgroup quota {quota:g}"))
     for name in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
         if (count := _env_count(name)) is not None:
@@ -67,11 +107,11 @@ def available(root: Path = CGROUP) -> tuple[int, list[str]]:
     return min(n for n, _ in limits), [why for _, why in limits]
 
 
-def choose(setting: int | str, host_share: int = 1, root: Path = CGROUP) -> Threads:
+def choose(setting: int | str, host_share: int = 1, root: Path = CGROUP, proc: Path = PROC_CGROUP) -> Threads:
     """`threads=auto` (module docstring) or the number given."""
     if setting != "auto":
         return Threads(int(setting), f"threads={setting}")
-    cpus, limits = available(root)
+    cpus, limits = available(root, proc)
     count = max(1, cpus // max(1, host_share))
     shared = f", shared by {host_share} shards on this host" if host_share > 1 else ""
     return Threads(count, f"threads=auto: {count} ({', '.join(limits)}{shared})")
