@@ -88,7 +88,10 @@ def test_compare_help_lists_only_its_own_groups_and_keys(cli: Cli, tmp_path: Pat
         ("compare", ["baseline=a", "candidate=b", "gate.alpha=3"], "gate.alpha=3.0 must be in (0, 0.5]"),
         ("compare", ["baseline=a"], "Missing mandatory value: candidate"),
         ("eval", ["model=tiny", "k=9"], "k=9 is impossible"),
-        ("eval", ["model=tiny", "data=local", "data.path=missing"], "does not exist"),
+        ("eval", ["model=tiny", "data=local", "data.path=missing"], "does not exist"),  # and no store.db
+        # refused while the model loads: before, each left outputs/.../.hydra and an empty store.db
+        ("eval", ["model=tiny", "cache_dir=/proc/mmlu_track_nope"], "cannot write the converted-model cache"),
+        ("eval", ["model=hf_hub", "model.name_or_path=/nonexistent/m"], "'/nonexistent/m': no such folder"),
         # Hydra's own refusals come before it makes a folder
         ("compare", ["baseline=a", "candidate=b", "gate=lenient"], "Could not find 'gate/lenient'"),
         ("eval", ["model=tiny", "margn=1"], "Key 'margn' is not in struct"),
@@ -102,8 +105,31 @@ def test_a_refused_command_leaves_no_folder(
     got = cli(which, db, "tracking.mlflow=false", *args, cwd=tmp_path)
     assert got.code == 2
     assert message in got.err
-    assert [p.name for p in tmp_path.iterdir() if p.name != "store.db"] == ["outputs"]
+    assert [p.name for p in tmp_path.iterdir()] == ["outputs"]  # no store.db either
     assert list((tmp_path / "outputs").iterdir()) == []
+
+
+def test_an_unreachable_store_or_a_run_folder_that_cannot_be_made_is_one_line_and_leaves_nothing(
+    cli: Cli, tmp_path: Path
+) -> None:
+    server = "tracking.db_url=postgresql://u:p@127.0.0.1:1/x"  # nothing listens on port 1
+    got = cli("eval", "model=tiny", "tracking.mlflow=false", server, cwd=tmp_path)
+    assert got.code == 2
+    assert len(got.errors) == 1
+    assert "cannot be opened" in got.errors[0]
+    assert list(tmp_path.iterdir()) == []  # before: outputs/<date>/<time>/.hydra
+    # /proc: permissions say writable, the filesystem says no (before: 24 lines of Hydra's tracebacks)
+    got = cli("eval", "model=tiny", "hydra.run.dir=/proc/mmlu_track_nope/x", cwd=tmp_path)
+    assert got.code == 2
+    assert got.errors == [
+        "mmlu_track: error: hydra.run.dir=/proc/mmlu_track_nope/x cannot be created: No such file or "
+        "directory; choose a writable folder"
+    ]
+    assert list(tmp_path.iterdir()) == []
+    # A folder made for the check is taken away again: Hydra makes it, as it always did.
+    got = cli("eval", "model=tiny", "k=9", f"hydra.run.dir={tmp_path / 'a' / 'b'}", cwd=tmp_path)
+    assert got.code == 2
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_refused_command_keeps_a_folder_that_was_there_or_holds_more(cli: Cli, tmp_path: Path) -> None:

@@ -106,3 +106,30 @@ def test_a_database_url_that_does_not_parse_is_the_users_error_and_repeats_none_
     assert "the results database URL is malformed (ValueError): write a SQLAlchemy URL" in line
     assert "s3cret" not in proc.err
     assert "bug" not in proc.err
+
+
+def test_hydras_refusal_of_an_override_is_one_line_in_every_command(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Hydra re-raises its own errors under a tracer (coverage, a debugger): print as the command line does.
+    monkeypatch.setattr("hydra._internal.utils.is_under_debugger", lambda: False)
+    models = "(available options in 'model': hf_hub, openai_api, smollm2_135m, tiny)"
+    append = "(to append to your config use +{})"
+    cases = [  # before: five to eight lines each, ending in a hint about HYDRA_FULL_ERROR
+        ("eval", ["foo=1"], "Could not override 'foo'. Key 'foo' is not in struct " + append.format("foo=1")),
+        ("noise", ["noise.variant=foo"],
+         "Could not override 'noise.variant'. Key 'variant' is not in struct "
+         + append.format("noise.variant=foo")),
+        ("eval", ["model=gpt5"], f"In 'eval': Could not find 'model/gpt5' {models}"),
+        ("compare", ["baseline=a", "candidate=b", "gate=lenient"],
+         "In 'compare': Could not find 'gate/lenient' "
+         "(available options in 'gate': default, strict, warn_only)"),
+        ("eval", ["k=[1"], "cannot parse the override 'k=[1': no viable alternative at input '[1'"),
+        ("eval", ["-m", "model=tiny,gpt5"],
+         f"sweep job 2 of 2 (model=gpt5): In 'eval': Could not find 'model/gpt5' {models}; no job was run"),
+    ]  # fmt: skip
+    for which, args, line in cases:
+        got = cli(which, *args, cwd=tmp_path)
+        assert got.code == 2, (args, got.err)
+        assert got.err.strip().splitlines() == [f"mmlu_track: error: {line}"], args
+    assert list(tmp_path.iterdir()) == []

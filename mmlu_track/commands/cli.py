@@ -35,7 +35,7 @@ def hydra_exit_codes(then: str) -> Iterator[None]:
     Ctrl-C and SIGTERM (which the pipeline turns into exit 143) end with one line saying what
     `then` happens, and the shell's codes 130 and 143."""
     try:
-        with _one_line_config_save():
+        with _one_line_config_save(), _one_line_composition_errors():
             yield
     except SystemExit as exc:
         if exc.code == 1:
@@ -71,6 +71,52 @@ def _one_line_config_save() -> Iterator[None]:
         yield
     finally:
         hydra_utils._save_config = save
+
+
+@contextmanager
+def _one_line_composition_errors() -> Iterator[None]:
+    """Hydra reports its refusal of an override (an unknown key or option, a value that does not
+    parse) in five to eight lines with a hint about HYDRA_FULL_ERROR: said here in one line. Its
+    other reports (a sweep job's `JobFailed`, a launcher's) and HYDRA_FULL_ERROR=1 are left alone."""
+    import hydra._internal.utils as hydra_utils
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+
+    report = hydra_utils.run_and_report
+
+    def compact(func: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            try:
+                return func()
+            except (ConfigCompositionException, MissingConfigException, OverrideParseException) as err:
+                fail(_hydra_line(err))
+
+        return run
+
+    def one_line(func: Callable[[], Any]) -> Any:
+        return report(func if os.environ.get("HYDRA_FULL_ERROR") == "1" else compact(func))
+
+    hydra_utils.run_and_report = one_line
+    try:
+        yield
+    finally:
+        hydra_utils.run_and_report = report
+
+
+def _hydra_line(err: Exception) -> str:
+    """Hydra's refusal of an override in one line: its first line, the OmegaConf error under it,
+    and its hint (`To append to your config use +key=value`; the options of a config group)."""
+    from hydra.errors import OverrideParseException
+
+    first, *rest = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+    if isinstance(err, OverrideParseException):
+        return f"cannot parse the override {err.override!r}: {first}"
+    rest = rest[: rest.index("Config search path:")] if "Config search path:" in rest else rest
+    cause = err.__cause__
+    said = [first, *([config_message(cause)] if isinstance(cause, Exception) else [])]
+    if rest:
+        hint = f"{rest[0][:1].lower()}{rest[0][1:]}"
+        said.append(f"({hint} {', '.join(rest[1:])})" if rest[1:] else f"({hint})")
+    return " ".join(said)
 
 
 class Unusable(SystemExit):
@@ -148,6 +194,7 @@ def check_writable_cwd(argv: list[str]) -> None:
         existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
         if not os.access(existing, os.W_OK):
             fail(f"{key}={folder} cannot be created: {existing} is not writable; choose a writable folder")
+        _try_making(key, folder, existing)
     if given:
         return
     cwd = os.getcwd()
@@ -156,6 +203,20 @@ def check_writable_cwd(argv: list[str]) -> None:
             f"the working directory {cwd} is not writable (outputs/ and the default results database go "
             "there): run from a writable folder, or set hydra.run.dir=DIR and tracking.db_url=URL"
         )
+
+
+def _try_making(key: str, folder: Path, existing: Path) -> None:
+    """Make the folders Hydra will make, and take them away again: a place where permissions say
+    yes and the filesystem says no (`/proc`, a full or read-only mount) is refused in one line,
+    not in Hydra's chained tracebacks."""
+    made = [p for p in (folder, *folder.parents) if p != existing and existing in p.parents]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        fail(f"{key}={folder} cannot be created: {err.strerror or err}; choose a writable folder")
+    for path in made:  # deepest first: Hydra makes them again, as it always does
+        with suppress(OSError):
+            path.rmdir()
 
 
 def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str, Any]], object]) -> None:
@@ -177,7 +238,8 @@ def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str,
                 check(plain(compose(config_name=config_name, overrides=own)))
             except (ConfigError, OmegaConfBaseException, HydraException) as err:
                 swept = " ".join(o for o in own if o.split("=", 1)[0] in swept_keys)
-                fail(f"sweep job {number} of {len(jobs)} ({swept}): {config_message(err)}; no job was run")
+                said = _hydra_line(err) if isinstance(err, HydraException) else config_message(err)
+                fail(f"sweep job {number} of {len(jobs)} ({swept}): {said}; no job was run")
 
 
 def _eval_config(cfg: Any) -> EvalConfig:

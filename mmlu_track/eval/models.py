@@ -275,6 +275,10 @@ def _load_hub(
     local = Path(where).expanduser()
     if local.exists():
         where = str(local)
+    elif where.startswith(("/", "./", "../", "~")):  # a path, never a hub id: said so, not as a bad repo id
+        raise ModelError(
+            f"could not load model {where!r}: no such folder (give a saved model's directory, or a hub id)"
+        )
     try:
         tok = AutoTokenizer.from_pretrained(
             where, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code

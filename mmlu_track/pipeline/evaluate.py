@@ -15,6 +15,8 @@ and the same command without the gate resumes it to completion.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,8 +27,20 @@ from mmlu_track.pipeline.session import QUIET, Display, Echo, EvaluationSession,
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.store.recorder import RunRecorder
 from mmlu_track.store.sql import Shard, SqlStore
+from mmlu_track.support.errors import MmluTrackError
 
 __all__ = ["QUIET", "Display", "Echo", "Looks", "Origin", "RunOutput", "TruncationError", "run"]
+
+
+@contextmanager
+def _before_any_work() -> Iterator[None]:
+    """A refusal here (the store, the model, the prompts) comes before the run is claimed: nothing
+    of it is recorded, and the command leaves no output folder."""
+    try:
+        yield
+    except MmluTrackError as err:
+        err.before_any_work = True
+        raise
 
 
 def run(
@@ -47,13 +61,13 @@ def run(
     store = store or (looks.store if looks is not None else None)
     origin = origin or Origin()
     batching = (cfg.batch_size, cfg.batch_tokens) if origin.own_batching else None
-    recorder = RunRecorder(
-        cfg.tracking, Shard(cfg.shard, cfg.shards), store, batching
-    )  # fails before any work
+    with _before_any_work():
+        recorder = RunRecorder(cfg.tracking, Shard(cfg.shard, cfg.shards), store, batching)
     cfg = replace(cfg, tracking=recorder.tracking)  # the MLflow URI it records, fixed from the start
     try:
         with sigterm_as_exit():
-            prep = prepare(cfg, origin)
+            with _before_any_work():
+                prep = prepare(cfg, origin)
             kept = recorder.finished(prep.identity) if origin.reuse else None
             if kept is not None and (record := kept[0].record) is not None:  # taken as it is: nothing scored
                 prep.lm.close()

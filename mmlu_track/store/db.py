@@ -82,19 +82,29 @@ def reading(engine: Engine) -> Engine:
     return engine.execution_options(**{READ_ONLY: True})
 
 
+def check_folder(database: Path, *, new: bool = False) -> None:
+    """A SQLite file's folder must exist: the file is the user's to name, and a folder they did not
+    make is never made for it (a typo in a path would leave a new tree behind, the results in it).
+    `new`: the file is still to be made, so the folder must be writable too."""
+    folder = database.expanduser().absolute().parent
+    if not folder.is_dir():
+        raise StoreError(
+            f"the results database's folder {folder} does not exist: create it, or give "
+            "tracking.db_url a file in an existing folder"
+        )
+    if new and not os.access(folder, os.W_OK):
+        raise StoreError(
+            f"the results database {database} cannot be created: its folder {folder} is not "
+            "writable; give tracking.db_url a file in a folder you can write"
+        )
+
+
 def make_engine(url: str) -> Engine:
     parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
-        # The file is the user's to name; a folder they did not make is never made for it (a typo
-        # in a path would otherwise leave a new tree behind, and the results in it).
-        folder = Path(parsed.database).expanduser().absolute().parent
-        if not folder.is_dir():
-            raise StoreError(
-                f"the results database's folder {folder} does not exist: create it, or give "
-                "tracking.db_url a file in an existing folder"
-            )
+        check_folder(Path(parsed.database))
     busy = busy_timeout()
     engine = create_engine(url, connect_args={"timeout": busy})
 

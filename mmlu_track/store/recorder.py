@@ -31,7 +31,7 @@ from mmlu_track.records.results import Accuracy, Docs, QuestionResult
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.records.stored import RunStatus, ShardStatus, ShardWork, StoredRun
 from mmlu_track.settings.config import TrackingConfig
-from mmlu_track.store.db import StoreError
+from mmlu_track.store.db import StoreError, check_folder, sqlite_file
 from mmlu_track.store.liveness import Heartbeat
 from mmlu_track.store.locations import mlflow_uri
 from mmlu_track.store.rows import Batched
@@ -70,14 +70,27 @@ class RunRecorder:
         self.tracking = resolved(tracking)
         self.shard = shard or Shard()
         self._owns_store = store is None
-        self.store = store or open_store(self.tracking)  # fails before any work when the database is unusable
+        self._store = store
+        new_file = sqlite_file(self.tracking.db_url) if store is None else None
+        if new_file is not None and not new_file.exists():
+            check_folder(new_file, new=True)  # made once the run is ready to score (`store`), not before
+        elif store is None:
+            self._store = open_store(self.tracking)  # fails before any work when the database is unusable
         self._run_id: str | None = None
         self._start: RunStart | None = None
         self.live: LiveRun | None = None
 
+    @property
+    def store(self) -> SqlStore:
+        """The SQL store; a SQLite file that did not exist is made at first use, after the run's
+        model and prompts are ready: a run refused before then leaves no empty store behind."""
+        if self._store is None:
+            self._store = open_store(self.tracking)
+        return self._store
+
     def close(self) -> None:
-        if self._owns_store:
-            self.store.close()
+        if self._owns_store and self._store is not None:
+            self._store.close()
 
     def finished(self, identity: str) -> tuple[StoredRun, list[QuestionResult]] | None:
         """A finished run of `identity` with its questions, taken as it is (`Origin.reuse`)."""

@@ -25,4 +25,5 @@ class MmluTrackError(Exception):
 
     exit_code: ClassVar[int] = EXIT_ERROR
     # Raised before a run is claimed or any result written: the command leaves no output folder.
-    before_any_work: ClassVar[bool] = False
+    # A kind raised only then says so itself; the pipeline marks any other it sees before a claim.
+    before_any_work: bool = False
