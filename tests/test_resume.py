@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from mmlu_track.store.orm import QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 
 from . import warm
-from .conftest import tiny_run_cfg
+from .conftest import CliResult, tiny_run_cfg
 
 SUBJECTS = "[high_school_psychology,professional_law,miscellaneous,moral_scenarios]"
 LIMIT = 40  # a unit per subject: killed after one, three are left to resume
@@ -116,3 +117,32 @@ def test_weights_are_hashed_again_whenever_the_file_is_not_the_one_hashed(tmp_pa
     assert entry[:2] == [4096, stamp.st_mtime_ns]  # the same size and mtime throughout
     (cache / "file_sha256.json").write_text("[1, 2]")  # damaged: read again, never a traceback
     assert cached_sha256([weights], cache) == [file_sha256(weights)]
+
+
+def test_a_ctrl_c_while_finalizing_leaves_the_run_failed_and_resumable_never_finalizing(
+    tmp_path: Path, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 52: Ctrl-C in the noise command left a run `finalizing` that no process owned."""
+    from mmlu_track.records.stored import RunStatus
+    from mmlu_track.store.recorder import RunRecorder
+
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    args = ["experiment=smoke", "device=cpu", "tracking=sql_only", f"tracking.db_url={db}"]
+
+    def ctrl_c(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    real_finish = RunRecorder.finish
+    monkeypatch.setattr(RunRecorder, "finish", ctrl_c)  # as the store is about to be told: finalizing
+    got = cli("eval", *args, f"hydra.run.dir={tmp_path / 'a'}", cwd=tmp_path)
+    assert got.code == 130, got.err
+    store = SqlStore(db)
+    ((run_id, status),) = [(r.id, r.status) for r in store.runs()]
+    assert status == RunStatus.FAILED  # before: finalizing
+    monkeypatch.setattr(RunRecorder, "finish", real_finish)
+    monkeypatch.setattr(RunRecorder, "mirror_finished", ctrl_c)  # once the store has it finished
+    got = cli("eval", *args, f"hydra.run.dir={tmp_path / 'b'}", cwd=tmp_path)
+    assert got.code == 130, got.err
+    assert f"resuming run {run_id}" in got.out
+    assert [(r.id, r.status) for r in store.runs()] == [(run_id, RunStatus.FINISHED)]  # stays finished
+    store.close()

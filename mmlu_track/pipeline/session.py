@@ -167,6 +167,9 @@ class EvaluationSession:
             return self._finalize()
         except StoreVanished as err:
             raise self._vanished(err) from err
+        except BaseException:
+            self.recorder.abandon_finalization()
+            raise
 
     # -- scoring ----------------------------------------------------------------------------------
 

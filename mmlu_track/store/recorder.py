@@ -240,5 +240,18 @@ class RunRecorder:
         if self.live is not None and self.shard.count == 1:  # a shard's end is not its run's
             self.live.end("KILLED" if isinstance(err, KeyboardInterrupt | SystemExit) else "FAILED")
 
+    def abandon_finalization(self) -> None:
+        """Finalizing stopped short (Ctrl-C, SIGTERM, an error): a run still `finalizing` becomes
+        `failed`, resumable, never left in a state no process owns; a run already finished stays
+        finished. Never raises for the store."""
+        with contextlib.suppress(StoreError):
+            # No other process moves a run this one finalizes (`claim_finalization`): read, then mark.
+            stored = self.store.get(self.run_id)
+            if stored is None or stored.status != RunStatus.FINALIZING:
+                return
+            self.store.mark(self.run_id, RunStatus.FAILED)
+            if self.live is not None:
+                self.live.end("KILLED")
+
     def view_url(self) -> str | None:
         return self.live.view_url() if self.live is not None else None
