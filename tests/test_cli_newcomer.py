@@ -89,6 +89,7 @@ def test_compare_help_lists_only_its_own_groups_and_keys(cli: Cli, tmp_path: Pat
         ("compare", ["baseline=a"], "Missing mandatory value: candidate"),
         ("eval", ["model=tiny", "k=9"], "k=9 is impossible"),
         ("eval", ["model=tiny", "data=local", "data.path=missing"], "does not exist"),  # and no store.db
+        ("noise", ["model=tiny", "data=local", "data.path=missing"], "does not exist"),  # its one store too
         # refused while the model loads: before, each left outputs/.../.hydra and an empty store.db
         ("eval", ["model=tiny", "cache_dir=/proc/mmlu_track_nope"], "cannot write the converted-model cache"),
         ("eval", ["model=hf_hub", "model.name_or_path=/nonexistent/m"], "'/nonexistent/m': no such folder"),
@@ -125,6 +126,16 @@ def test_an_unreachable_store_or_a_run_folder_that_cannot_be_made_is_one_line_an
         "mmlu_track: error: hydra.run.dir=/proc/mmlu_track_nope/x cannot be created: No such file or "
         "directory; choose a writable folder"
     ]
+    assert list(tmp_path.iterdir()) == []
+    # An MLflow SQLite file in a folder that does not exist: refused, no folder made (before: made)
+    ml = tmp_path.parent / f"{tmp_path.name}-mlflow-none"
+    got = cli("eval", "model=tiny", f"tracking.mlflow_uri=sqlite:///{ml / 'mlflow.db'}", cwd=tmp_path)
+    assert got.code == 2
+    assert got.errors == [
+        f"mmlu_track: error: the MLflow store's folder {ml} does not exist: create it, or give "
+        "tracking.mlflow_uri a file in an existing folder"
+    ]
+    assert not ml.exists()
     assert list(tmp_path.iterdir()) == []
     # A folder made for the check is taken away again: Hydra makes it, as it always did.
     got = cli("eval", "model=tiny", "k=9", f"hydra.run.dir={tmp_path / 'a' / 'b'}", cwd=tmp_path)

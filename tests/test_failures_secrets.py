@@ -301,3 +301,26 @@ def test_a_sweep_job_that_cannot_run_ends_the_sweep_with_one_line_and_no_passwor
         redact_text("['x=postgresql\\\\://bob\\\\:pw@h\\\\:1/x']")
         == "['x=postgresql\\\\://bob\\\\:***@h\\\\:1/x']"
     )
+
+
+def test_a_served_models_password_with_a_space_is_in_no_file_and_not_on_the_console(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """The third URL setting (issue 52): a server that refuses the key (401) ends the run before any
+    work; the folder that was there keeps Hydra's files, masked."""
+    from .serve import FaultProxy
+
+    proxy = FaultProxy(_closed_port(), status=401, fail_first=1000, retry_after=None)
+    try:
+        (tmp_path / "out").mkdir()
+        url = f"http://muser:open s3same-Zq@127.0.0.1:{proxy.port}/v1"
+        served = ["model=openai_api", f'model.base_url="{url}"', "model.served_name=m", "model.revision=r"]
+        got = _smoke(cli, tmp_path, f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}", *served)
+    finally:
+        proxy.close()
+    assert got.code == 2, got.err
+    assert len(got.errors) == 1
+    assert "s3same" not in got.out + got.err
+    assert (tmp_path / "out" / ".hydra" / "hydra.yaml").is_file()
+    _nowhere(tmp_path, "s3same")
+    assert not (tmp_path / "store.db").exists()  # refused before any work: no store made for it

@@ -44,7 +44,7 @@ from mmlu_track.stats.noise_margin import PairNoise, Recommendation, Spread, pai
 from mmlu_track.store.mlflow import metric_key
 from mmlu_track.store.mlflow_comparison import ComparisonLog
 from mmlu_track.store.mlflow_pages import NOTE_TAG
-from mmlu_track.store.sql import SqlStore, open_store
+from mmlu_track.store.recorder import StoreOnDemand
 
 NOISE_FILE = "noise.json"
 Echo = Callable[[str], None]
@@ -132,12 +132,12 @@ def _pair(name: str, ref: dict[tuple[str, int], bool], other: dict[tuple[str, in
 def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = print) -> NoiseReport:
     """Run (or reuse) every variant, pair each with the reference, recommend; write noise.json;
     record the measurement. One SQL store for all of it: every evaluation records through it."""
-    with closing(open_store(cfg.tracking)) as store:
+    with closing(StoreOnDemand(cfg.tracking)) as store:  # a new SQLite file: made by the first run
         return _measure(store, cfg, noise, output_dir, echo)
 
 
 def _measure(
-    store: SqlStore, cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo
+    store: StoreOnDemand, cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo
 ) -> NoiseReport:
     outs: dict[str, RunOutput] = {}
     planned = variants(cfg, noise)
@@ -191,8 +191,8 @@ def _measure(
     if reference is not None:
         entry = _entry(report, reference)
         log = _mlflow_log(report, entry, output_dir) if cfg.tracking.mlflow else None
-        entry = store.noise.record(entry, log, cfg.tracking.mlflow_uri, noise.experiment)
-        echo(f"noise measurement {entry.id[:12]} stored in {store.url}: the gate reads it for this protocol")
+        entry = (sql := store.get()).noise.record(entry, log, cfg.tracking.mlflow_uri, noise.experiment)
+        echo(f"noise measurement {entry.id[:12]} stored in {sql.url}: the gate reads it for this protocol")
         if entry.mlflow_run_id is not None:
             echo(f"MLflow run {entry.mlflow_run_id} (experiment {noise.experiment!r})")
     return report

@@ -25,7 +25,7 @@ from mmlu_track.pipeline.outputs import sigterm_as_exit
 from mmlu_track.pipeline.prepare import Origin, prepare
 from mmlu_track.pipeline.session import QUIET, Display, Echo, EvaluationSession, Looks, RunOutput
 from mmlu_track.settings.config import EvalConfig
-from mmlu_track.store.recorder import RunRecorder
+from mmlu_track.store.recorder import RunRecorder, StoreOnDemand
 from mmlu_track.store.sql import Shard, SqlStore
 from mmlu_track.support.errors import MmluTrackError
 
@@ -50,7 +50,7 @@ def run(
     display: Display = Display(),  # noqa: B008 -- frozen
     looks: Looks | None = None,
     origin: Origin | None = None,
-    store: SqlStore | None = None,
+    store: SqlStore | StoreOnDemand | None = None,
 ) -> RunOutput:
     """Evaluate `cfg.model` (this process's shard of it), record the run in the SQL store and MLflow,
     write files to `output_dir`; in `looks` when given (unsharded only). `origin`: the sweep this

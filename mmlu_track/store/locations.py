@@ -66,3 +66,15 @@ def sqlite_path(uri: str) -> Path | None:
         return None
     path = uri[len(SQLITE) :].partition("?")[0]
     return None if not path or path.startswith("file:") or ":memory:" in path else Path(path).expanduser()
+
+
+def missing_folder(uri: str) -> str | None:
+    """Why a SQLite MLflow store cannot be made where `uri` says: its folder does not exist (a
+    folder the user did not make is never made for it, as for the results database); else None."""
+    path = sqlite_path(uri)
+    if path is None or path.parent.is_dir():
+        return None
+    return (
+        f"the MLflow store's folder {path.parent} does not exist: create it, or give "
+        "tracking.mlflow_uri a file in an existing folder"
+    )

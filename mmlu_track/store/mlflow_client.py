@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from mmlu_track.store import mlflow_views
-from mmlu_track.store.locations import mlflow_uri, sqlite_path
+from mmlu_track.store.locations import missing_folder, mlflow_uri, sqlite_path
 from mmlu_track.store.mlflow_views import Kind
 from mmlu_track.support.credentials import redact, redact_text
 from mmlu_track.support.errors import MmluTrackError
@@ -42,7 +42,8 @@ def _first_use_lock(uri: str | None) -> Iterator[None]:
         return
     import fcntl
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if why := missing_folder(mlflow_uri(uri)):
+        raise MlflowUnavailable(why)
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

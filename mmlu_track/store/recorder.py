@@ -33,7 +33,7 @@ from mmlu_track.records.stored import RunStatus, ShardStatus, ShardWork, StoredR
 from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.db import StoreError, check_folder, sqlite_file
 from mmlu_track.store.liveness import Heartbeat
-from mmlu_track.store.locations import mlflow_uri
+from mmlu_track.store.locations import missing_folder, mlflow_uri
 from mmlu_track.store.rows import Batched
 from mmlu_track.store.sql import Shard, SqlStore, open_store
 from mmlu_track.support.console import warn
@@ -53,6 +53,32 @@ def resolved(tracking: TrackingConfig) -> TrackingConfig:
     return replace(tracking, mlflow_uri=mlflow_uri(tracking.mlflow_uri))
 
 
+class StoreOnDemand:
+    """A command's SQL store: opened at once when it exists (an unusable one refused before any
+    work), but a SQLite file still to be made only at first use, so that a command refused before
+    then leaves no empty store behind. One per command, shared by its evaluations (the noise
+    command's): one connection. `opened`: a store the caller holds (and closes) already."""
+
+    def __init__(self, tracking: TrackingConfig, opened: SqlStore | None = None) -> None:
+        self.tracking = tracking
+        self._store = opened
+        self._owned = opened is None
+        new_file = sqlite_file(tracking.db_url) if opened is None else None
+        if new_file is not None and not new_file.exists():
+            check_folder(new_file, new=True)  # its folder exists and is writable: refused now, not later
+        elif opened is None:
+            self._store = open_store(tracking)
+
+    def get(self) -> SqlStore:
+        if self._store is None:
+            self._store = open_store(self.tracking)
+        return self._store
+
+    def close(self) -> None:
+        if self._owned and self._store is not None:
+            self._store.close()
+
+
 class RunRecorder:
     """One process's side of one run in the SQL store and MLflow (see the module's docstring)."""
 
@@ -60,7 +86,7 @@ class RunRecorder:
         self,
         tracking: TrackingConfig,
         shard: Shard | None = None,
-        store: SqlStore | None = None,
+        store: SqlStore | StoreOnDemand | None = None,
         batching: Batched | None = None,
     ) -> None:
         """`store`: the command's own, when it already holds one (the sequential gate, the noise
@@ -68,28 +94,24 @@ class RunRecorder:
         resume only a run scored at this (batch_size, batch_tokens) (`Origin.own_batching`)."""
         self.batching = batching
         self.tracking = resolved(tracking)
+        uri = self.tracking.mlflow_uri if self.tracking.mlflow else None
+        if uri and (why := missing_folder(uri)):  # before any work, not a run finished unmirrored
+            raise StoreError(why)
         self.shard = shard or Shard()
         self._owns_store = store is None
-        self._store = store
-        new_file = sqlite_file(self.tracking.db_url) if store is None else None
-        if new_file is not None and not new_file.exists():
-            check_folder(new_file, new=True)  # made once the run is ready to score (`store`), not before
-        elif store is None:
-            self._store = open_store(self.tracking)  # fails before any work when the database is unusable
+        self._store = store if isinstance(store, StoreOnDemand) else StoreOnDemand(self.tracking, store)
         self._run_id: str | None = None
         self._start: RunStart | None = None
         self.live: LiveRun | None = None
 
     @property
     def store(self) -> SqlStore:
-        """The SQL store; a SQLite file that did not exist is made at first use, after the run's
-        model and prompts are ready: a run refused before then leaves no empty store behind."""
-        if self._store is None:
-            self._store = open_store(self.tracking)
-        return self._store
+        """The SQL store (a new SQLite file made now, at first use: after the run's model and
+        prompts are ready)."""
+        return self._store.get()
 
     def close(self) -> None:
-        if self._owns_store and self._store is not None:
+        if self._owns_store:
             self._store.close()
 
     def finished(self, identity: str) -> tuple[StoredRun, list[QuestionResult]] | None:
