@@ -324,3 +324,37 @@ def test_a_served_models_password_with_a_space_is_in_no_file_and_not_on_the_cons
     assert (tmp_path / "out" / ".hydra" / "hydra.yaml").is_file()
     _nowhere(tmp_path, "s3same")
     assert not (tmp_path / "store.db").exists()  # refused before any work: no store made for it
+
+
+RFC3986 = "Zq!$&'()*+,;=~-._:s3 same"  # every character RFC 3986 allows raw in a password, and a space
+
+
+@pytest.mark.parametrize("setting", ["tracking.db_url", "tracking.mlflow_uri", "model.base_url"])
+def test_a_password_with_every_rfc3986_character_and_a_space_leaves_no_trace(
+    setting: str, tmp_path: Path, cli: Cli
+) -> None:
+    """Issue 52's sweep, end to end: in each URL setting, no file the run or Hydra writes (the SQL
+    store's file and its WAL among them), and not the console, holds any part of the password."""
+    from .serve import FaultProxy
+
+    proxy = FaultProxy(_closed_port(), status=401, fail_first=1000, retry_after=None)  # refuses any key
+    urls = {
+        "tracking.db_url": f"postgresql+psycopg://postgres:{RFC3986}@127.0.0.1:{_closed_port()}/nothing",
+        "tracking.mlflow_uri": f"http://muser:{RFC3986}@127.0.0.1:{_closed_port()}",
+        "model.base_url": f"http://muser:{RFC3986}@127.0.0.1:{proxy.port}/v1",
+    }
+    extra = [] if setting == "tracking.db_url" else [f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"]
+    if setting == "model.base_url":
+        extra += ["model=openai_api", "model.served_name=m", "model.revision=r"]
+    (tmp_path / "out").mkdir()  # there before: Hydra's files in it stay, to be searched
+    try:
+        got = _smoke(cli, tmp_path, *extra, f'{setting}="{urls[setting]}"')
+    finally:
+        proxy.close()
+    assert got.code == (0 if setting == "tracking.mlflow_uri" else 2), got.err
+    for part in ("s3 same", "!$&'()*+"):
+        assert part not in got.out + got.err
+        _nowhere(tmp_path, part)
+    assert (tmp_path / "out" / ".hydra" / "hydra.yaml").is_file()
+    if setting == "tracking.mlflow_uri":  # the run finished: its store holds it, and no password
+        assert (tmp_path / "store.db").is_file()
