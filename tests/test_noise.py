@@ -229,6 +229,7 @@ def test_evaluations_sharded_beforehand_are_reused(cli: Cli, tmp_path: Path) -> 
         ("noise.shot_seeds=[-1,2]", "noise.shot_seeds=-1 is out of range"),
         ("noise.shot_seeds=[1,1]", "noise.shot_seeds=[1, 1] names a seed twice"),
         ("noise.shot_seeds=[4]", "noise.shot_seeds=[4] is one seed: a spread needs two or more"),
+        (f"noise.shot_seeds=[{','.join(map(str, range(300)))}]", "noise.shot_seeds names 300 seeds: each is"),
     ],
 )
 def test_the_noise_commands_own_settings_are_checked_before_any_evaluation(

@@ -138,6 +138,9 @@ def check_batching(prefix: str, batch_size: int, batch_tokens: int | None) -> No
         raise ConfigError(f"{prefix}batch_tokens={batch_tokens} must be >= 1, or null for batch_size alone")
 
 
+MAX_SHOT_SEEDS = 64
+
+
 def check_noise(noise: NoiseConfig) -> None:
     """The noise command's own settings, checked as the evaluation's are."""
     check_batching("noise.", noise.batch_size, noise.batch_tokens)
@@ -145,6 +148,11 @@ def check_noise(noise: NoiseConfig) -> None:
         _check_seed("noise.shot_seeds", seed)
     if len(set(noise.shot_seeds)) < len(noise.shot_seeds):
         raise ConfigError(f"noise.shot_seeds={list(noise.shot_seeds)} names a seed twice: give each once")
+    if len(noise.shot_seeds) > MAX_SHOT_SEEDS:  # each is a whole evaluation: 300 is a typo, not a plan
+        raise ConfigError(
+            f"noise.shot_seeds names {len(noise.shot_seeds)} seeds: each is a whole evaluation of the "
+            f"model; give at most {MAX_SHOT_SEEDS} (three to ten measure the spread)"
+        )
     if len(noise.shot_seeds) == 1:  # its "spread" would be 0, stored as this protocol's
         raise ConfigError(
             f"noise.shot_seeds={list(noise.shot_seeds)} is one seed: a spread needs two or more "
