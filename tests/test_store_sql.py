@@ -231,3 +231,25 @@ def test_an_unreadable_json_column_is_one_error_naming_the_run(
     damaged = dataclasses.replace(stored, **{column: text})
     with pytest.raises(RecordError, match=rf"^run {run_id}: "):
         getattr(damaged, part)
+
+
+def test_runs_list_reads_columns_not_the_record(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 51 item 3: the listing parsed every run's record (5 ms a run: 4.6 s at 1,000 runs); its
+    dtype is a column and its limit one key of the settings. A record this version cannot read
+    no longer hides them either."""
+    from sqlalchemy import update
+
+    from mmlu_track.commands.runs import main as runs_main
+    from mmlu_track.store.orm import Run
+
+    store = SqlStore(sqlite_url)
+    run_id, _ = store.start_or_resume(START, "listed")
+    with store.engine.begin() as conn:
+        damaged = {"record_json": "{not json", "model_dtype": "bfloat16"}
+        conn.execute(update(Run).where(Run.id == run_id).values(**damaged))
+    store.close()
+    capsys.readouterr()
+    assert runs_main(["--db", sqlite_url, "list"]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith(run_id[:12])]
+    assert " bfloat16 " in row  # before: "?" for dtype and limit
+    assert " ? " not in row
