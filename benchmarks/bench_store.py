@@ -7,7 +7,8 @@ questions each, a full record: `tests.conftest.synthetic_run`), then times `runs
     python benchmarks/bench_store.py                 # 100 runs x 57 subjects x 10 questions
     python benchmarks/bench_store.py --runs 1000
 
-Still to come (issue 51): full-MMLU rows per run (14,042), PostgreSQL, and the compare.
+The compare of two full-MMLU runs: `benchmarks/bench_compare.py`. Still to come (issue 51):
+full-MMLU rows per run (14,042) at 1,000 runs, and PostgreSQL.
 """
 
 from __future__ import annotations

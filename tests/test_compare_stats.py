@@ -13,6 +13,7 @@ from mmlu_track.gate.run import decide
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, deltas, noninferiority, pair
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.settings.config import GateConfig
+from mmlu_track.settings.subjects import SUBJECTS
 from mmlu_track.stats.paired import critical_value, tango_interval, tango_limit, tango_statistic
 
 Z95 = float(stats.norm.ppf(0.975))
@@ -86,6 +87,54 @@ def test_macro_correction_bootstrap_and_categories() -> None:
     )
     assert {c.name for c in comp.categories} == {"STEM", "humanities", "other (business, health, misc.)"}
     assert per["virology"].delta < 0
+
+
+def _flipped_runs(sizes: dict[str, int], flip: float, seed: int) -> tuple[list[QuestionResult], ...]:
+    rng = np.random.default_rng(seed)
+    base, cand = [], []
+    for s, n in sizes.items():
+        for i in range(n):
+            ok = bool(rng.random() < 0.6)
+            base.append(_qr(s, i, ok))
+            cand.append(_qr(s, i, ok != bool(rng.random() < flip)))
+    return base, cand
+
+
+@pytest.mark.parametrize(
+    ("sizes", "flip"),
+    [({"anatomy": 12, "virology": 16, "philosophy": 20}, 0.5), (dict.fromkeys(SUBJECTS[:20], 100), 0.06)],
+    ids=["3 subjects x 12-20", "20 subjects x 100"],
+)
+def test_the_bootstrap_drawn_as_counts_is_scipys_stratified_one(sizes: dict[str, int], flip: float) -> None:
+    """By simulation, at small and large n: the intervals drawn as multinomial counts agree with
+    `scipy.stats.bootstrap` resampling every question within its subject, within Monte Carlo error."""
+    base, cand = _flipped_runs(sizes, flip, seed=5)
+    pairs = pair(base, cand)
+    got = compare(pairs, GateConfig(name="test", bootstrap_resamples=20_000, seed=1)).bootstrap
+    assert got is not None
+    samples = [y - x for x, y in pairs.values()]
+    n = np.array([len(s) for s in samples])
+
+    def micro(*ds: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.asarray(np.sum([np.sum(d, axis=axis) for d in ds], axis=0) / n.sum())
+
+    def macro(*ds: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.asarray(np.mean([np.mean(d, axis=axis) for d in ds], axis=0))
+
+    # At small n the statistics live on a lattice (steps of 1/N for micro, 1/(K n_k) for macro): a
+    # quantile of either draw can sit one step off.
+    steps = {"micro": 1 / n.sum(), "macro": 1 / (len(n) * n.min())}
+    for name, statistic in (("micro", micro), ("macro", macro)):
+        res = stats.bootstrap(samples, statistic, n_resamples=20_000, method="percentile", rng=7)
+        ci = res.confidence_interval
+        # Each end is a 2.5 % quantile of a distribution whose SD is the standard error: its Monte
+        # Carlo noise at 20,000 draws is 0.02 SD; two draws differ by 0.03 SD, 0.1 is over 3 of those.
+        for mine, theirs in zip(got[name], (ci.low, ci.high), strict=True):
+            assert abs(mine - theirs) <= 0.1 * res.standard_error + steps[name], (name, mine, theirs)
+    # The stratified bootstrap's SD of micro Δ is known in closed form: sqrt(Σ n_k var_k) / N.
+    sd_micro = math.sqrt(sum(len(s) * np.var(s) for s in samples)) / n.sum()
+    low, high = got["micro"]
+    assert (high - low) == pytest.approx(2 * 1.959964 * sd_micro, rel=0.1)
 
 
 def test_identical_runs_are_no_change_but_few_questions_show_nothing() -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from collections.abc import Callable
@@ -76,18 +77,18 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
     artifacts = {a.path for a in client.list_artifacts(out.mlflow_run_id)}
     assert artifacts >= {
         "results.json",
-        "predictions.jsonl",
+        "predictions.jsonl.gz",  # gzipped: the same rows are in the store and the run folder
         "config.json",
         "example_prompt.txt",
         "subject_accuracy.png",
     }
-    logged = Path(client.download_artifacts(out.mlflow_run_id, "predictions.jsonl", str(tmp_path)))
+    logged = Path(client.download_artifacts(out.mlflow_run_id, "predictions.jsonl.gz", str(tmp_path)))
     local = out.output_dir / "predictions.jsonl"
-    for rows in (logged.read_text().splitlines(), local.read_text().splitlines()):  # text, as --log_samples
-        first = json.loads(rows[0])
-        assert first["question"]
-        assert len(first["choices"]) == 4
-        assert first["prompt_hash"]
+    assert gzip.decompress(logged.read_bytes()) == local.read_bytes()  # the run folder's own rows
+    first = json.loads(local.read_text().splitlines()[0])  # with the text, as --log_samples
+    assert first["question"]
+    assert len(first["choices"]) == 4
+    assert first["prompt_hash"]
     png = Path(client.download_artifacts(out.mlflow_run_id, "subject_accuracy.png", str(tmp_path)))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The experiment holds the `mmlu_track` runs-table view; every column it shows is one a run has.
@@ -130,9 +131,9 @@ def test_mlflow_down_keeps_the_run_and_sync_logs_it_later(
     assert got.data.metrics["acc_micro"] == pytest.approx(out.scores.micro.acc)
     # its predictions with each question's text, as a live run's (planned again, same fingerprint)
     logged = MlflowClient(tracking_uri=mlflow_server).download_artifacts(
-        synced.mlflow_run_id, "predictions.jsonl", str(tmp_path)
+        synced.mlflow_run_id, "predictions.jsonl.gz", str(tmp_path)
     )
-    assert Path(logged).read_text() == (out.output_dir / "predictions.jsonl").read_text()
+    assert gzip.decompress(Path(logged).read_bytes()) == (out.output_dir / "predictions.jsonl").read_bytes()
     assert runs_main(["--db", sqlite_url, "sync", "--mlflow-uri", mlflow_server]) == 0
     assert "0 of 0 unsynced runs" in capsys.readouterr().out
 

@@ -226,7 +226,7 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     assert seen.data.metrics["stopped/questions"] == 20  # apart from a full run's acc_micro
     assert "acc_micro" not in seen.data.metrics
     artifacts = {a.path for a in client.list_artifacts(seen.info.run_id)}
-    assert artifacts == {"predictions.jsonl", "early_stop.json"}
+    assert artifacts == {"predictions.jsonl.gz", "early_stop.json"}
     # The comparison's page carries the verdict's own numbers: the anytime-valid interval under
     # gate/, the fixed-sample one under reference/ (issue 42).
     (gated,) = client.search_runs([client.get_experiment_by_name("mmlu_track_compare").experiment_id])

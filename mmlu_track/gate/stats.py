@@ -16,8 +16,8 @@ The formulas are in `paired.py`; this module applies them to groups of questions
   value (its level holds at every n), the limit the verdict holds against -δ, and, when neither it
   nor a drop is shown, the questions at which a pair at the observed discordance that changed
   nothing passes 80 % of the time.
-- A subject-stratified paired bootstrap (`scipy.stats.bootstrap`, each subject resampled within
-  itself) gives a second interval for micro and macro, only where a percentile bootstrap is
+- A subject-stratified paired bootstrap (each subject resampled within itself, drawn as counts:
+  `_bootstrap`) gives a second interval for micro and macro, only where a percentile bootstrap is
   sound: at least BOOTSTRAP_MIN_FLIPS changed answers and BOOTSTRAP_MIN_PER_SUBJECT questions in
   every subject (with no flips it collapses to a point).
 
@@ -32,7 +32,6 @@ import dataclasses
 import functools
 import gc
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -209,32 +208,29 @@ def noninferiority(
 
 
 def _bootstrap(pairs: Pairs, settings: GateConfig) -> dict[str, tuple[float, float]] | None:
-    samples = tuple(y - x for x, y in pairs.values())
+    """The subject-stratified paired percentile bootstrap of micro and macro Δ, each subject's d
+    resampled within itself, drawn as counts: a resample of a discrete sample is fixed by how many
+    times it takes each value, multinomial over the sample's values with their observed shares (the
+    resampling vector, Efron & Tibshirani 1993, An Introduction to the Bootstrap, ch. 20). The
+    bootstrap distribution is exactly `scipy.stats.bootstrap`'s over the same strata; drawing 3
+    counts per subject instead of every question is 0.7 s -> ~10 ms on full MMLU. The interval is
+    scipy's percentile one: the distribution's linear (Hyndman-Fan type 7) quantiles at α/2 and
+    1 - α/2."""
+    samples = [y - x for x, y in pairs.values()]
     flips = sum(int(np.count_nonzero(s)) for s in samples)
     if flips < BOOTSTRAP_MIN_FLIPS or min(len(s) for s in samples) < BOOTSTRAP_MIN_PER_SUBJECT:
         return None
-    sizes = np.array([len(s) for s in samples])
-
-    def macro(*ds: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.asarray(np.mean([np.mean(d, axis=axis) for d in ds], axis=0))
-
-    def micro(*ds: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.asarray(np.sum([np.sum(d, axis=axis) for d in ds], axis=0) / sizes.sum())
-
+    rng = np.random.default_rng(settings.seed)
+    sizes = np.array([len(s) for s in samples], dtype=float)
+    sums = np.empty((settings.bootstrap_resamples, len(samples)))  # each resample's Σ d per subject
+    for k, sample in enumerate(samples):
+        values, counts = np.unique(sample, return_counts=True)
+        sums[:, k] = rng.multinomial(len(sample), counts / len(sample), size=len(sums)) @ values
+    a = settings.alpha / 2
     out = {}
-    for name, statistic in (("micro", micro), ("macro", macro)):
-        with warnings.catch_warnings():
-            # Subjects where nothing changed are constant samples: harmless for percentile intervals.
-            warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-            res = stats.bootstrap(
-                samples,
-                statistic,
-                n_resamples=settings.bootstrap_resamples,
-                confidence_level=1 - settings.alpha,
-                method="percentile",
-                rng=np.random.default_rng(settings.seed),
-            )
-        out[name] = (float(res.confidence_interval.low), float(res.confidence_interval.high))
+    for name, theta in (("micro", sums.sum(axis=1) / sizes.sum()), ("macro", (sums / sizes).mean(axis=1))):
+        low, high = np.quantile(theta, [a, 1 - a])
+        out[name] = (float(low), float(high))
     return out
 
 

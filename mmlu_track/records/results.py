@@ -9,6 +9,7 @@ sqrt(n), as lm-eval-harness reports; macro's is sqrt(sum of the subject variance
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -204,11 +205,14 @@ Docs = Mapping[tuple[str, int], Mapping[str, object]]  # (subject, index) -> the
 
 def write_jsonl(path: Path, results: Iterable[QuestionResult], docs: Docs | None = None) -> None:
     """One JSON line per question result; with `docs`, each line also carries its question's text
-    and choices (as lm-evaluation-harness's `--log_samples` does), so a reader needs no dataset."""
-    with path.open("w", encoding="utf-8") as f:
-        for r in results:
-            extra = docs.get((r.subject, r.index), {}) if docs else {}
-            f.write(json.dumps({**r.to_json(), **extra}, ensure_ascii=False) + "\n")
+    and choices (as lm-evaluation-harness's `--log_samples` does), so a reader needs no dataset.
+    A path ending `.gz` is written gzipped."""
+    texts = docs or {}
+    rows = ({**r.to_json(), **texts.get((r.subject, r.index), {})} for r in results)
+    lines = (json.dumps(row, ensure_ascii=False) for row in rows)
+    text = "".join(f"{line}\n" for line in lines).encode("utf-8")
+    # `.gz`: gzipped with no timestamp in its header, so the same rows give the same bytes
+    path.write_bytes(gzip.compress(text, mtime=0) if path.suffix == ".gz" else text)
 
 
 def macro_interval(scores: Accuracies, alpha: float = 0.05) -> tuple[float, float]:

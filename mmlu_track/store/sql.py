@@ -36,7 +36,7 @@ from mmlu_track.store.db import StoreError, db_error, open_engine, reading, sqli
 from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness, scheduler
 from mmlu_track.store.noise_floors import NoiseFloors
 from mmlu_track.store.orm import QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.rows import Batched, batched_as, from_row, new_run, stored, to_row, utc_now
+from mmlu_track.store.rows import COLUMNS, Batched, batched_as, from_columns, new_run, stored, to_row, utc_now
 from mmlu_track.support.credentials import redact
 
 
@@ -172,11 +172,11 @@ class SqlStore:
                 return run.id, {}
             self._take_over(s, run, shard, output_dir, now)
             done: dict[str, list[QuestionResult]] = {}
-            rows = s.scalars(
-                select(QuestionRow).where(QuestionRow.run_id == run.id).order_by(QuestionRow.question_index)
+            rows = s.connection().execute(  # plain rows, no ORM loading (`rows.COLUMNS`)
+                select(*COLUMNS).where(QuestionRow.run_id == run.id).order_by(QuestionRow.question_index)
             )
             for row in rows:
-                done.setdefault(row.subject, []).append(from_row(row))
+                done.setdefault(row[0], []).append(from_columns(row))
             return run.id, done
 
     def _take_over(self, s: Session, run: Run, shard: Shard, output_dir: str | None, now: datetime) -> None:
@@ -408,10 +408,9 @@ class SqlStore:
     def question_results(self, run_id: str, subject: str | None = None) -> list[QuestionResult]:
         with self._session() as s:
             where = [QuestionRow.run_id == run_id] + ([QuestionRow.subject == subject] if subject else [])
-            rows = s.scalars(
-                select(QuestionRow).where(*where).order_by(QuestionRow.subject, QuestionRow.question_index)
-            )
-            return [from_row(r) for r in rows]
+            order = (QuestionRow.subject, QuestionRow.question_index)
+            rows = s.connection().execute(select(*COLUMNS).where(*where).order_by(*order))  # no ORM loading
+            return [from_columns(r) for r in rows]
 
     def finished_runs(self, model_name: str) -> list[StoredRun]:
         """A model's finished runs, newest first (the gate picks a comparable one among them)."""
