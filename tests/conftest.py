@@ -135,7 +135,8 @@ def synthetic_run(
         + list(extra)
     )
     start = synthetic_start(cfg, model, fingerprint, sum(map(len, correct.values())))
-    run_id, _ = store.start_or_resume(start, f"{model}-{k}-{fingerprint}-{os.urandom(8).hex()}")
+    # A hex identity, as a real run's: PostgreSQL's advisory lock is keyed by its first 15 digits.
+    run_id, _ = store.start_or_resume(start, os.urandom(32).hex())
     results = []
     for subject, flags in correct.items():
         rows = [

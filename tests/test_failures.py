@@ -284,9 +284,39 @@ def test_listing_runs_where_there_is_no_store_creates_none(tmp_path: Path) -> No
     from mmlu_track.commands.runs import main as runs_main
 
     missing = tmp_path / "none.db"
-    assert runs_main(["--db", f"sqlite:///{missing}", "list"]) == 0
+    # A listing of nothing is an empty answer; a run asked for by id is an error (issue 55: `runs
+    # noise` exited 2 where `runs list` exited 0).
+    for command in (["list"], ["noise"], ["sync"]):
+        assert runs_main(["--db", f"sqlite:///{missing}", *command]) == 0, command
     assert runs_main(["--db", f"sqlite:///{missing}", "show", "abc"]) == 2
     assert not missing.exists()
+
+
+def test_every_runs_error_is_one_line_starting_as_every_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mmlu_track: error:` as docs/troubleshooting.md says (it was `mmlu_track.runs: …`), argparse's
+    usage errors included (they printed the usage, then `python -m mmlu_track.runs: error: …`)."""
+    from mmlu_track.commands.runs import main as runs_main
+
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    SqlStore(db).close()
+    for argv in (
+        ["--db", db, "show", "abc"],
+        ["--db", f"sqlite:///{tmp_path / 'none.db'}", "show", "abc"],
+        ["--db", "not a url", "list"],
+        ["--db", db, "lsit"],
+        ["--db", db, "list", "--limit", "many"],
+        [],
+    ):
+        try:
+            code = runs_main(argv)
+        except SystemExit as exit_:
+            code = int(str(exit_.code))
+        err = capsys.readouterr().err
+        assert code == 2, argv
+        assert err.startswith("mmlu_track: error: "), (argv, err)
+        assert err.count("\n") == 1, (argv, err)
 
 
 def test_runs_listed_into_a_reader_that_stops_early_end_quietly(tmp_path: Path) -> None:

@@ -253,3 +253,38 @@ def test_runs_list_reads_columns_not_the_record(sqlite_url: str, capsys: pytest.
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith(run_id[:12])]
     assert " bfloat16 " in row  # before: "?" for dtype and limit
     assert " ? " not in row
+
+
+def test_runs_list_and_show_tell_seeds_and_circular_runs_apart(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 55 item 1: seed-1, seed-2 and circular runs of one random model looked identical in
+    `runs list`, and `runs show` printed `model tiny-random-llama (-)`."""
+    from dataclasses import replace
+
+    from mmlu_track.commands.runs import main as runs_main
+    from tests.conftest import compose_eval, synthetic_start
+
+    store = SqlStore(sqlite_url)
+    ids = {}
+    for label, overrides in {
+        "seed 1": ["model.tiny_seed=1"],
+        "seed 2": ["model.tiny_seed=2"],
+        "circular": ["model.tiny_seed=1", "scoring.choice_order=circular"],
+    }.items():
+        start = synthetic_start(compose_eval(["model=tiny", *overrides]), "tiny-random-llama")
+        start = replace(start, model=replace(start.model, revision=None))  # as the tiny model records it
+        ids[label], _ = store.start_or_resume(start, label)
+    store.close()
+    capsys.readouterr()
+    assert runs_main(["--db", sqlite_url, "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    row = {label: next(line for line in listed if line.startswith(rid[:12])) for label, rid in ids.items()}
+    assert " seed=1 " in row["seed 1"]
+    assert " seed=2 " in row["seed 2"]
+    assert " logprob " in row["seed 1"]
+    assert " seed=1 " in row["circular"]
+    assert " logprob/circular " in row["circular"]
+    assert runs_main(["--db", sqlite_url, "show", ids["circular"]]) == 0
+    (model,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("model ")]
+    assert model.startswith("model tiny-random-llama (seed=1, float32), logprob/circular, original, k=5")

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from mmlu_track.records.protocol import RecordError
 from mmlu_track.records.stored import RunStatus
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
-_ROW = "{:<12} {:<9} {:<28} {:<8} {:<20} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<19}  {}"
+_ROW = "{:<12} {:<9} {:<28} {:<14} {:<16} {:<20} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<19}  {}"
 
 
 def _prompt(run: StoredRun) -> str:
@@ -37,15 +37,27 @@ def _prompt(run: StoredRun) -> str:
     return run.formulation if chat == "none" else f"{run.formulation}/{chat}"
 
 
-def _dtype_and_limit(run: StoredRun) -> tuple[str, str]:
-    """What tells two runs of one model apart beyond the columns: the dtype it ran in, the limit.
-    From the dtype column and the settings' one key: a listing parses no record (5 ms a run)."""
+class _Facts(NamedTuple):
+    """What tells two runs of one model apart beyond the other columns."""
+
+    version: str  # the weights' revision (hub) or hash (files), a random model's seed
+    scoring: str  # the method, `/circular` where every rotation of the choices was asked
+    dtype: str  # as loaded
+    limit: str  # questions per subject, or all
+
+
+def _facts(run: StoredRun) -> _Facts:
+    """From the columns and the settings' few keys: a listing parses no record (5 ms a run)."""
     try:
-        limit = json.loads(run.config_json).get("limit")
+        cfg = json.loads(run.config_json)
         dtype = run.model_dtype or (record.start.model.dtype if (record := run.record) else run.config.dtype)
+        model, scoring, limit = cfg.get("model", {}), cfg.get("scoring", {}), cfg.get("limit")
     except (RecordError, ValueError, AttributeError):
-        return "?", "?"  # recorded by an incompatible version: listed, not fatal
-    return dtype, "all" if limit is None else str(limit)
+        return _Facts("?", run.scoring, "?", "?")  # recorded by an incompatible version: listed, not fatal
+    seeded = f"seed={model.get('tiny_seed')}" if model.get("source") == "tiny" else "-"  # random weights
+    version = run.model_revision or seeded
+    circular = "/circular" if scoring.get("choice_order") == "circular" else ""
+    return _Facts(version, f"{run.scoring}{circular}", dtype, "all" if limit is None else str(limit))
 
 
 def _list(store: SqlStore, args: argparse.Namespace) -> int:
@@ -58,6 +70,7 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
             "run",
             "status",
             "model",
+            "version",
             "scoring",
             "prompt",
             "k",
@@ -74,14 +87,17 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
         micro = f"{r.acc_micro:.4f}" if r.acc_micro is not None else "-"
         macro = f"{r.acc_macro:.4f}" if r.acc_macro is not None else "-"
         created = f"{r.created_at:%Y-%m-%d %H:%M:%S}"
+        facts = _facts(r)
         cells = (
             r.id[:12],
             "dead" if store.dead(r) else r.status,
             r.model_name[:28],
-            r.scoring,
+            facts.version[:14],
+            facts.scoring,
             _prompt(r),
             r.k,
-            *_dtype_and_limit(r),
+            facts.dtype,
+            facts.limit,
             r.n_questions,
         )
         print(_ROW.format(*cells, micro, macro, created, r.mlflow_run_id or "-"))
@@ -98,7 +114,7 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
 def _show(store: SqlStore, args: argparse.Namespace) -> int:
     run = store.get(args.run)
     if run is None:
-        print(f"mmlu_track.runs: error: no run {args.run!r} in {store.url}", file=sys.stderr)
+        print(f"mmlu_track: error: no run {args.run!r} in {store.url}", file=sys.stderr)
         return 2
     status = (
         f"dead ({why}; it was {run.status}): rerun its command to resume"
@@ -106,7 +122,11 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
         else run.status
     )
     print(f"run {run.id}  status {status}  mlflow {run.mlflow_run_id or '-'}")
-    print(f"model {run.model_name} ({run.model_revision or '-'}), {run.scoring}, {_prompt(run)}, k={run.k}")
+    facts = _facts(run)
+    print(
+        f"model {run.model_name} ({facts.version}, {facts.dtype}), {facts.scoring}, {_prompt(run)}, "
+        f"k={run.k}, limit {facts.limit}"
+    )
     print(f"data {run.data_fingerprint}  template {run.template_hash}  commit {run.git_commit or '-'}")
     finished = f"{run.finished_at:%Y-%m-%d %H:%M:%S} UTC" if run.finished_at else "-"
     print(
@@ -222,8 +242,17 @@ def _noise(store: SqlStore, args: argparse.Namespace) -> int:
 COMMANDS = {"list": _list, "show": _show, "sync": _sync, "noise": _noise}
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's usage errors as every command's errors: one line starting `mmlu_track: error:`,
+    exit 2 (argparse printed its usage, then `python -m mmlu_track.runs: error: …`)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"mmlu_track: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mmlu_track.runs", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m mmlu_track.runs", description=__doc__.splitlines()[0])
     parser.add_argument("--db", default=os.environ.get(DB_URL_ENV, DEFAULT_DB_URL), help="SQLAlchemy URL")
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="list runs, newest first")
@@ -249,16 +278,20 @@ def main(argv: list[str] | None = None) -> int:
         url = parse_url(args.db)
         local = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
         if local and not Path(str(url.database)).expanduser().exists():  # reading must not create a store
-            print(f"mmlu_track.runs: no results database at {url.database}: no run recorded there yet",
-                  file=sys.stderr)  # fmt: skip
-            return 0 if args.command == "list" else EXIT_ERROR
+            # A listing of nothing is an empty answer (exit 0); a run asked for by id is not there.
+            said = f"no results database at {url.database}: no run recorded there yet"
+            if args.command == "show":
+                print(f"mmlu_track: error: {said}", file=sys.stderr)
+                return EXIT_ERROR
+            print(f"mmlu_track.runs: {said}", file=sys.stderr)
+            return 0
         store = SqlStore(args.db)
         try:
             return COMMANDS[args.command](store, args)
         finally:
             store.close()
     except MmluTrackError as err:
-        print(f"mmlu_track.runs: error: {redact_text(str(err).splitlines()[0])}", file=sys.stderr)
+        print(f"mmlu_track: error: {redact_text(str(err).splitlines()[0])}", file=sys.stderr)
         return err.exit_code
     except BrokenPipeError:
         raise  # the reader stopped: `cli` ends quietly
