@@ -212,7 +212,7 @@ def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_
     assert row.mlflow_run_id is not None
     logged = client.get_run(row.mlflow_run_id)
     assert logged.data.metrics["gate/delta_micro_pts"] == 0.0  # points, as the report says them
-    assert logged.data.metrics["candidate/acc_micro_pct"] == round(100 * doc["micro"]["candidate_acc"], 2)
+    assert logged.data.metrics["candidate/acc_micro"] == float(f"{doc['micro']['candidate_acc']:.4g}")
     assert logged.data.params["baseline_mlflow_run"] == mlflow_base  # a comparison leads to its runs
     assert logged.info.run_name == "PASS: m-cand vs baseline m-base"  # the verdict, then what differs
     # First line plain (the comparisons' table shows it as written), then what differs, the reasons,

@@ -107,8 +107,8 @@ def test_a_reviewer_reads_evaluations_and_their_comparison_in_mlflow(
     assert charted == {
         "gate/delta_micro_pts",
         "gate/lower_bound_pts",
-        "baseline/acc_micro_pct",
-        "candidate/acc_micro_pct",
+        "baseline/acc_micro",
+        "candidate/acc_micro",
     }
     assert "metrics.`gate/lower_bound_pts`" in state["selectedColumns"]
 

@@ -120,7 +120,7 @@ def test_the_noise_command_measures_the_tiny_model(
 
     client = MlflowClient(uri)
     (noise_run,) = client.search_runs([client.get_experiment_by_name("mmlu_track_noise").experiment_id])
-    assert noise_run.data.metrics["recommended_margin"] > 0
+    assert noise_run.data.metrics["recommended_margin_pts"] > 0
     assert noise_run.data.tags["mlflow.note.content"].startswith("This evaluation's own noise")
     assert noise_run.data.tags["mmlu_track.kind"] == "noise"
     doc2 = json.loads((tmp_path / "m" / "noise.json").read_text())
@@ -270,7 +270,7 @@ def test_the_gate_states_the_floor_at_its_own_n_and_what_the_measurement_did_not
     y[:4] = 1.0 - y[:4]  # 2 lost, 2 gained
     half = len(x) // 2
     comp = compare({"anatomy": (x[:half], y[:half]), "virology": (x[half:], y[half:])}, at_570)
-    notes = noise_notes(entry, comp, at_570)
+    notes = noise_notes(entry, comp, at_570, "pass")
     floor = f"n = 570 a noise-only pair passes 95 % of the time from δ = {100 * at_570.delta:.2f}"
     assert floor in notes[0]
     assert notes[1] == "0.7 % of answers changed between these runs; noise alone flips at most 2.3 %"

@@ -218,11 +218,13 @@ def _entry(report: NoiseReport, reference: RunRecord) -> NoiseEntry:
 def _mlflow_log(report: NoiseReport, entry: NoiseEntry, output_dir: Path) -> ComparisonLog:
     """The measurement's MLflow run: its paragraph as the description, flips and margin as metrics."""
     rec, spread = report.recommendation, report.spread
-    metrics = {"n": float(rec.n), "flip_rate_max": rec.flip_rate, "recommended_margin": rec.margin}
+    # Units as everywhere: a share of questions (a flip rate) a fraction, as accuracies are; a margin
+    # and a spread of accuracy in points (`_pts`), as the description and the gate print them.
+    metrics = {"n": float(rec.n), "flip_rate_max": rec.flip_rate, "recommended_margin_pts": 100 * rec.margin}
     metrics |= {metric_key("flip_rate", p.name): p.flip_rate for p in report.pairs}
     if spread is not None:
-        metrics |= {"shot_seed_range": spread.range} | (
-            {"shot_seed_sd": spread.sd} if len(spread.accuracies) > 1 else {}
+        metrics |= {"shot_seed_range_pts": 100 * spread.range} | (
+            {"shot_seed_sd_pts": 100 * spread.sd} if len(spread.accuracies) > 1 else {}
         )
     return ComparisonLog(
         name=f"noise {entry.model_name} n={rec.n}",

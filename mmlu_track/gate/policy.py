@@ -210,12 +210,14 @@ def check_comparable(base: StoredRun, cand: StoredRun, cfg: CompareConfig, store
         raise ComparisonError(f"runs are not comparable: {problems[0]}")
 
 
-def noise_notes(noise: NoiseEntry | None, comp: Comparison, g: GateConfig) -> list[str]:
+def noise_notes(noise: NoiseEntry | None, comp: Comparison, g: GateConfig, status: str) -> list[str]:
     """What the evaluation's own noise, when measured for this prompt protocol, says of this verdict:
     the floor at this comparison's n beside it (naming the measurement), this comparison's own flip
     rate beside the noise's, and a warning when gate.margin is below the floor, when this many
     questions cannot show it at the measured flip rate, or when the measurement did not cover every
-    subject compared."""
+    subject compared. A warning says what it means for the verdict `status` (pass, regression,
+    inconclusive): a margin below the floor can only make a verdict stricter than noise allows, so a
+    PASS stands and a FAIL or INCONCLUSIVE may be noise alone."""
     if noise is None:
         return []
     from mmlu_track.stats.decision import questions_needed
@@ -243,9 +245,14 @@ def noise_notes(noise: NoiseEntry | None, comp: Comparison, g: GateConfig) -> li
             f"subjects compared (e.g. {outside[0]}): its flip rate is assumed to hold for them"
         )
     if g.delta < floor:
+        meaning = (
+            "this PASS stands (a margin below the floor makes noise alone likelier to fail, never to pass)"
+            if status == "pass"
+            else f"this {status.upper()} may be noise alone: gate.margin=auto gates at the floor"
+        )
         out.append(
             f"warning: gate.margin = {100 * g.delta:.2f} pts is below this evaluation's noise floor "
-            f"({100 * floor:.2f} pts at n = {n:,}): two runs differing only by noise may fail it"
+            f"({100 * floor:.2f} pts at n = {n:,}): two runs differing only by noise may fail it; {meaning}"
         )
     elif g.delta > 0 and (needed := questions_needed(upper, g.delta, g.alpha)) > n:
         out.append(

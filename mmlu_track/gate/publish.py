@@ -131,7 +131,8 @@ def _experiments(o: Outcome) -> dict[str, str]:
 
 
 def comparison_metrics(outcome: Outcome) -> dict[str, float]:
-    """A comparison's MLflow metrics, in points and named by what they mean: a gate's under `gate/`,
+    """A comparison's MLflow metrics: differences of accuracy (Δ, its interval and bound) in points
+    (`_pts`), the accuracies as fractions as evaluations log them; a gate's under `gate/`,
     a few-shot gap's under `gap/` (no verdict, no margin); a sequential gate's fixed-sample
     non-inferiority test, which decided nothing, under `reference/`."""
     comp, mode = outcome.comp, outcome.cfg.mode
@@ -143,8 +144,9 @@ def comparison_metrics(outcome: Outcome) -> dict[str, float]:
         f"{group}/ci_high_micro_pts": 100 * comp.micro.ci_high,
         f"{group}/lost": float(comp.micro.lost),
         f"{group}/gained": float(comp.micro.gained),
-        "baseline/acc_micro_pct": 100 * comp.micro.baseline_acc,
-        "candidate/acc_micro_pct": 100 * comp.micro.candidate_acc,
+        # accuracies as every evaluation run logs them (a fraction); their difference in points
+        "baseline/acc_micro": comp.micro.baseline_acc,
+        "candidate/acc_micro": comp.micro.candidate_acc,
     }
     if mode == "fewshot_gap":
         return out

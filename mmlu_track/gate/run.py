@@ -159,7 +159,7 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print, docs_for: D
         notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]
         notes += unrecorded(base, cand) + metric_note(base, cand, metric)
         if cfg.mode == "gate":
-            notes += noise_notes(noise, comp, g)
+            notes += noise_notes(noise, comp, g, verdict.status)
             if auto and noise is not None:
                 notes.append(
                     f"gate.margin=auto: δ = {100 * g.delta:.2f} pts, the floor of measurement "

@@ -210,7 +210,7 @@ class SequentialLooks:
                 reasons=(drop, *verdict.reasons),
             )
         notes = metric_note(base, cand, gate.metric) + noise_notes(
-            store.noise.latest(cand.protocol), comp, gate
+            store.noise.latest(cand.protocol), comp, gate, verdict.status
         )
         if notes:
             verdict = replace(verdict, reasons=(*verdict.reasons, *notes))

@@ -31,7 +31,7 @@ from mmlu_track.support.credentials import strip_userinfo
 
 VIEW_ID = "mmlu_track"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
-VERSION = 2  # raise when the layout changes: experiments holding an older one get the new one
+VERSION = 3  # raise when the layout changes: experiments holding an older one get the new one
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
 SERVED_BY_MLFLOW_UI = ("file", "sqlite", "postgresql", "mysql", "mssql")  # `mlflow ui --backend-store-uri`
 Kind = Literal["evaluations", "comparisons"]
@@ -70,8 +70,8 @@ COLUMNS: dict[Kind, tuple[tuple[str, int], ...]] = {
         (_col("metrics", "gate/lower_bound_pts"), 170),
         (_col("params", "margin_pts"), 110),
         (_col("metrics", "gap/delta_micro_pts"), 170),
-        (_col("metrics", "baseline/acc_micro_pct"), 190),
-        (_col("metrics", "candidate/acc_micro_pct"), 200),
+        (_col("metrics", "baseline/acc_micro"), 170),
+        (_col("metrics", "candidate/acc_micro"), 180),
         (_col("metrics", "gate/p_regression"), 150),
         (_col("params", "mode"), 100),
     ),
@@ -80,7 +80,7 @@ COLUMNS: dict[Kind, tuple[tuple[str, int], ...]] = {
 CHARTS: dict[Kind, str] = {
     "evaluations": r"^acc_m(icro|acro)$|^acc/category/",
     "comparisons": r"^(gate|gap)/delta_micro_pts$|^gate/lower_bound_pts$"
-    r"|^(baseline|candidate)/acc_micro_pct$",
+    r"|^(baseline|candidate)/acc_micro$",
 }
 # A run's colour dot (the runs table, every chart), which MLflow otherwise picks at random: red and
 # green beside a verdict read as the verdict. A comparison's is its verdict's; an evaluation's is
