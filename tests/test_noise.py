@@ -275,6 +275,14 @@ def test_the_gate_states_the_floor_at_its_own_n_and_what_the_measurement_did_not
     assert floor in notes[0]
     assert notes[1] == "0.7 % of answers changed between these runs; noise alone flips at most 2.3 %"
     assert any("did not cover 1 of the 2 subjects compared (e.g. virology)" in n for n in notes)
+    # Below the floor, the warning says what it means for the verdict beside it (issue 55 item 6).
+    strict = GateConfig("default", margin=0.001)
+    below = {status: noise_notes(entry, comp, strict, status)[-1] for status in ("pass", "inconclusive")}
+    assert below["pass"].startswith("warning: gate.margin = 0.10 pts is below this evaluation's noise floor")
+    stands = "; this PASS stands (a margin below the floor makes noise alone likelier to fail, never to pass)"
+    assert below["pass"].endswith(stands)
+    noise_alone = "; this INCONCLUSIVE may be noise alone: gate.margin=auto gates at the floor"
+    assert below["inconclusive"].endswith(noise_alone)
 
 
 def test_a_bound_above_minus_delta_never_stands_beside_not_shown() -> None:
