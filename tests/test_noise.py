@@ -119,7 +119,16 @@ def test_the_noise_command_measures_the_tiny_model(
     from mlflow import MlflowClient
 
     client = MlflowClient(uri)
-    (noise_run,) = client.search_runs([client.get_experiment_by_name("mmlu_track_noise").experiment_id])
+    experiment = client.get_experiment_by_name("mmlu_track_noise").experiment_id
+    runs = client.search_runs([experiment])
+    (noise_run,) = [r for r in runs if r.data.tags.get("mmlu_track.kind") == "noise"]
+    # Its evaluations sit in its own experiment, never among the team's, named by their role (the
+    # repeat has the reference's very settings, and had its very name); the run's page is printed.
+    roles = sorted(r.info.run_name.split(": ")[0] for r in runs if r is not noise_run)
+    assert roles == ["noise batching (1, None)", "noise repeat"]
+    assert client.get_experiment_by_name("mmlu_track") is None
+    page = f"MLflow: http://127.0.0.1:5000/#/experiments/{experiment}/runs/{noise_run.info.run_id}?"
+    assert page in again.out
     assert noise_run.data.metrics["recommended_margin_pts"] > 0
     assert noise_run.data.tags["mlflow.note.content"].startswith("This evaluation's own noise")
     assert noise_run.data.tags["mmlu_track.kind"] == "noise"

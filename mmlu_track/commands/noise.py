@@ -61,7 +61,7 @@ class Variant:
     def origin(self) -> Origin:
         # The gated runs share the reference's identity: each takes or resumes only a run scored at
         # its own batching, so that no run stands in for another (a batch-1 run is never the repeat).
-        return Origin(reuse=self.reuse, own_batching=self.gated)
+        return Origin(reuse=self.reuse, own_batching=self.gated, label=f"noise {self.name}")
 
     @property
     def batching(self) -> str:
@@ -143,7 +143,9 @@ def _measure(
     planned = variants(cfg, noise)
     for v in planned:
         folder = output_dir / v.name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
-        out = run(v.cfg, folder, display=QUIET, origin=v.origin, store=store)
+        # Its own MLflow experiment: a measurement's runs never sit among the team's evaluations.
+        own = replace(v.cfg, tracking=replace(v.cfg.tracking, experiment=noise.experiment))
+        out = run(own, folder, display=QUIET, origin=v.origin, store=store)
         if out.record is None or out.run_id is None:
             raise RuntimeError(f"the {v.name} evaluation did not finish (a bug: it runs unsharded)")
         outs[v.name] = out
@@ -191,10 +193,11 @@ def _measure(
     if reference is not None:
         entry = _entry(report, reference)
         log = _mlflow_log(report, entry, output_dir) if cfg.tracking.mlflow else None
-        entry = (sql := store.get()).noise.record(entry, log, cfg.tracking.mlflow_uri, noise.experiment)
+        sql = store.get()
+        entry, page = sql.noise.record(entry, log, cfg.tracking.mlflow_uri, noise.experiment)
         echo(f"noise measurement {entry.id[:12]} stored in {sql.url}: the gate reads it for this protocol")
         if entry.mlflow_run_id is not None:
-            echo(f"MLflow run {entry.mlflow_run_id} (experiment {noise.experiment!r})")
+            echo(f"MLflow: {page or f'run {entry.mlflow_run_id}'} (experiment {noise.experiment!r})")
     return report
 
 

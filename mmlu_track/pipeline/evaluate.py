@@ -62,7 +62,7 @@ def run(
     origin = origin or Origin()
     batching = (cfg.batch_size, cfg.batch_tokens) if origin.own_batching else None
     with _before_any_work():
-        recorder = RunRecorder(cfg.tracking, Shard(cfg.shard, cfg.shards), store, batching)
+        recorder = RunRecorder(cfg.tracking, Shard(cfg.shard, cfg.shards), store, batching, origin.label)
     cfg = replace(cfg, tracking=recorder.tracking)  # the MLflow URI it records, fixed from the start
     try:
         with sigterm_as_exit():

@@ -28,6 +28,9 @@ class Origin:
     # Take or resume only a run scored at this run's own batching: the noise command's roles (its
     # reference, repeat and batching runs share one identity and must never stand in for each other).
     own_batching: bool = False
+    # Said before the run's MLflow name: the role a command gives it (`noise repeat`: the noise
+    # command's repeat has the reference's very settings, and so its name).
+    label: str | None = None
 
 
 @dataclass(frozen=True)

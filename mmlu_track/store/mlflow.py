@@ -172,9 +172,16 @@ class LiveRun:
     reported through `warn` and turns the rest into no-ops (`broken`)."""
 
     def __init__(
-        self, uri: str | None, experiment: str, warn: Warn, then: str = "; the evaluation goes on without it"
+        self,
+        uri: str | None,
+        experiment: str,
+        warn: Warn,
+        then: str = "; the evaluation goes on without it",
+        label: str | None = None,
     ) -> None:
+        """`label`: said before the run's name (`noise repeat: …`; `pipeline.prepare.Origin.label`)."""
         self.uri, self.experiment, self._warn, self._then = uri, experiment, warn, then
+        self.label = label
         self.client: Any = None
         self.id: str | None = None
         self.experiment_id: str | None = None
@@ -196,6 +203,9 @@ class LiveRun:
             return False
         return True
 
+    def _name(self, start: RunStart) -> str:
+        return f"{self.label}: {start.name}" if self.label else start.name
+
     def open(
         self, run_id: str, start: RunStart, existing: str | None = None, started: datetime | None = None
     ) -> str | None:
@@ -212,7 +222,7 @@ class LiveRun:
             if existing:
                 try:
                     self.client.update_run(
-                        existing, status=RunStatus.to_string(RunStatus.RUNNING), name=start.name
+                        existing, status=RunStatus.to_string(RunStatus.RUNNING), name=self._name(start)
                     )  # the name back, if an early stop had changed it
                 except MlflowException as err:
                     # Gone (another server) or deleted: a new run then. Anything else (a locked or
@@ -227,7 +237,7 @@ class LiveRun:
                     return
             new = self.client.create_run(
                 exp_id,
-                run_name=start.name,
+                run_name=self._name(start),
                 tags=tags(run_id, start),
                 start_time=int(started.timestamp() * 1000) if started else None,
             )

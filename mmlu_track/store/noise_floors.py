@@ -40,23 +40,23 @@ class NoiseFloors:
 
     def record(
         self, entry: NoiseEntry, log: ComparisonLog | None, uri: str | None, experiment: str
-    ) -> NoiseEntry:
+    ) -> tuple[NoiseEntry, str | None]:
         """Save the measurement, then (with `log`: tracking.mlflow) mirror it as an MLflow run in
         `experiment`: the entry as stored, with its MLflow run where one was logged (MLflow down
-        costs a warning, never the row)."""
+        costs a warning, never the row), and that run's page where the store has a UI."""
         self.save(entry)
         if log is None:
-            return entry
+            return entry, None
         from mmlu_track.store.mlflow_client import MlflowUnavailable
         from mmlu_track.store.mlflow_comparison import log_comparison
 
         try:
-            mlflow_id = log_comparison(uri, experiment, log).id
+            logged = log_comparison(uri, experiment, log)
         except MlflowUnavailable as err:
             warn(f"{err}; the measurement is kept in the SQL store")
-            return entry
-        self.set_mlflow(entry.id, mlflow_id)
-        return dataclasses.replace(entry, mlflow_run_id=mlflow_id)
+            return entry, None
+        self.set_mlflow(entry.id, logged.id)
+        return dataclasses.replace(entry, mlflow_run_id=logged.id), logged.url
 
     def latest(self, protocol: EvalProtocol) -> NoiseEntry | None:
         """The newest noise measurement of this prompt protocol, whichever questions it was measured

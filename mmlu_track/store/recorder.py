@@ -88,11 +88,13 @@ class RunRecorder:
         shard: Shard | None = None,
         store: SqlStore | StoreOnDemand | None = None,
         batching: Batched | None = None,
+        label: str | None = None,
     ) -> None:
         """`store`: the command's own, when it already holds one (the sequential gate, the noise
         command): one connection per command, closed by whoever opened it. `batching`: take or
-        resume only a run scored at this (batch_size, batch_tokens) (`Origin.own_batching`)."""
-        self.batching = batching
+        resume only a run scored at this (batch_size, batch_tokens) (`Origin.own_batching`).
+        `label`: said before the MLflow run's name (`Origin.label`)."""
+        self.batching, self.label = batching, label
         self.tracking = resolved(tracking)
         uri = self.tracking.mlflow_uri if self.tracking.mlflow else None
         if uri and (why := missing_folder(uri)):  # before any work, not a run finished unmirrored
@@ -158,7 +160,7 @@ class RunRecorder:
             return
         from mmlu_track.store.mlflow import LiveRun
 
-        live = LiveRun(self.tracking.mlflow_uri, self.tracking.experiment, warn)
+        live = LiveRun(self.tracking.mlflow_uri, self.tracking.experiment, warn, label=self.label)
         self.live = live
         stored = self.store.get(self.run_id)
         if stored is None:
