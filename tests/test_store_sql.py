@@ -288,3 +288,22 @@ def test_runs_list_and_show_tell_seeds_and_circular_runs_apart(
     assert runs_main(["--db", sqlite_url, "show", ids["circular"]]) == 0
     (model,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("model ")]
     assert model.startswith("model tiny-random-llama (seed=1, float32), logprob/circular, original, k=5")
+
+
+def test_runs_show_of_a_prefix_several_runs_share_names_them(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`runs show 8` matched three runs and said "no run '8'"; now it names them, as compare does."""
+    from collections import Counter
+
+    from mmlu_track.commands.runs import main as runs_main
+
+    store = SqlStore(sqlite_url)
+    ids = [store.start_or_resume(START, f"{i:064x}")[0] for i in range(17)]  # 17 ids: two share a digit
+    store.close()
+    digit, count = Counter(i[0] for i in ids).most_common(1)[0]
+    capsys.readouterr()
+    assert runs_main(["--db", sqlite_url, "show", digit]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"mmlu_track: error: '{digit}' matches {count} runs: ")
+    assert line.endswith("; give more of the id")

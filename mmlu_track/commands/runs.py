@@ -112,10 +112,16 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
 
 
 def _show(store: SqlStore, args: argparse.Namespace) -> int:
-    run = store.get(args.run)
-    if run is None:
+    found = store.find(args.run)
+    if len(found) > 1:  # a short prefix: which runs it could mean, as the compare command says
+        listed = ", ".join(f"{r.id[:12]} ({r.model_name}, {r.status})" for r in found[:5])
+        print(f"mmlu_track: error: {args.run!r} matches {len(found)} runs: {listed}; give more of the id",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if not found:
         print(f"mmlu_track: error: no run {args.run!r} in {store.url}", file=sys.stderr)
         return 2
+    run = found[0]
     status = (
         f"dead ({why}; it was {run.status}): rerun its command to resume"
         if (why := store.dead(run))

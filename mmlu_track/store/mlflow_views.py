@@ -10,9 +10,9 @@ MLflow 3's GenAI overview. Ours, `mmlu_track`, shows what tells runs apart and h
   default column width cuts off), the description's first line (micro accuracy with its interval),
   `acc_micro`, the dataset, the latest gate's verdict, k / dtype / formulation / scoring; the charts
   narrowed to the micro/macro and category accuracies (not 165 per-subject bars).
-- comparisons: the full name (verdict, then what differs), the description's first line (verdict,
-  Δ with its interval), Δ, the lower bound that decides PASS beside the margin, both accuracies,
-  the p-value of the drop test, the mode.
+- comparisons: the name (verdict, then what differs), the verdict, Δ, the lower bound that decides
+  PASS beside the margin, then the description's first line (verdict, Δ with its interval), both
+  accuracies, the p-value of the drop test, the mode.
 
 A view a user saved over ours (MLflow's "Override saved view") carries no `mmlu_track_view` field:
 it is theirs and left alone; ours is rewritten only when this version's layout is newer. Pure: the
@@ -31,7 +31,7 @@ from mmlu_track.support.credentials import strip_userinfo
 
 VIEW_ID = "mmlu_track"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
-VERSION = 3  # raise when the layout changes: experiments holding an older one get the new one
+VERSION = 4  # raise when the layout changes: experiments holding an older one get the new one
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
 SERVED_BY_MLFLOW_UI = ("file", "sqlite", "postgresql", "mysql", "mssql")  # `mlflow ui --backend-store-uri`
 Kind = Literal["evaluations", "comparisons"]
@@ -51,7 +51,7 @@ DESCRIPTION = _col("attributes", "Description")
 # (column, width in px): the order the table shows them in, after the pinned run name and date
 COLUMNS: dict[Kind, tuple[tuple[str, int], ...]] = {
     "evaluations": (
-        (RUN_NAME, 440),
+        (RUN_NAME, 520),  # a shot-seed run's whole name (440 cut its limit)
         (DESCRIPTION, 360),
         (_col("metrics", "acc_micro"), 100),
         (_col("attributes", "Dataset"), 260),
@@ -62,13 +62,16 @@ COLUMNS: dict[Kind, tuple[tuple[str, int], ...]] = {
         (_col("params", "scoring"), 90),
     ),
     "comparisons": (
-        (RUN_NAME, 600),
-        (DESCRIPTION, 420),
+        # What decides first: at 1,600 px MLflow's assistant panel takes a third of the page, and
+        # columns after a 600 px name and the description were off-screen.
+        (RUN_NAME, 420),
+        (_col("tags", "verdict"), 110),
         # Wide enough for the metric's whole name and a rounded value (MLflow cuts both)
         (_col("metrics", "gate/delta_micro_pts"), 170),
         # The bound that decides PASS / INCONCLUSIVE, beside the margin it is held against (−δ)
         (_col("metrics", "gate/lower_bound_pts"), 170),
         (_col("params", "margin_pts"), 110),
+        (DESCRIPTION, 360),
         (_col("metrics", "gap/delta_micro_pts"), 170),
         (_col("metrics", "baseline/acc_micro"), 170),
         (_col("metrics", "candidate/acc_micro"), 180),
