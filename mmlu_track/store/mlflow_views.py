@@ -31,7 +31,7 @@ from mmlu_track.support.credentials import strip_userinfo
 
 VIEW_ID = "mmlu_track"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
-VERSION = 4  # raise when the layout changes: experiments holding an older one get the new one
+VERSION = 5  # raise when the layout changes: experiments holding an older one get the new one
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
 SERVED_BY_MLFLOW_UI = ("file", "sqlite", "postgresql", "mysql", "mssql")  # `mlflow ui --backend-store-uri`
 Kind = Literal["evaluations", "comparisons"]
@@ -64,13 +64,13 @@ COLUMNS: dict[Kind, tuple[tuple[str, int], ...]] = {
     "comparisons": (
         # What decides first: at 1,600 px MLflow's assistant panel takes a third of the page, and
         # columns after a 600 px name and the description were off-screen.
-        (RUN_NAME, 420),
-        (_col("tags", "verdict"), 110),
+        (RUN_NAME, 360),
+        (_col("tags", "verdict"), 100),
         # Wide enough for the metric's whole name and a rounded value (MLflow cuts both)
-        (_col("metrics", "gate/delta_micro_pts"), 170),
+        (_col("metrics", "gate/delta_micro_pts"), 150),
         # The bound that decides PASS / INCONCLUSIVE, beside the margin it is held against (−δ)
-        (_col("metrics", "gate/lower_bound_pts"), 170),
-        (_col("params", "margin_pts"), 110),
+        (_col("metrics", "gate/lower_bound_pts"), 150),
+        (_col("params", "margin_pts"), 100),
         (DESCRIPTION, 360),
         (_col("metrics", "gap/delta_micro_pts"), 170),
         (_col("metrics", "baseline/acc_micro"), 170),
