@@ -111,6 +111,12 @@ def test_a_reviewer_reads_evaluations_and_their_comparison_in_mlflow(
         "candidate/acc_micro",
     }
     assert "metrics.`gate/lower_bound_pts`" in state["selectedColumns"]
+    # What decides comes first, beside the name (issue 55: the verdict was only the name's prefix, and
+    # Δ and the bound sat off-screen after the description): each names what this run carries.
+    first = state["selectedColumns"][:4]
+    assert first == ["tags.`verdict`", "metrics.`gate/delta_micro_pts`", "metrics.`gate/lower_bound_pts`",
+                     "params.`margin_pts`"]  # fmt: skip
+    assert comparison.data.tags["verdict"] == verdict
 
     # report.md as MLflow's artifact viewer shows it: no raw HTML, short tables, words before emoji
     folder = Path(client.download_artifacts(comparison.info.run_id, "", str(tmp_path / "dl")))
