@@ -395,6 +395,29 @@ def same_code() -> dict[str, Any]:
     return {"imported_from": str(imported), "differs_from_tree": stale[:10], "ok": not stale}
 
 
+def counting_kernel() -> dict[str, Any]:
+    """Counts the shared-prefix attention kernel's calls and refusals (`prefix_attention`): which
+    prefix path the checks and the timings took ("shared" attends to the one prefix; a refusal
+    sends that batch to the cache path, which copies the prefix's keys and values per row)."""
+    from mmlu_track.eval import prefix_attention
+
+    seen: dict[str, Any] = {"calls": 0, "refused": 0, "first_refusal": None}
+    inner = prefix_attention._lse_attention
+
+    def counted(*a: Any, **kw: Any) -> Any:
+        try:
+            out = inner(*a, **kw)
+        except prefix_attention.Unsupported as err:
+            seen["refused"] += 1
+            seen["first_refusal"] = seen["first_refusal"] or str(err)[:300]
+            raise
+        seen["calls"] += 1
+        return out
+
+    prefix_attention._lse_attention = counted  # type: ignore[assignment]
+    return seen
+
+
 def guarded(part: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """A part's report, or its error: a failing part must not lose the others' results."""
     try:
@@ -424,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         "float32_matmul_precision": torch.get_float32_matmul_precision(), "subjects": n,
         "mmlu_track": same_code(),
     }  # fmt: skip
+    report["shared_prefix_kernel"] = counting_kernel()  # filled in as the parts run
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         tok, report["tokenizer"] = tokenizer(args.assets, args.cache)
         report["correctness"] = guarded(lambda: correctness(args, tok, device, Path(tmp) / "c"))

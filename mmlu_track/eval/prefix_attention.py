@@ -12,7 +12,9 @@ apart and merged exactly through their log-sum-exps (softmax over a union of key
   keys already in the row's cache too: its question and the tokens generated so far);
 - `out = (o1 * e^(l1 - m) + o2 * e^(l2 - m)) / (e^(l1 - m) + e^(l2 - m))`, `m = max(l1, l2)`.
 
-It needs the log-sum-exp, which PyTorch's CPU flash kernel returns: CPU tensors only. Without a
+It needs the log-sum-exp, which PyTorch's CPU flash kernel returns, and on CUDA its memory-efficient
+kernel (`_lse_attention`); a kernel that refuses its inputs raises `Unsupported` and the batch takes
+the cache path (an out-of-memory error is not a refusal: it reaches the batch's back-off). Without a
 `shared_prefix` argument the function is transformers' SDPA attention, so a model switched to it
 runs its prefix and its plain batches as before (`use_shared_prefix`).
 """
@@ -29,6 +31,7 @@ import torch
 NAME = "mmlu_track_shared_prefix"
 # Arguments that change attention in ways the two-part computation does not reproduce.
 _UNSUPPORTED = ("softcap", "sliding_window", "s_aux", "sinks", "position_bias")
+DEVICES = ("cpu", "cuda")  # where a kernel returns the log-sum-exp (`_lse_attention`)
 
 
 class Unsupported(RuntimeError):
@@ -66,6 +69,33 @@ class SharedPrefix:
         return self._masks[(group, queries)]
 
 
+Tensor = torch.Tensor
+
+
+def _lse_attention(
+    query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float | None
+) -> tuple[Tensor, Tensor]:
+    """Softmax attention's output `[B, H, S, d]` and log-sum-exp `[B, H, S]` (float32), heads
+    matched (no GQA), `bias` additive `[B, 1, S, K]`: CPU's flash kernel, CUDA's memory-efficient
+    one (its log-sum-exp padded to a multiple of 32 queries, its bias read in 16-aligned rows)."""
+    if query.device.type == "cpu":
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        out, lse = flash(query, key, value, 0.0, False, attn_mask=bias, scale=scale)
+        return out, lse
+    if bias is not None:
+        k = bias.shape[-1]
+        aligned = torch.nn.functional.pad(bias, (0, -k % 16))[..., :k] if k % 16 else bias
+        bias = aligned.expand(query.shape[0], query.shape[1], query.shape[2], k)
+    try:
+        efficient = torch.ops.aten._scaled_dot_product_efficient_attention
+        out, lse = efficient(query, key, value, bias, True, 0.0, False, scale=scale)[:2]
+    except torch.OutOfMemoryError:
+        raise
+    except RuntimeError as err:  # a shape, dtype or build the kernel does not take: the cache path
+        raise Unsupported(f"CUDA's memory-efficient attention refused: {str(err).splitlines()[0]}") from err
+    return out, lse[..., : query.shape[2]]
+
+
 def attention(  # noqa: PLR0917 -- transformers calls attention functions positionally
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -89,22 +119,21 @@ def attention(  # noqa: PLR0917 -- transformers calls attention functions positi
     if any(kwargs.get(k) is not None for k in _UNSUPPORTED) or getattr(module, "sinks", None) is not None:
         raise Unsupported(f"{type(module).__name__} uses an attention feature the two parts do not reproduce")
     layer = getattr(module, "layer_idx", None)
-    if layer is None or layer >= len(shared.kv) or query.device.type != "cpu":
-        raise Unsupported("no layer index, or not on CPU")
+    if layer is None or layer >= len(shared.kv) or query.device.type not in DEVICES:
+        raise Unsupported(f"no layer index, or not on {' or '.join(DEVICES)}")
     if key.shape[2] != shared.padding.shape[1]:
         raise Unsupported(f"{key.shape[2]} suffix keys for a padding mask of {shared.padding.shape[1]}")
     kp, vp = shared.kv[layer]
     b, h, s, d = query.shape
     hkv = key.shape[1]
     g = h // hkv
-    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     qg = query.reshape(b, hkv, g, s, d)
     # Every query of the batch against the one prefix: a single long query per key/value head.
-    o1, l1 = flash(qg.permute(1, 0, 2, 3, 4).reshape(1, hkv, b * g * s, d), kp, vp, 0.0, False, scale=scaling)
+    o1, l1 = _lse_attention(qg.permute(1, 0, 2, 3, 4).reshape(1, hkv, b * g * s, d), kp, vp, None, scaling)
     o1 = o1.view(hkv, b, g, s, d).permute(1, 0, 2, 3, 4)
     l1 = l1.view(hkv, b, g, s).permute(1, 0, 2, 3)
     mask = shared.suffix_mask(g, s, query.dtype)
-    o2, l2 = flash(qg.reshape(b, hkv, g * s, d), key, value, 0.0, False, attn_mask=mask, scale=scaling)
+    o2, l2 = _lse_attention(qg.reshape(b, hkv, g * s, d), key, value, mask, scaling)
     o2 = o2.view(b, hkv, g, s, d)
     l2 = l2.view(b, hkv, g, s)
     top = torch.maximum(l1, l2)
@@ -125,11 +154,11 @@ def _register() -> None:
 
 @contextmanager
 def use_shared_prefix(model: Any) -> Iterator[bool]:
-    """Switch an SDPA model on CPU to `attention` while inside; yields whether it was switched."""
+    """Switch an SDPA model on CPU or CUDA to `attention` while inside; yields whether it was switched."""
     implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
     can_set = getattr(model, "_can_set_attn_implementation", lambda: False)
     # Asked first: set_attn_implementation only warns (once per call) on a model that cannot switch.
-    if implementation != "sdpa" or model.device.type != "cpu" or not can_set():
+    if implementation != "sdpa" or model.device.type not in DEVICES or not can_set():
         yield False
         return
     _register()

@@ -8,7 +8,7 @@ key/value cache: sliding windows, recurrent layers), and `suffix_forward` yields
 `SuffixForward` that runs left-padded suffix batches against them, optionally keeping the
 suffix's own cache so that generation can append decoded tokens to it:
 
-- "shared" (CPU, SDPA models): `prefix_attention` attends to the one prefix and, apart, to each
+- "shared" (CPU and CUDA, SDPA models): `prefix_attention` attends to the one prefix and, apart, to each
   row's own keys, merged exactly; the prefix is never copied, not even while decoding;
 - "cache": the prefix's cache expanded across the batch (a view until the first append copies it),
   for other devices and for models that do not pass the prefix through to every layer.
@@ -206,7 +206,7 @@ class SuffixForward:
 
 @contextmanager
 def suffix_forward(lm: LoadedModel, kv: KV, *, shared: bool = True) -> Iterator[SuffixForward]:
-    """A `SuffixForward` over `kv`, "shared" where the model can be switched to it (CPU, SDPA)."""
+    """A `SuffixForward` over `kv`, "shared" where the model can be switched to it (CPU, CUDA; SDPA)."""
     with prefix_attention.use_shared_prefix(lm.model) as switched:
         yield SuffixForward(lm, kv, "shared" if shared and switched else "cache")
 
