@@ -136,23 +136,24 @@ def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = 
         return _measure(store, cfg, noise, output_dir, echo)
 
 
+def _evaluated(v: Variant, store: StoreOnDemand, experiment: str, output_dir: Path, echo: Echo) -> RunOutput:
+    """One variant's evaluation, in the measurement's own MLflow experiment: its runs never sit
+    among the team's evaluations."""
+    folder = output_dir / v.name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
+    own = replace(v.cfg, tracking=replace(v.cfg.tracking, experiment=experiment))
+    out = run(own, folder, display=QUIET, origin=v.origin, store=store)
+    if out.record is None or out.run_id is None:
+        raise RuntimeError(f"the {v.name} evaluation did not finish (a bug: it runs unsharded)")
+    accuracy = 100 * out.record.scores.micro.acc
+    echo(f"{v.name}: run {out.run_id[:12]} ({v.batching}), accuracy {accuracy:.2f} %")
+    return out
+
+
 def _measure(
     store: StoreOnDemand, cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo
 ) -> NoiseReport:
-    outs: dict[str, RunOutput] = {}
     planned = variants(cfg, noise)
-    for v in planned:
-        folder = output_dir / v.name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
-        # Its own MLflow experiment: a measurement's runs never sit among the team's evaluations.
-        own = replace(v.cfg, tracking=replace(v.cfg.tracking, experiment=noise.experiment))
-        out = run(own, folder, display=QUIET, origin=v.origin, store=store)
-        if out.record is None or out.run_id is None:
-            raise RuntimeError(f"the {v.name} evaluation did not finish (a bug: it runs unsharded)")
-        outs[v.name] = out
-        echo(
-            f"{v.name}: run {out.run_id[:12]} ({v.batching}), "
-            f"accuracy {100 * out.record.scores.micro.acc:.2f} %"
-        )
+    outs = {v.name: _evaluated(v, store, noise.experiment, output_dir, echo) for v in planned}
     gated_names = [v.name for v in planned if v.gated and v.name != "reference"]
     ref = _outcomes(outs["reference"].results)
     pairs = [_pair(name, ref, _outcomes(out.results)) for name, out in outs.items() if name != "reference"]
