@@ -59,6 +59,16 @@ def test_help_opens_with_what_the_evaluation_does(cli: Cli, tmp_path: Path) -> N
     assert list(tmp_path.iterdir()) == []  # help runs nothing
 
 
+def test_noise_help_says_what_the_noise_command_does(cli: Cli, tmp_path: Path) -> None:
+    """It opened with the evaluation's header ("Evaluates a language model…")."""
+    got = cli("noise", "--help", cwd=tmp_path)
+    assert got.code == 0, got.err
+    assert got.out.startswith("python -m mmlu_track.noise [evaluation settings ...] [noise.key=value ...]\n")
+    assert "Measures the evaluation's own noise" in got.out
+    assert "Evaluates a language model" not in got.out
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_compare_help_lists_only_its_own_groups_and_keys(cli: Cli, tmp_path: Path) -> None:
     got = cli("compare", "--help", cwd=tmp_path)
     assert got.code == 0, got.err
