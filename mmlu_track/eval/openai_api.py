@@ -67,8 +67,27 @@ def one_choice(doc: Any) -> dict[str, Any]:
     return choices[0]
 
 
+def _legacy(lp: dict[str, Any]) -> dict[str, Any]:
+    """llama.cpp's own server answers /v1/completions with chat-style log-probs (`content`: per
+    token its `token`, `logprob` and `top_logprobs` as a list of {token, logprob}): the legacy
+    layout (`tokens`, `token_logprobs`, `top_logprobs` as token -> log-prob) with no `text_offset`,
+    which that server never gives (it does not echo a prompt): echo is then not usable."""
+    content = lp.get("content")
+    if "top_logprobs" in lp or not isinstance(content, list) or not all(isinstance(c, dict) for c in content):
+        return lp
+    tops = [c.get("top_logprobs") for c in content]
+    if not all(isinstance(t, list) and all(isinstance(x, dict) for x in t) for t in tops):
+        return lp
+    return {
+        "tokens": [c.get("token") for c in content],
+        "token_logprobs": [c.get("logprob") for c in content],
+        "top_logprobs": [{x.get("token"): x.get("logprob") for x in t} for t in tops],
+    }
+
+
 def logprobs_of(choice: dict[str, Any]) -> dict[str, Any]:
     lp = choice.get("logprobs")
+    lp = _legacy(lp) if isinstance(lp, dict) else lp
     if not isinstance(lp, dict) or not isinstance(lp.get("top_logprobs"), list):
         raise PromptError(
             "the server's answer has no log-probs (does it support `logprobs` in /v1/completions?)"

@@ -55,7 +55,8 @@ def _tokenizer(cfg: EvalConfig, client: Client) -> tuple[Callable[[str], list[in
     ]
     for path, body in ways:
         doc = probe(client, "POST", path, body("Answer: A"))
-        if isinstance(doc, dict) and isinstance(doc.get("tokens"), list):
+        # Tokens, not an empty list: llama.cpp's server answers vLLM's body (no `content`) with none.
+        if isinstance(doc, dict) and isinstance(doc.get("tokens"), list) and doc["tokens"]:
 
             def encode(
                 text: str, path: str = path, body: Callable[[str], dict[str, Any]] = body
@@ -65,8 +66,9 @@ def _tokenizer(cfg: EvalConfig, client: Client) -> tuple[Callable[[str], list[in
             length = doc.get("max_model_len")
             return encode, 0, int(length) if isinstance(length, int) else None, None
     raise ModelError(
-        f"the server at {client.shown} has no tokenize endpoint (vLLM /tokenize, llama-cpp-python "
-        "/extras/tokenize): set model.tokenizer= to a local folder or hub id of the served model's tokenizer"
+        f"the server at {client.shown} has no tokenize endpoint (vLLM and llama.cpp /tokenize, "
+        "llama-cpp-python /extras/tokenize): set model.tokenizer= to a local folder or hub id of the served "
+        "model's tokenizer"
     )
 
 
@@ -155,11 +157,14 @@ def _check_chat_template(served: Wire) -> None:
         raise ModelError(f"a probe chat: {(_template_differs if generate else _tokens_differ)(theirs, ours)}")
 
 
-def _described(client: Client, listed: dict[str, Any]) -> str:
+def _described(client: Client, listed: dict[str, Any], props: object = None) -> str:
     """What the server says of itself and the model (recorded with the run): `/v1/models`'s entry
-    and its version where it has an endpoint for it (vLLM `/version`)."""
+    and its version where it has an endpoint for it (vLLM `/version`; llama.cpp's own server's
+    `/props`: its build and model file)."""
     version = probe(client, "GET", f"{client.root}/version")
     doc = {"models_entry": listed, **({"version": version} if isinstance(version, dict) else {})}
+    if isinstance(props, dict):
+        doc["props"] = {k: props[k] for k in ("build_info", "model_path", "total_slots") if k in props}
     # Recorded with the run: a server may echo the request's headers (the key) in what it says.
     return redact_text(json.dumps(doc, sort_keys=True))[:2000]
 
@@ -209,7 +214,10 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
         )
     listed = next(e for e in entries or [] if isinstance(e, dict) and e.get("id") == model.served_name)
     encode, vocab, tokenize_length, tokenizer = _tokenizer(cfg, client)
-    length = cfg.max_length or listed.get("max_model_len") or tokenize_length
+    props = probe(client, "GET", f"{client.root}/props")  # llama.cpp's own server: its slots' context
+    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+    props_length = settings.get("n_ctx") if isinstance(settings, dict) else None
+    length = cfg.max_length or listed.get("max_model_len") or tokenize_length or props_length
     if not isinstance(length, int) or length < 16:
         raise ModelError(
             f"the server at {client.shown} does not say {model.served_name}'s context length: "
@@ -229,7 +237,7 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
         add_bos=False,
         vocab_size=vocab,
         n_parameters=0,
-        server=_described(client, listed),
+        server=_described(client, listed, props),
     )
     wire = Wire(cfg, client, encode, tokenizer)
     echo_ok = False
