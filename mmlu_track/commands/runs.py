@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from mmlu_track.records.protocol import RecordError
-from mmlu_track.records.stored import RunStatus
+from mmlu_track.records.stored import RunStatus, ambiguous
 from mmlu_track.settings.config import DB_URL_ENV, DEFAULT_ALPHA, DEFAULT_DB_URL
 from mmlu_track.store.db import StoreError, parse_url
 from mmlu_track.support.console import reader_gone
@@ -114,9 +114,7 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
 def _show(store: SqlStore, args: argparse.Namespace) -> int:
     found = store.find(args.run)
     if len(found) > 1:  # a short prefix: which runs it could mean, as the compare command says
-        listed = ", ".join(f"{r.id[:12]} ({r.model_name}, {r.status})" for r in found[:5])
-        print(f"mmlu_track: error: {args.run!r} matches {len(found)} runs: {listed}; give more of the id",
-              file=sys.stderr)  # fmt: skip
+        print(f"mmlu_track: error: {ambiguous(args.run, found)}", file=sys.stderr)
         return 2
     if not found:
         print(f"mmlu_track: error: no run {args.run!r} in {store.url}", file=sys.stderr)

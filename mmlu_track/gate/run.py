@@ -26,6 +26,7 @@ from mmlu_track.gate.policy import (
 )
 from mmlu_track.gate.publish import publish
 from mmlu_track.gate.stats import ComparisonError, compare, pair
+from mmlu_track.records.stored import ambiguous
 from mmlu_track.settings.config import CompareConfig, CompareMode, GateConfig
 from mmlu_track.store.sql import open_existing_store
 
@@ -37,9 +38,7 @@ if TYPE_CHECKING:
 def _by_id(store: SqlStore, ref: str) -> StoredRun | None:
     found = store.find(ref)
     if len(found) > 1:
-        listed = ", ".join(f"{r.id[:12]} ({r.model_name}, k={r.k}, {r.status})" for r in found[:5])
-        more = f" and {len(found) - 5} more" if len(found) > 5 else ""
-        raise ComparisonError(f"{ref!r} matches {len(found)} runs: {listed}{more}; give more of the id")
+        raise ComparisonError(ambiguous(ref, found))
     return found[0] if found else None
 
 

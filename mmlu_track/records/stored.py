@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -121,6 +121,13 @@ class StoredRun:
             raise RecordError(
                 f"run {self.id} was recorded with settings this version cannot read: {err}"
             ) from err
+
+
+def ambiguous(ref: str, found: Sequence[StoredRun]) -> str:
+    """What a run id prefix that matches several runs is told (the compare command, `runs show`)."""
+    listed = ", ".join(f"{r.id[:12]} ({r.model_name}, k={r.k}, {r.status})" for r in found[:5])
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return f"{ref!r} matches {len(found)} runs: {listed}{more}; give more of the id"
 
 
 @dataclass(frozen=True)
