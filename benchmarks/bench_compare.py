@@ -53,13 +53,19 @@ def build(db: Path) -> tuple[str, str]:
         store.close()
 
 
-def timed(tree: Path, args: list[str], cwd: Path) -> tuple[float, float]:
-    """(CPU s, wall s) of one compare process importing mmlu_track from `tree`."""
+def check_imported(tree: Path, cwd: Path) -> None:
+    """A process run from `cwd` with `tree` on PYTHONPATH imports that tree's mmlu_track (an
+    editable install elsewhere must not stand in for it)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-c", "import mmlu_track, sys; print(mmlu_track.__file__, file=sys.stderr)"]
     where = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, check=True).stderr.strip()
     if not where.startswith(str(tree.resolve())):
         raise SystemExit(f"bench_compare: {tree} is not the mmlu_track imported ({where})")
+
+
+def timed(tree: Path, args: list[str], cwd: Path) -> tuple[float, float]:
+    """(CPU s, wall s) of one compare process importing mmlu_track from `tree`."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(
@@ -125,9 +131,10 @@ def main() -> None:
             "MLflow off": ["tracking=sql_only"],
             "MLflow on": [f"tracking.mlflow_uri=sqlite:///{tmp / 'mlflow.db'}"],
         }
-        timed(
-            trees[0], [*common, *settings["MLflow on"], f"hydra.run.dir={tmp / 'warm'}"], tmp
-        )  # makes MLflow's db
+        for tree in trees:
+            check_imported(tree, tmp)
+        first_run = f"hydra.run.dir={tmp / 'warm'}"
+        timed(trees[0], [*common, *settings["MLflow on"], first_run], tmp)  # makes MLflow's db
         best: dict[tuple[Path, str], tuple[float, float]] = {}
         for r in range(args.repeat):
             for i, tree in enumerate(trees):

@@ -40,6 +40,16 @@ def _questions(args: argparse.Namespace) -> dict[str, Any]:
     return {s: subsample(d.test, args.limit, args.seed) for s, d in data.items()}
 
 
+def _timed(cmd: list[str], cwd: Path, what: str) -> float:
+    """The wall seconds of one whole process; its failure ends the benchmark with its stderr."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{proc.stderr[-3000:]}")
+    return wall
+
+
 def run_mmlu_track(args: argparse.Namespace, tmp: Path, n: int) -> dict[str, Any]:
     out = tmp / f"mmlu_track-{n}"
     cmd = [
@@ -47,11 +57,7 @@ def run_mmlu_track(args: argparse.Namespace, tmp: Path, n: int) -> dict[str, Any
         f"subjects=[{args.subjects}]", f"seed={args.seed}", "dtype=float32", "tracking=sql_only",
         f"tracking.db_url=sqlite:///{tmp / 'bench.db'}", "tracking.resume=false", f"hydra.run.dir={out}",
     ]  # fmt: skip
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"mmlu_track failed:\n{proc.stderr[-3000:]}")
+    wall = _timed(cmd, tmp, "mmlu_track")
     doc = json.loads((out / "results.json").read_text())
     t = doc["timing"]
     return {
@@ -71,12 +77,7 @@ def run_harness(
         "--tasks", ",".join(names), "--include_path", str(tmp), "--num_fewshot", str(args.k),
         "--batch_size", "8", "--device", "cpu", "--output_path", str(out),
     ]  # fmt: skip
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"lm_eval failed:\n{proc.stderr[-3000:]}")
-    return {"path": "lm-eval-harness", "wall_s": wall}
+    return {"path": "lm-eval-harness", "wall_s": _timed(cmd, tmp, "lm_eval")}
 
 
 def main() -> None:

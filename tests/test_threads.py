@@ -31,12 +31,19 @@ def _cgroup(tmp_path: Path, v2: str | None = None, v1: tuple[str, str] | None = 
     return tmp_path
 
 
-def test_auto_takes_the_smallest_limit_and_shares_it_among_the_shards_on_this_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def sixteen_cpus(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """A 16-CPU affinity mask and no thread count in the environment; the monkeypatch, to set more."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
+    return monkeypatch
+
+
+def test_auto_takes_the_smallest_limit_and_shares_it_among_the_shards_on_this_host(
+    tmp_path: Path, sixteen_cpus: pytest.MonkeyPatch
+) -> None:
+    monkeypatch = sixteen_cpus
     assert available(tmp_path / "none") == (16, ["affinity 16"])
     assert choose("auto", 1, _cgroup(tmp_path / "a", v2="max 100000")).count == 16  # unlimited
     quota = _cgroup(tmp_path / "b", v2="150000 100000")  # a container's 1.5 CPUs: 2 threads
@@ -58,11 +65,8 @@ def test_auto_takes_the_smallest_limit_and_shares_it_among_the_shards_on_this_ho
 
 
 def test_the_quota_is_read_for_this_processs_own_cgroup_and_every_one_above_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sixteen_cpus: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
     root, proc = tmp_path / "fs", tmp_path / "cgroup"
     (root / "job" / "step").mkdir(parents=True)
     (root / "cpu.max").write_text("max 100000")
