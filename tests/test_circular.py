@@ -254,11 +254,12 @@ def test_the_sequential_gate_on_circular_accuracy(tmp_path: Path) -> None:
         run(cfg, tmp_path / "refused", display=Display(lines.append, progress=False), looks=looks)
 
 
-def test_a_served_model_answers_each_rotation(server: LlamaServer, cli: Cli, tmp_path: Path) -> None:
-    """Four requests per question (or more: echo), the first rotation's the as-given run's."""
+def test_a_served_model_answers_each_rotation(any_server: LlamaServer, cli: Cli, tmp_path: Path) -> None:
+    """Four requests per question (or more: echo), the first rotation's the as-given run's; on
+    llama-cpp-python's server and on llama.cpp's own."""
     from .test_served import _eval, _served
 
-    args = _served(server.base_url, "k=0", "tracking.mlflow=false", subjects="[anatomy]", limit=1)
+    args = _served(any_server.base_url, "k=0", "tracking.mlflow=false", subjects="[anatomy]", limit=1)
     docs = {}
     for name, extra in (("given", []), ("circ", ["scoring.choice_order=circular"])):
         got = _eval(cli, tmp_path, *args, *extra, out=name)

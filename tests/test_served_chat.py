@@ -1,4 +1,5 @@
-"""Chat prompts for a served model, against the real llama-cpp-python server (`tests/serve.py`):
+"""Chat prompts for a served model, against the real llama-cpp-python server (`tests/serve.py`;
+the first test against llama.cpp's own `llama-server` too):
 log-probs of prompts rendered here by `model.tokenizer`'s template, generation through the
 server's own template (`/v1/chat/completions`), both compared with the in-process path on the same
 prompts; a server whose template renders chats differently is refused before anything is recorded.
@@ -13,29 +14,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmlu_track.eval import models, openai_connect
-from mmlu_track.settings.config import ModelConfig
+from mmlu_track.eval import openai_connect
 from mmlu_track.store.sql import SqlStore
 
 from .serve import API_KEY, N_CTX, LlamaServer
 from .test_served import BOUNDS, KEY_ENV, MIN_SAME_PREDICTIONS, Cli, _config, _eval, _served
 
 
-@pytest.fixture(scope="session")
-def tokenizer_dir(cache_dir: Path) -> Path:
-    """The packaged GGUF's tokenizer, converted: the served model's own, with its chat template."""
-    package, filename = models.PACKAGED_SMOLLM2
-    gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
-    key_dir, gguf, _ = models._gguf_cache(gguf_cfg, cache_dir)
-    return models._converted_tokenizer(key_dir, gguf)
-
-
 def test_chat_prompts_are_scored_through_the_server_as_in_process(
-    server: LlamaServer, tokenizer_dir: Path, cli: Cli, tmp_path: Path
+    any_server: LlamaServer, tokenizer_dir: Path, cli: Cli, tmp_path: Path
 ) -> None:
-    """k=2 multiturn, logprob and generate, served and in-process: the same prompts (hashes), log-probs
-    within the raw prompts' 5-shot bounds (the same Q4_1 vs fp32 arithmetic), the same predictions
-    but for quantization noise; generation went through the server's chat endpoint."""
+    """k=2 multiturn, logprob and generate, served (by llama-cpp-python and by llama.cpp's own
+    server) and in-process: the same prompts (hashes), log-probs within the raw prompts' 5-shot
+    bounds (the same Q4_1 vs fp32 arithmetic), the same predictions but for quantization noise;
+    generation went through the server's chat endpoint."""
+    server = any_server
     chat = ["chat=multiturn", "k=2", "tracking.mlflow=false"]
     common = ["subjects=[anatomy,virology]", "limit=3", f"max_length={N_CTX}", "device=cpu", *chat]
     for scoring in ("logprob", "generate"):

