@@ -220,6 +220,21 @@ def connect(cfg: EvalConfig) -> Served:
         raise
 
 
+def _letters_scorable(wire: Wire, split: list[str], engine: str | None) -> bool:
+    """Whether echoed log-probs can be trusted (checked against a next-token request); refused in
+    one line when a letter of several tokens (`split`) needs them and they cannot."""
+    echo_ok = _echo_usable(wire, _next_token(wire))
+    if split and not echo_ok:
+        server = f"the server at {wire.client.shown}"
+        if engine is not None:  # no flag of its turns echo on (llama.cpp issue 27174)
+            server += f" ({engine}, which has no flag for them)"
+        raise ModelError(
+            f"the letter {split[0]!r} is several tokens for {wire.cfg.model.served_name}, so only "
+            f"echoed log-probs can score it, and {server} does not echo usable ones"
+        )
+    return echo_ok
+
+
 def _connect(cfg: EvalConfig, client: Client) -> Served:
     model = cfg.model
     try:
@@ -270,18 +285,8 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
         server=_described(client, listed, props),
     )
     wire = Wire(cfg, client, encode, tokenizer)
-    echo_ok = False
-    if cfg.scoring.method == "logprob":
-        echo_ok = _echo_usable(wire, _next_token(wire))
-        split = [c for c, ids in zip(continuations, letters, strict=True) if len(ids) != 1]
-        if split and not echo_ok:
-            server = f"the server at {client.shown}"
-            if engine is not None:  # no flag of its turns echo on (llama.cpp issue 27174)
-                server += f" ({engine}, which has no flag for them)"
-            raise ModelError(
-                f"the letter {split[0]!r} is several tokens for {model.served_name}, so only echoed "
-                f"log-probs can score it, and {server} does not echo usable ones"
-            )
+    split = [c for c, ids in zip(continuations, letters, strict=True) if len(ids) != 1]
+    echo_ok = _letters_scorable(wire, split, engine) if cfg.scoring.method == "logprob" else False
     # Without a template the run is refused by `plan.style` in the in-process backend's words.
     if cfg.chat.style != "none" and template_source(tokenizer) is not None:
         _check_chat_template(wire, engine)
