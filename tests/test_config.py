@@ -322,6 +322,6 @@ def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(
     assert "k" in settings
     # beyond the identity's keys: only those it leaves out while unset, as stored before they existed
     compat = {"model.tokenizer", "model.served_name", "chat.style", "chat.system", "scoring.extract"}
-    compat |= {"scoring.choice_order", "shot_seed"}
+    compat |= {"scoring.choice_order", "shot_seed", "data.annotations"}
     assert set(settings) - set(flat) <= compat | {"scoring.patterns"}
     assert differs.what_differs(base, cand) == []  # identical settings: nothing differs

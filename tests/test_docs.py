@@ -536,6 +536,7 @@ def test_the_settings_table_names_every_setting_with_its_default(monkeypatch: py
 def _record_json() -> dict[str, Any]:
     import dataclasses
 
+    from mmlu_track.records.annotations import annotated_scores
     from mmlu_track.records.results import QuestionResult, RotatedAnswer, aggregate
     from mmlu_track.records.robustness import circular_scores, letter_bias
 
@@ -543,12 +544,15 @@ def _record_json() -> dict[str, Any]:
 
     turned = tuple(RotatedAnswer(p) for p in (3, 2, 1))  # a circular run's: every section filled
     row = QuestionResult(
-        "anatomy", 0, "h", 5, 10, False, (-1.0, -2.0, -2.0, -2.0), None, 0, 0, 1.0, None, turned
+        "anatomy", 0, "h", 5, 10, False, (-1.0, -2.0, -2.0, -2.0), None, 0, 0, 1.0, None, turned, "ok"
     )
     cfg = compose_eval(["model=tiny"])
     record = synthetic_record("r", cfg, "m", "f" * 64, aggregate([row]))
     return dataclasses.replace(
-        record, circular=circular_scores([row]), letter_bias=letter_bias([row])
+        record,
+        circular=circular_scores([row]),
+        letter_bias=letter_bias([row]),
+        annotated=annotated_scores([row]),
     ).to_json()
 
 

@@ -10,6 +10,7 @@ an evaluation that would produce the same results.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mmlu_track.eval import prompts
+from mmlu_track.eval.annotations import Annotated, annotate
 from mmlu_track.eval.backend import Backend, ModelError
 from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
 from mmlu_track.records.protocol import EvalProtocol
@@ -155,6 +157,7 @@ class Plan:
     shots: dict[str, tuple[Question, ...]]
     fingerprint: str
     dev_fingerprint: str
+    annotated: Annotated | None = None  # data.annotations: the questions' labels, how they matched
 
     @property
     def all_questions(self) -> list[Question]:
@@ -172,8 +175,9 @@ def question_docs(record: RunRecord) -> Docs | None:
     """A stored run's questions' text and choices (for predictions.jsonl, MLflow's per-question
     tables), planned again from its settings: only when they are the questions it scored (same
     fingerprint), else None."""
-    try:
-        again = plan(record.start.config)
+    cfg = record.start.config
+    try:  # the questions alone: their annotations are in the run's rows
+        again = plan(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, annotations=None)))
     except (MmluTrackError, OSError, ValueError):
         return None
     return again.docs() if again.fingerprint == record.start.data.fingerprint else None
@@ -189,6 +193,7 @@ def plan(cfg: EvalConfig) -> Plan:
         shots=shots,
         fingerprint=fingerprint(q for qs in chosen.values() for q in qs),
         dev_fingerprint=fingerprint(q for s in shots.values() for q in s),
+        annotated=annotate(cfg.data.annotations, data, chosen) if cfg.data.annotations else None,
     )
 
 

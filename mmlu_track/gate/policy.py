@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from mmlu_track.gate.questions import clean_problems
 from mmlu_track.gate.stats import Comparison, ComparisonError, pts
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.stored import RunStatus
@@ -206,7 +207,10 @@ def check_comparable(base: StoredRun, cand: StoredRun, cfg: CompareConfig, store
     """Refuse unfinished runs and pairs whose differences are not the thing being compared."""
     for run, side in ((base, "baseline"), (cand, "candidate")):
         require_finished(run, side, store)
-    if problems := incomparable(base, cand, cfg.mode, cfg.gate.metric):
+    problems = incomparable(base, cand, cfg.mode, cfg.gate.metric)
+    if cfg.gate.questions == "clean":
+        problems += clean_problems(base, cand)
+    if problems:
         raise ComparisonError(f"runs are not comparable: {problems[0]}")
 
 

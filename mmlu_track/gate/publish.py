@@ -204,6 +204,7 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> Logged | None:
         "alpha": str(o.comp.settings.alpha),
         **({} if gap else {"policy": o.comp.settings.name, "margin_pts": str(100 * o.comp.settings.delta)}),
         **({"looks": str(cfg.gate.looks)} if extra else {}),
+        **({"questions": cfg.gate.questions} if cfg.gate.questions != "all" else {}),  # MMLU-Redux's ok only
     }
     # Runs logged while MLflow was down have no MLflow id until `runs sync`.
     sides = (("baseline", base), ("candidate", cand))

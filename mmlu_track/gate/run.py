@@ -25,6 +25,7 @@ from mmlu_track.gate.policy import (
     unrecorded,
 )
 from mmlu_track.gate.publish import publish
+from mmlu_track.gate.questions import disputed, only_clean
 from mmlu_track.gate.stats import ComparisonError, compare, pair
 from mmlu_track.records.stored import ambiguous
 from mmlu_track.settings.config import CompareConfig, CompareMode, GateConfig
@@ -152,11 +153,15 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print, docs_for: D
         base_results, cand_results = store.question_results(base.id), store.question_results(cand.id)
         if cfg.mode == "gate":
             same_prompts(base_results, cand_results)
+        pair_notes = disputed(base_results, cand_results, metric)
+        if g.questions == "clean":
+            base_results, cand_results, left_out = only_clean(base_results, cand_results)
+            pair_notes = [left_out]
         comp = compare(pair(base_results, cand_results, metric), g)
         verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
         sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))
         notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]
-        notes += unrecorded(base, cand) + metric_note(base, cand, metric)
+        notes += unrecorded(base, cand) + metric_note(base, cand, metric) + pair_notes
         if cfg.mode == "gate":
             notes += noise_notes(noise, comp, g, verdict.status)
             if auto and noise is not None:

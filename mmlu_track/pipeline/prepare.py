@@ -75,6 +75,7 @@ def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
             fingerprint=the_plan.fingerprint,
             dev_fingerprint=the_plan.dev_fingerprint,
             n_questions=len(the_plan.all_questions),
+            annotations=the_plan.annotated.info if the_plan.annotated else None,
         ),
         template_hash=prompts.template_hash(cfg.formulation, how),
         example_prompt=rendered[first.subject][0].text,
@@ -84,5 +85,13 @@ def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
         host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"]), cpu.why if cpu else None),
         sweep=origin.sweep,
     )
-    ident = identity(cfg, lm.info, start.protocol, fresh=not cfg.tracking.resume)
+    named = cfg
+    if the_plan.annotated:  # the annotations' content, not only their name: a changed file is another run
+        named = replace(
+            cfg,
+            data=replace(
+                cfg.data, annotations=f"{cfg.data.annotations}@{the_plan.annotated.info.fingerprint}"
+            ),
+        )
+    ident = identity(named, lm.info, start.protocol, fresh=not cfg.tracking.resume)
     return Prepared(lm, the_plan, rendered, asked, start, ident, t0, t1 - t0, t2 - t1, how.answer_lead)

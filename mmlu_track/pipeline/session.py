@@ -45,6 +45,7 @@ from mmlu_track.pipeline.outputs import (
     write_json,
 )
 from mmlu_track.pipeline.prepare import Prepared
+from mmlu_track.records.annotations import annotated_scores
 from mmlu_track.records.results import Accuracies, Accuracy, QuestionResult, aggregate, table, write_jsonl
 from mmlu_track.records.robustness import circular_scores, circular_table, letter_bias
 from mmlu_track.records.run import EarlyStop, RunRecord
@@ -233,7 +234,10 @@ class EvaluationSession:
         each = [
             to_results(ps, scores[r * n : (r + 1) * n], scoring.calibration) for r, ps in enumerate(asked)
         ]
-        return with_rotations(each)
+        results = with_rotations(each)
+        if (annotated := self.prep.plan.annotated) is None:
+            return results
+        return [replace(r, annotation=annotated.labels.get((r.subject, r.index))) for r in results]
 
     def _log_subject(self, subject: str) -> None:
         """A subject complete: the run's progress to MLflow (micro accuracy so far, at step =
@@ -312,6 +316,9 @@ class EvaluationSession:
             self.echo(circular_table(agg, record.circular))
         if record.letter_bias:
             self.echo(record.letter_bias.line())
+        if record.annotated and start.data.annotations:
+            self.echo(start.data.annotations.summary())
+            self.echo(record.annotated.summary())
         seconds = finished - self.scoring_started
         n, now = len(results), self.work.scored
         self.echo(summary_line(record, n, now, seconds, sharded=self.sharded, output_dir=output_dir))
@@ -341,6 +348,7 @@ class EvaluationSession:
             scores=agg,
             circular=circular_scores(results),
             letter_bias=letter_bias(results),
+            annotated=annotated_scores(results) if self.prep.plan.annotated else None,
         )
 
     def _all_results(self) -> list[QuestionResult]:

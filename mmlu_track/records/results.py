@@ -61,6 +61,9 @@ class QuestionResult:
     scored_by: str | None = None
     # A circular run's rotations 1..3 (rotation 0 is the question as given: the fields above).
     rotations: tuple[RotatedAnswer, ...] = ()
+    # Its MMLU-Redux annotation where the run was given some (data.annotations): `ok` or the error
+    # type (`records.annotations.ERROR_TYPES`); None: not annotated, or none given.
+    annotation: str | None = None
 
     @property
     def correct(self) -> bool:
@@ -106,7 +109,8 @@ class QuestionResult:
 
     @classmethod
     def from_json(cls, rec: dict[str, Any]) -> QuestionResult:
-        fields = {k: rec[k] for k in cls.__dataclass_fields__ if k != "rotations"}
+        fields = {k: rec[k] for k in cls.__dataclass_fields__ if k not in ("rotations", "annotation")}
+        fields["annotation"] = rec.get("annotation")  # absent from files written before it was
         if fields["logprobs"] is not None:
             fields["logprobs"] = tuple(fields["logprobs"])
         rotations = tuple(RotatedAnswer.from_json(a) for a in rec.get("rotations") or ())

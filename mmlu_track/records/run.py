@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from mmlu_track.records.annotations import AnnotatedScores, AnnotationSet
 from mmlu_track.records.protocol import EvalProtocol, RecordError
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.robustness import CircularScores, LetterBias
@@ -52,6 +53,12 @@ class DataInfo:
     fingerprint: str  # sha256 of the scored test questions (the gate pairs runs on it)
     dev_fingerprint: str  # ... of the few-shot examples
     n_questions: int
+    annotations: AnnotationSet | None = None  # data.annotations: what was read, how it matched
+
+
+def _data_info(doc: dict[str, Any]) -> DataInfo:
+    sets = doc.get("annotations")
+    return DataInfo(**{**doc, "annotations": AnnotationSet.from_json(sets) if sets else None})
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,7 @@ class RunRecord:
     scores: Accuracies
     circular: CircularScores | None = None  # scoring.choice_order=circular (`records.robustness`)
     letter_bias: LetterBias | None = None  # None: recorded before letter bias was
+    annotated: AnnotatedScores | None = None  # data.annotations: counts and the clean accuracies
 
     def to_json(self) -> dict[str, Any]:
         s = self.start
@@ -191,6 +199,7 @@ class RunRecord:
             "scores": self.scores.to_json(),
             "circular": self.circular.to_json() if self.circular else None,
             "letter_bias": self.letter_bias.to_json() if self.letter_bias else None,
+            "annotated": self.annotated.to_json() if self.annotated else None,
         }
 
     @classmethod
@@ -202,7 +211,7 @@ class RunRecord:
             start = RunStart(
                 config=eval_config_from_dict(raw["config"]),
                 model=ModelInfo(**raw["model"]),
-                data=DataInfo(**raw["data"]),
+                data=_data_info(raw["data"]),
                 template_hash=raw["prompt"]["template_hash"],
                 example_prompt=raw["prompt"]["example"],
                 seeds=dict(raw["seeds"]),
@@ -223,6 +232,7 @@ class RunRecord:
                 scores=Accuracies.from_json(raw["scores"]),
                 circular=CircularScores.from_json(raw["circular"]) if raw.get("circular") else None,
                 letter_bias=LetterBias.from_json(raw["letter_bias"]) if raw.get("letter_bias") else None,
+                annotated=AnnotatedScores.from_json(raw["annotated"]) if raw.get("annotated") else None,
             )
         except (KeyError, TypeError, ValueError, ConfigError) as err:
             raise RecordError(f"unreadable run record ({type(err).__name__}: {err})") from err

@@ -277,6 +277,11 @@ def _check_sequential(cfg: EvalConfig) -> None:
         raise ConfigError(f"gate.looks={g.looks} must be in 2..1000 (20 = a look every 5 % of the questions)")
     if cfg.shards > 1:
         raise ConfigError("gate.sequential=true runs unsharded (shards=1): each look needs every earlier one")
+    if g.questions != "all":
+        raise ConfigError(
+            "gate.questions=clean applies to python -m mmlu_track.compare: a sequential gate looks at "
+            "every question it scores"
+        )
     if cfg.scoring.calibration != "none":
         raise ConfigError(
             "gate.sequential=true needs scoring.calibration=none: calibration needs whole subjects"

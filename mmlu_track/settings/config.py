@@ -24,6 +24,7 @@ Extract = Literal["first_char", "pattern"]
 ShotSelection = Literal["first", "random"]
 ChoiceOrder = Literal["as_given", "circular"]
 GateMetric = Literal["accuracy", "circular"]
+GateQuestions = Literal["all", "clean"]
 Dtype = Literal["float32", "bfloat16", "float16", "auto"]
 
 DEV_EXAMPLES_PER_SUBJECT = 5  # MMLU's dev split has exactly 5 per subject
@@ -132,6 +133,10 @@ class DataConfig:
     source: DataSource
     path: str | None = None
     revision: str | None = None
+    # MMLU-Redux annotations of which questions' keys are wrong (Gema et al. 2024): a hub id
+    # (edinburgh-dawg/mmlu-redux-2.0) or a local file or folder of them (eval/annotations.py); the
+    # run then reports accuracy on all questions and on those annotated ok.
+    annotations: str | None = None
 
 
 @dataclass(frozen=True)
@@ -231,6 +236,9 @@ class GateConfig:
     # What a question's outcome is: accuracy (correct as given) | circular (correct in all 4
     # rotations: both runs scoring.choice_order=circular).
     metric: GateMetric = "accuracy"
+    # Which questions: all | clean (those MMLU-Redux annotates ok: both runs with the same
+    # data.annotations).
+    questions: GateQuestions = "all"
     promote_alias: str | None = None  # e.g. champion
     registered_model: str | None = None  # None: the candidate's model name
     # The sequential gate (`python -m mmlu_track ... gate.baseline=RUN gate.sequential=true`): the

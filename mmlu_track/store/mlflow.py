@@ -91,6 +91,7 @@ def metrics(record: RunRecord) -> dict[str, float]:
         out["requests"] = float(record.timing.requests)
         out["requests_abandoned"] = float(record.timing.abandoned_requests)
     out.update(_robustness(record))
+    out.update(_annotated(record))
     for subject, a in scores.subjects.items():
         out.update(subject_metrics(subject, a))
     for group, table in (("category", scores.categories), ("subcategory", scores.subcategories)):
@@ -124,6 +125,21 @@ def _robustness(record: RunRecord) -> dict[str, float]:
     for name, figures in figures_by_name.items():
         out.update({metric_key(name, "category", k): a.acc for k, a in figures.categories.items()})
         out.update({metric_key(name, s): a.acc for s, a in figures.subjects.items()})
+    return out
+
+
+def _annotated(record: RunRecord) -> dict[str, float]:
+    """With MMLU-Redux annotations: accuracy on the questions annotated ok (`clean/`), how many of
+    the scored questions carry each annotation, and how the set matched (`annotations/`)."""
+    sets, annotated = record.start.data.annotations, record.annotated
+    if sets is None or annotated is None:
+        return {}
+    out: dict[str, float] = {}
+    if clean := annotated.clean:
+        out |= {"clean/acc_micro": clean.micro.acc, "clean/acc_macro": clean.macro.acc}
+        out.update({metric_key("clean/acc", "category", k): a.acc for k, a in clean.categories.items()})
+    out |= {f"annotations/{k.replace(' ', '_')}": float(n) for k, n in annotated.counts.items()}
+    out |= {"annotations/matched": float(sets.matched), "annotations/unmatched": float(sets.unmatched)}
     return out
 
 

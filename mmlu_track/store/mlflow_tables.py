@@ -51,6 +51,8 @@ def question_columns(results: Sequence[QuestionResult], docs: Docs | None = None
     if any(r.rotations for r in rows):
         out["correct_in_all_rotations"] = [r.circular_correct for r in rows]
         out["consistent"] = [r.consistent for r in rows]
+    if any(r.annotation is not None for r in rows):
+        out["annotation"] = [r.annotation for r in rows]  # MMLU-Redux's, where the run had them
     return out
 
 
@@ -73,6 +75,7 @@ def paired_columns(
     rows = [(change(base[(c.subject, c.index)], c, metric), base[(c.subject, c.index)], c) for c in candidate]
     rows.sort(key=lambda row: (row[0] == "", row[2].subject, row[2].index))  # the changed first
     texts = [docs.get((c.subject, c.index), {}) for _, _, c in rows] if docs else None
+    annotated = any(c.annotation for c in candidate)  # MMLU-Redux's word on each key, where given
     return {
         "change": [what for what, _, _ in rows],
         "subject": [c.subject for _, _, c in rows],
@@ -83,4 +86,5 @@ def paired_columns(
         "candidate": [_letter(c.prediction) for _, _, c in rows],
         "baseline_correct": [b.outcome(metric) for _, b, _ in rows],
         "candidate_correct": [c.outcome(metric) for _, _, c in rows],
+        **({"annotation": [c.annotation for _, _, c in rows]} if annotated else {}),
     }

@@ -101,6 +101,8 @@ class QuestionRow(Base):
     scored_by: Mapped[str | None] = mapped_column(String(16))  # QuestionResult.scored_by
     # A circular run's rotations 1..3 (QuestionResult.rotations as JSON); NULL: asked as given.
     rotations_json: Mapped[str | None] = mapped_column(Text)
+    # Its MMLU-Redux annotation (QuestionResult.annotation); NULL: none given, or not annotated.
+    annotation: Mapped[str | None] = mapped_column(String(32))
 
 
 class ComparisonRow(Base):

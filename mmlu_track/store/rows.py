@@ -32,6 +32,7 @@ def to_row(run_id: str, r: QuestionResult) -> QuestionRow:
         generated=r.generated, prediction=r.prediction, gold=r.gold, correct=r.correct, margin=r.margin,
         scored_by=r.scored_by,
         rotations_json=json.dumps([dataclasses.asdict(a) for a in r.rotations]) if r.rotations else None,
+        annotation=r.annotation,
     )  # fmt: skip
 
 
@@ -42,18 +43,20 @@ COLUMNS = (
     QuestionRow.n_tokens, QuestionRow.truncated, QuestionRow.logprob_a, QuestionRow.logprob_b,
     QuestionRow.logprob_c, QuestionRow.logprob_d, QuestionRow.generated, QuestionRow.prediction,
     QuestionRow.gold, QuestionRow.margin, QuestionRow.scored_by, QuestionRow.rotations_json,
+    QuestionRow.annotation,
 )  # fmt: skip
 
 
 def from_columns(row: Sequence[Any]) -> QuestionResult:
     """A question result from one row of `COLUMNS`."""
     subject, index, prompt_hash, shots, n_tokens, truncated, a, b, c, d = row[:10]
-    generated, prediction, gold, margin, scored_by, rotations = row[10:]
+    generated, prediction, gold, margin, scored_by, rotations, annotation = row[10:]
     return QuestionResult(
         subject=subject, index=index, prompt_hash=prompt_hash, shots_used=shots, n_tokens=n_tokens,
         truncated=truncated, logprobs=None if a is None else (a, b, c, d), generated=generated,
         prediction=prediction, gold=gold, margin=margin, scored_by=scored_by,
         rotations=tuple(RotatedAnswer.from_json(r) for r in json.loads(rotations)) if rotations else (),
+        annotation=annotation,
     )  # fmt: skip
 
 

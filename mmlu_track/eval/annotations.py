@@ -1,0 +1,204 @@
+"""MMLU-Redux annotations (`data.annotations`) read and matched to the evaluated questions.
+
+Where from:
+- a hub id (`edinburgh-dawg/mmlu-redux-2.0`: one config per subject, split `test`; fields
+  `question`, `choices`, `answer`, `error_type`, …), loaded with `datasets` for each evaluated
+  subject the set has (needs the hub);
+- a local file or folder: CSV (MMLU-Redux 1.0's `mmlu_<subject>.csv`, `;`- or `,`-separated with a
+  header; `choices` a list or its Python/JSON text), JSONL, JSON (a list of rows) or Parquet (a
+  download of the hub's files). A row's subject is its `subject` field, else the file's name
+  (`<subject>` or `mmlu_<subject>`), else the nearest folder named for a subject.
+
+Matching is by the question's text and its four choices (whitespace collapsed) within its
+subject, never by row position: a row no test question of its (evaluated) subject has is counted
+unmatched and shown. An error type outside `ERROR_TYPES` (case aside) refuses the file in one line.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mmlu_track.eval.data import DataError, Question, SubjectData, _read_jsonl, _read_parquet
+from mmlu_track.records.annotations import ERROR_TYPES, OK, AnnotationSet
+from mmlu_track.settings.subjects import SUBJECTS
+
+Key = tuple[str, str, tuple[str, ...]]  # subject, question, choices (whitespace collapsed)
+EXAMPLES = 3
+
+
+@dataclass(frozen=True)
+class Annotated:
+    """The labels of the run's questions ((subject, index) -> error type) and how the set matched."""
+
+    labels: dict[tuple[str, int], str]
+    info: AnnotationSet
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _key(subject: str, question: str, choices: Iterable[str]) -> Key:
+    return subject, _norm(question), tuple(_norm(c) for c in choices)
+
+
+def _subject_of(path: Path, root: Path) -> str | None:
+    stem = path.stem.removeprefix("mmlu_")
+    for name in (stem, stem.split("-")[0], *(p.name for p in path.parents if p != root.parent)):
+        if name in SUBJECTS:
+            return name
+    return None
+
+
+def _choices(raw: object, at: str) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        text = raw
+        try:
+            raw = ast.literal_eval(text)  # 1.0's CSV writes the list as Python text
+        except (ValueError, SyntaxError):
+            raise DataError(f"{at}: choices {text[:60]!r} is not a list") from None
+    if not isinstance(raw, list | tuple) or len(raw) != 4 or not all(isinstance(c, str) for c in raw):
+        raise DataError(f"{at}: choices must be 4 texts, got {str(raw)[:80]}")
+    return tuple(raw)
+
+
+def _error_type(raw: object, at: str) -> str:
+    label = str(raw).strip().lower() if raw is not None else ""
+    if label not in ERROR_TYPES:
+        raise DataError(f"{at}: error_type {raw!r} is not one of {', '.join(ERROR_TYPES)}")
+    return label
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text: save the file as UTF-8") from err
+    first = text.split("\n", 1)[0]
+    reader = csv.DictReader(text.splitlines(), delimiter=";" if first.count(";") > first.count(",") else ",")
+    try:
+        return [dict(row) for row in reader]
+    except csv.Error as err:
+        raise DataError(f"{path}: line {reader.line_num}: {err}") from None
+
+
+def _read_json(path: Path) -> list[dict[str, Any]]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"{path} is not JSON: {err}") from None
+    if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):
+        raise DataError(f"{path}: expected a JSON list of annotation objects")
+    return doc
+
+
+_READERS = {".csv": _read_csv, ".jsonl": _read_jsonl, ".json": _read_json, ".parquet": _read_parquet}
+
+
+def _local_rows(source: str) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """(where, subject from the path, row) for every row of the file or the folder's files."""
+    root = Path(source).expanduser()
+    if not root.exists():
+        raise DataError(f"data.annotations={source}: no such file or folder (a hub id has one '/')")
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in _READERS)
+    if root.is_file() and root.suffix not in _READERS:
+        kind = root.suffix or "suffix-less"
+        raise DataError(f"data.annotations={source}: a {kind} file (expected {', '.join(_READERS)})")
+    if not files:
+        raise DataError(f"data.annotations={source}: no {', '.join(_READERS)} file in this folder")
+    out = []
+    for path in files:
+        rows = _READERS[path.suffix](path)
+        subject = _subject_of(path, root)
+        out += [(f"{path}: row {i + 1}", subject, row) for i, row in enumerate(rows)]
+    return out
+
+
+def _hub_rows(source: str, subjects: Iterable[str]) -> list[tuple[str, str | None, dict[str, Any]]]:
+    import datasets
+
+    try:
+        configs = set(datasets.get_dataset_config_names(source))
+        wanted = [s for s in subjects if s in configs]
+        sets = {s: datasets.load_dataset(source, s, split="test") for s in wanted}
+    except Exception as err:  # the hub raises many types; all mean "could not load"
+        raise DataError(
+            f"could not load the annotations {source} from the hub: {str(err).splitlines()[0][:200]}. "
+            "Offline? Give a local copy: data.annotations=FOLDER"
+        ) from None
+    return [
+        (f"hub {source} ({s}): row {i + 1}", s, dict(r)) for s, ds in sets.items() for i, r in enumerate(ds)
+    ]
+
+
+def _is_hub_id(source: str) -> bool:
+    return not Path(source).expanduser().exists() and re.fullmatch(r"[\w.-]+/[\w.-]+", source) is not None
+
+
+@dataclass(frozen=True)
+class _Read:
+    labels: dict[Key, str]
+    rows: int
+    conflicts: int
+    fingerprint: str
+
+
+def read(source: str, subjects: Iterable[str]) -> _Read:
+    """Every annotation of `source` as key -> error type. A question annotated twice differently
+    is counted a conflict and keeps an error, never ok (of several errors, the first annotated)."""
+    rows = _hub_rows(source, subjects) if _is_hub_id(source) else _local_rows(source)
+    labels: dict[Key, str] = {}
+    conflicts = 0
+    for at, from_path, row in rows:
+        subject = row.get("subject") or from_path
+        if subject not in SUBJECTS:
+            raise DataError(f"{at}: no subject (a subject field, or a file or folder named for one)")
+        question = row.get("question")
+        if not isinstance(question, str) or not question.strip():
+            raise DataError(f"{at}: question is empty or not text")
+        key = _key(str(subject), question, _choices(row.get("choices"), at))
+        label = _error_type(row.get("error_type"), at)
+        old = labels.setdefault(key, label)
+        if old != label:
+            conflicts += 1
+            labels[key] = label if old == OK else old
+    digest = hashlib.sha256()
+    for key in sorted(labels):
+        digest.update(json.dumps([*key[:2], list(key[2]), labels[key]], ensure_ascii=False).encode() + b"\n")
+    return _Read(labels, len(rows), conflicts, digest.hexdigest())
+
+
+def annotate(
+    source: str, data: Mapping[str, SubjectData], chosen: Mapping[str, Iterable[Question]]
+) -> Annotated:
+    """The labels of the `chosen` questions, and how `source`'s annotations matched the evaluated
+    subjects' whole test splits (`data`): an annotation no test question has is unmatched."""
+    got = read(source, data)
+    tests: dict[Key, list[int]] = {}
+    for subject, d in data.items():
+        for q in d.test:
+            tests.setdefault(_key(subject, q.question, q.choices), []).append(q.index)
+    evaluated = [k for k in got.labels if k[0] in data]
+    unmatched = [k for k in evaluated if k not in tests]
+    by_index = {(k[0], i): got.labels[k] for k in evaluated if k in tests for i in tests[k]}
+    labels = {(q.subject, q.index): by_index[(q.subject, q.index)]
+              for qs in chosen.values() for q in qs if (q.subject, q.index) in by_index}  # fmt: skip
+    info = AnnotationSet(
+        source=source,
+        fingerprint=got.fingerprint,
+        rows=got.rows,
+        matched=len(evaluated) - len(unmatched),
+        unmatched=len(unmatched),
+        other_subjects=len(got.labels) - len(evaluated),
+        conflicts=got.conflicts,
+        unmatched_examples=tuple(f"{k[0]}: {k[1][:60]}" for k in unmatched[:EXAMPLES]),
+    )
+    return Annotated(labels, info)

@@ -1,0 +1,110 @@
+"""MMLU-Redux annotations as a run records them (Gema et al. 2024, "Are We Done with MMLU?", which
+re-annotated MMLU questions by hand: about 6.5 % have a wrong key, no correct option, several,
+or an unclear question or options).
+
+- `ERROR_TYPES`: the annotation of one question, `ok` or the kind of error (the paper's names).
+- `AnnotationSet` (in the run's `DataInfo`): what `data.annotations` named, the fingerprint of its
+  content (two runs gated on `gate.questions=clean` must share it), and how its rows matched the
+  evaluated subjects' test questions (by text and choices, never by row position): matched,
+  unmatched (counted and shown, never dropped silently), of other subjects, conflicting.
+- `AnnotatedScores` (in the run's record): the scored questions counted per annotation, and the
+  accuracies on those annotated `ok` (per subject, category, macro, micro, as `aggregate`).
+
+Each question's own annotation is `QuestionResult.annotation`. No I/O here: `eval/annotations.py`
+reads and matches them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from mmlu_track.records.results import Accuracies, QuestionResult, aggregate
+
+OK = "ok"
+ERROR_TYPES = (
+    OK,
+    "wrong_groundtruth",
+    "no_correct_answer",
+    "multiple_correct_answers",
+    "bad_question_clarity",
+    "bad_options_clarity",
+    "expert",
+)
+NOT_ANNOTATED = "not annotated"  # a scored question no annotation matched (counts only)
+
+
+@dataclass(frozen=True)
+class AnnotationSet:
+    source: str  # data.annotations as given: a hub id or a local path
+    fingerprint: str  # sha256 of the annotations' content (subject, question, choices, error type)
+    rows: int  # annotations read
+    matched: int  # found among the evaluated subjects' test questions
+    unmatched: int  # of an evaluated subject, but no test question has their text and choices
+    other_subjects: int  # of subjects this run does not evaluate
+    conflicts: int = 0  # questions annotated twice, differently: taken as the error (never as ok)
+    unmatched_examples: tuple[str, ...] = ()  # the first few unmatched: "subject: question…"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "unmatched_examples": list(self.unmatched_examples)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> AnnotationSet:
+        return cls(**{**doc, "unmatched_examples": tuple(doc.get("unmatched_examples") or ())})
+
+    def summary(self) -> str:
+        """One line: what was read and how it matched."""
+        line = (
+            f"annotations {self.source}: {self.rows:,} read, {self.matched:,} matched to this run's "
+            f"subjects' questions, {self.unmatched:,} unmatched"
+        )
+        if self.unmatched_examples:
+            line += f" (e.g. {self.unmatched_examples[0]!r})"
+        if self.other_subjects:
+            line += f", {self.other_subjects:,} of subjects not evaluated"
+        if self.conflicts:
+            line += f", {self.conflicts:,} questions annotated twice differently (taken as errors)"
+        return line
+
+
+@dataclass(frozen=True)
+class AnnotatedScores:
+    counts: dict[str, int]  # scored questions per annotation (ERROR_TYPES, NOT_ANNOTATED)
+    clean: Accuracies | None  # on the questions annotated ok; None when no scored one is
+
+    def to_json(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "clean": self.clean.to_json() if self.clean else None}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> AnnotatedScores:
+        clean = doc.get("clean")
+        return cls(
+            {str(k): int(v) for k, v in doc["counts"].items()}, Accuracies.from_json(clean) if clean else None
+        )
+
+    @property
+    def flagged(self) -> int:
+        """Scored questions annotated with an error."""
+        return sum(n for k, n in self.counts.items() if k not in (OK, NOT_ANNOTATED))
+
+    def summary(self) -> str:
+        """One line: the clean accuracy and what was left out."""
+        errors = ", ".join(f"{k} {n}" for k, n in self.counts.items() if k not in (OK, NOT_ANNOTATED))
+        ok, none = self.counts.get(OK, 0), self.counts.get(NOT_ANNOTATED, 0)
+        clean = (
+            f"clean accuracy (annotated ok) micro {100 * self.clean.micro.acc:.2f} %, macro "
+            f"{100 * self.clean.macro.acc:.2f} % on {ok:,} questions"
+            if self.clean
+            else "no scored question is annotated ok"
+        )
+        return f"MMLU-Redux: {clean}; {self.flagged:,} flagged ({errors or 'none'}), {none:,} not annotated"
+
+
+def annotated_scores(results: Sequence[QuestionResult]) -> AnnotatedScores:
+    """The counts per annotation (in `ERROR_TYPES` order) and the accuracies on the `ok` questions."""
+    seen = Counter(r.annotation or NOT_ANNOTATED for r in results)
+    counts = {k: seen[k] for k in (*ERROR_TYPES, NOT_ANNOTATED) if seen[k]}
+    ok = [r for r in results if r.annotation == OK]
+    return AnnotatedScores(counts, aggregate(ok) if ok else None)
