@@ -147,6 +147,10 @@ def test_a_run_reports_full_and_clean_accuracy_and_the_error_counts(
     assert stored == dict(expected)
     logged = metrics(record)
     assert logged["clean/acc_micro"] == annotated.clean.micro.acc
+    assert (
+        logged["clean/acc/category/other"]
+        == annotated.clean.categories["other (business, health, misc.)"].acc
+    )
     assert logged["annotations/wrong_groundtruth"] == expected["wrong_groundtruth"]
     assert logged["annotations/unmatched"] == 1
 

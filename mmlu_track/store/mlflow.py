@@ -137,7 +137,7 @@ def _annotated(record: RunRecord) -> dict[str, float]:
     out: dict[str, float] = {}
     if clean := annotated.clean:
         out |= {"clean/acc_micro": clean.micro.acc, "clean/acc_macro": clean.macro.acc}
-        out.update({metric_key("clean/acc", "category", k): a.acc for k, a in clean.categories.items()})
+        out.update({metric_key("clean", "acc", "category", k): a.acc for k, a in clean.categories.items()})
     out |= {f"annotations/{k.replace(' ', '_')}": float(n) for k, n in annotated.counts.items()}
     out |= {"annotations/matched": float(sets.matched), "annotations/unmatched": float(sets.unmatched)}
     return out
