@@ -22,6 +22,7 @@ from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.settings.config import DataConfig
 from mmlu_track.store.mlflow import metrics
+from mmlu_track.store.mlflow_tables import question_columns
 
 from .conftest import CliResult
 
@@ -153,6 +154,9 @@ def test_a_run_reports_full_and_clean_accuracy_and_the_error_counts(
     )
     assert logged["annotations/wrong_groundtruth"] == expected["wrong_groundtruth"]
     assert logged["annotations/unmatched"] == 1
+    table = question_columns(results)  # MLflow's per-question table: the annotation beside correct
+    assert list(table)[list(table).index("correct") + 1] == "annotation"
+    assert Counter(table["annotation"]) == expected
 
 
 def _compare(cli: Cli, tmp_path: Path, *args: str) -> CliResult:

@@ -43,6 +43,8 @@ def question_columns(results: Sequence[QuestionResult], docs: Docs | None = None
         "prediction": [_letter(r.prediction) for r in rows],
         "correct": [r.correct for r in rows],
     }
+    if any(r.annotation is not None for r in rows):  # beside correct: what MMLU-Redux says of the key
+        out["annotation"] = [r.annotation for r in rows]
     if any(r.logprobs is not None for r in rows):
         for i, letter in enumerate(LETTERS):
             out[f"logprob_{letter}"] = [None if r.logprobs is None else round(r.logprobs[i], 4) for r in rows]
@@ -51,8 +53,6 @@ def question_columns(results: Sequence[QuestionResult], docs: Docs | None = None
     if any(r.rotations for r in rows):
         out["correct_in_all_rotations"] = [r.circular_correct for r in rows]
         out["consistent"] = [r.consistent for r in rows]
-    if any(r.annotation is not None for r in rows):
-        out["annotation"] = [r.annotation for r in rows]  # MMLU-Redux's, where the run had them
     return out
 
 
