@@ -21,7 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SETTINGS = {
     "auto": ({}, ["threads=auto"]),
@@ -30,13 +32,27 @@ SETTINGS = {
 }
 
 
-def _score(extra_env: dict[str, str], args: list[str], where: Path, common: list[str]) -> float:
+def _run(
+    extra_env: dict[str, str],
+    args: list[str],
+    where: Path,
+    common: list[str],
+    *,
+    preexec: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """One evaluation as its own process (`preexec`: run in the child before it starts, e.g. to
+    join a cgroup); its results.json."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
     env |= extra_env
     out = where / f"run-{time.time_ns()}"
     cmd = [sys.executable, "-m", "mmlu_track", *common, *args, f"hydra.run.dir={out}"]
-    subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, cwd=where)
-    return float(json.loads((out / "results.json").read_text())["timing"]["scoring_s"])
+    subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, cwd=where, preexec_fn=preexec)
+    doc: dict[str, Any] = json.loads((out / "results.json").read_text())
+    return doc
+
+
+def _score(extra_env: dict[str, str], args: list[str], where: Path, common: list[str]) -> float:
+    return float(_run(extra_env, args, where, common)["timing"]["scoring_s"])
 
 
 def main(argv: list[str] | None = None) -> int:
