@@ -146,6 +146,9 @@ def test_a_run_reports_full_and_clean_accuracy_and_the_error_counts(
     with sqlite3.connect(tmp_path / "store.db") as db:
         stored = dict(db.execute("SELECT annotation, COUNT(*) FROM question_results GROUP BY annotation"))
     assert stored == dict(expected)
+    shown = cli("runs", "--db", f"sqlite:///{tmp_path / 'store.db'}", "show", record.run_id, cwd=tmp_path)
+    assert shown.code == 0, shown.err
+    assert record.annotated.summary() in shown.out  # runs show says it as the run did
     logged = metrics(record)
     assert logged["clean/acc_micro"] == annotated.clean.micro.acc
     assert (

@@ -163,6 +163,9 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
         from mmlu_track.records.results import table
 
         print(table(record.scores))
+        if record.annotated and record.start.data.annotations:  # MMLU-Redux: as the run said it
+            print(record.start.data.annotations.summary())
+            print(record.annotated.summary())
     else:
         committed = store.question_results(run.id)
         subjects = len({r.subject for r in committed})
