@@ -99,7 +99,8 @@ def test_annotations_match_by_text_and_choices_in_either_layout(tmp_path: Path) 
     )
     assert hub.info.unmatched_examples == ("anatomy: Which bone did MMLU never ask about?",)
     assert "1 unmatched (e.g. 'anatomy: Which bone did MMLU never ask about?')" in hub.info.summary()
-    twice = [*rows[:3], {**rows[0], "error_type": "wrong_groundtruth"}, {**rows[2], "error_type": "ok"}]
+    twice = [*rows[:3], {**rows[0], "error_type": "wrong_groundtruth"}, {**rows[2], "error_type": "ok"},
+             {**rows[2], "error_type": "expert"}]  # rows[2] thrice: one conflict, one question  # fmt: skip
     both = annotate(str(_write_jsonl(tmp_path / "twice.jsonl", twice)), data, {"anatomy": anatomy})
     assert both.info.conflicts == 2
     assert both.labels[("anatomy", anatomy[0].index)] == "wrong_groundtruth"
@@ -247,6 +248,10 @@ def test_the_gate_on_clean_questions_leaves_out_exactly_the_flagged_ones(
          "row 1: choices 'not a list' is not a list"),
         ('{"rows": 1}', "redux.json", "expected a JSON list of annotation objects"),
         ("x", "redux.txt", "a .txt file (expected .csv, .jsonl, .json, .parquet)"),
+        ("", "empty.jsonl", "holds no annotations (no rows)"),
+        (None, "typo/redux.jsonl", "no such file or folder"),  # a missing path, never a hub id
+        ('{"subject": "anatomy", "question": "x", "error_type": "ok", "choices": "' + "-" * 100_000 + '1"}\n',
+         "deep.jsonl", "choices '-----"),  # a cell that exhausts Python's parser
     ],
 )  # fmt: skip
 def test_a_bad_annotation_file_is_one_line_exit_2_and_nothing_recorded(
@@ -260,6 +265,37 @@ def test_a_bad_annotation_file_is_one_line_exit_2_and_nothing_recorded(
     assert message in line
     assert not (tmp_path / "store.db").exists()
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_folder_that_cannot_be_read_is_one_line(cli: Cli, tmp_path: Path, redux: Path) -> None:
+    """A dangling link in the folder: one line naming it, nothing recorded; a folder named like a
+    file (`extra.jsonl/`) is no file and is passed over."""
+    folder = tmp_path / "set"
+    folder.mkdir()
+    (folder / "redux.jsonl").write_text(redux.read_text())
+    (folder / "extra.jsonl").mkdir()
+    ok = _eval(cli, tmp_path, "ok", f"data.annotations={folder}", "limit=2")
+    assert ok.code == 0, ok.err
+    (folder / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    got = _eval(cli, tmp_path, "refused", f"data.annotations={folder}", "limit=2")
+    assert got.code == 2, got.out + got.err
+    (line,) = got.errors
+    assert "gone.jsonl cannot be read (No such file or directory)" in line
+    assert not (tmp_path / "refused").exists()
+
+
+def test_a_clean_gate_with_no_question_annotated_ok_says_so() -> None:
+    from mmlu_track.gate.questions import only_clean
+    from mmlu_track.gate.stats import ComparisonError
+
+    rows = [
+        QuestionResult("anatomy", i, "h", 0, 9, False, None, "A", 0, 0, None, None, (), "expert")
+        for i in range(3)
+    ]
+    with pytest.raises(
+        ComparisonError, match="none of the 3 questions compared is annotated ok by MMLU-Redux"
+    ):
+        only_clean(rows, rows)
 
 
 def test_the_sequential_gate_refuses_clean_questions(cli: Cli, tmp_path: Path) -> None:

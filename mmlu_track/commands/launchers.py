@@ -50,7 +50,7 @@ def anchored(raw: dict[str, Any], launch_dir: Path) -> dict[str, Any]:
     data = {**out.get("data", {})}
     if data.get("source") == "local" and isinstance(data.get("path"), str):
         data["path"] = absolute_path(data["path"], launch_dir)
-    if isinstance(data.get("annotations"), str):  # a local file or folder; a hub id stays as given
+    if isinstance(data.get("annotations"), str) and data["annotations"].strip():  # a hub id stays as given
         data["annotations"] = absolute_path(data["annotations"], launch_dir, only_existing=True)
     out["data"] = data
     model = {**out.get("model", {})}

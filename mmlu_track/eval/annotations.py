@@ -71,7 +71,7 @@ def _choices(raw: object, at: str) -> tuple[str, ...]:
         text = raw
         try:
             raw = ast.literal_eval(text)  # 1.0's CSV writes the list as Python text
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):  # a deep nest exhausts the parser
             raise DataError(f"{at}: choices {text[:60]!r} is not a list") from None
     if not isinstance(raw, list | tuple) or len(raw) != 4 or not all(isinstance(c, str) for c in raw):
         raise DataError(f"{at}: choices must be 4 texts, got {str(raw)[:80]}")
@@ -101,7 +101,7 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
 
 def _read_json(path: Path) -> list[dict[str, Any]]:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DataError(f"{path} is not JSON: {err}") from None
     if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):
@@ -117,7 +117,11 @@ def _local_rows(source: str) -> list[tuple[str, str | None, dict[str, Any]]]:
     root = Path(source).expanduser()
     if not root.exists():
         raise DataError(f"data.annotations={source}: no such file or folder (a hub id has one '/')")
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in _READERS)
+    files = (
+        [root]
+        if root.is_file()
+        else sorted(p for p in root.rglob("*") if p.suffix in _READERS and not p.is_dir())
+    )
     if root.is_file() and root.suffix not in _READERS:
         kind = root.suffix or "suffix-less"
         raise DataError(f"data.annotations={source}: a {kind} file (expected {', '.join(_READERS)})")
@@ -125,7 +129,10 @@ def _local_rows(source: str) -> list[tuple[str, str | None, dict[str, Any]]]:
         raise DataError(f"data.annotations={source}: no {', '.join(_READERS)} file in this folder")
     out = []
     for path in files:
-        rows = _READERS[path.suffix](path)
+        try:
+            rows = _READERS[path.suffix](path)
+        except OSError as err:  # a dangling link, a link loop, no permission
+            raise DataError(f"data.annotations: {path} cannot be read ({err.strerror or err})") from None
         subject = _subject_of(path, root)
         out += [(f"{path}: row {i + 1}", subject, row) for i, row in enumerate(rows)]
     return out
@@ -149,7 +156,10 @@ def _hub_rows(source: str, subjects: Iterable[str]) -> list[tuple[str, str | Non
 
 
 def _is_hub_id(source: str) -> bool:
-    return not Path(source).expanduser().exists() and re.fullmatch(r"[\w.-]+/[\w.-]+", source) is not None
+    """`owner/name`, not a local path: a missing `dir/file.jsonl` is a typo, never a hub id."""
+    if Path(source).expanduser().exists() or Path(source).suffix in _READERS:
+        return False
+    return re.fullmatch(r"[\w.-]+/[\w.-]+", source) is not None
 
 
 @dataclass(frozen=True)
@@ -164,8 +174,10 @@ def read(source: str, subjects: Iterable[str]) -> _Read:
     """Every annotation of `source` as key -> error type. A question annotated twice differently
     is counted a conflict and keeps an error, never ok (of several errors, the first annotated)."""
     rows = _hub_rows(source, subjects) if _is_hub_id(source) else _local_rows(source)
+    if not rows:
+        raise DataError(f"data.annotations={source} holds no annotations (no rows)")
     labels: dict[Key, str] = {}
-    conflicts = 0
+    conflicts: set[Key] = set()
     for at, from_path, row in rows:
         subject = row.get("subject") or from_path
         if subject not in SUBJECTS:
@@ -177,12 +189,12 @@ def read(source: str, subjects: Iterable[str]) -> _Read:
         label = _error_type(row.get("error_type"), at)
         old = labels.setdefault(key, label)
         if old != label:
-            conflicts += 1
+            conflicts.add(key)  # counted once per question, however many rows disagree
             labels[key] = label if old == OK else old
     digest = hashlib.sha256()
     for key in sorted(labels):
         digest.update(json.dumps([*key[:2], list(key[2]), labels[key]], ensure_ascii=False).encode() + b"\n")
-    return _Read(labels, len(rows), conflicts, digest.hexdigest())
+    return _Read(labels, len(rows), len(conflicts), digest.hexdigest())
 
 
 def annotate(

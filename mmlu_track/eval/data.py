@@ -170,7 +170,7 @@ def _utf8_error(path: Path, err: UnicodeDecodeError) -> DataError:
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
     try:
-        with path.open(encoding="utf-8") as f:
+        with path.open(encoding="utf-8-sig") as f:  # a byte-order mark is no JSON
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue

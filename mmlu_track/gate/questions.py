@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from mmlu_track.gate.stats import ComparisonError
 from mmlu_track.records.annotations import NOT_ANNOTATED, OK, AnnotationSet
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.stored import StoredRun
@@ -52,6 +53,11 @@ def only_clean(base: Results, cand: Results) -> tuple[list[QuestionResult], list
     The label is the candidate's row's (the same set in both: `clean_problems`)."""
     keep = {(r.subject, r.index) for r in cand if r.annotation == OK}
     left = [r.annotation for r in cand if (r.subject, r.index) not in keep]
+    if not keep:
+        raise ComparisonError(
+            f"gate.questions=clean: none of the {len(cand):,} questions compared is annotated ok by "
+            f"MMLU-Redux ({_counts(left)}): gate on gate.questions=all, or on runs with more questions"
+        )
     note = (
         f"gate.questions=clean: {len(keep):,} questions annotated ok by MMLU-Redux compared; "
         f"{len(left):,} of {len(cand):,} left out ({_counts(left) or 'none'})"

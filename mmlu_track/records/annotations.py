@@ -65,7 +65,7 @@ class AnnotationSet:
         if self.other_subjects:
             line += f", {self.other_subjects:,} of subjects not evaluated"
         if self.conflicts:
-            line += f", {self.conflicts:,} questions annotated twice differently (taken as errors)"
+            line += f", {self.conflicts:,} question(s) annotated twice differently (taken as errors)"
         return line
 
 
