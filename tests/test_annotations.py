@@ -236,6 +236,8 @@ def test_the_gate_on_clean_questions_leaves_out_exactly_the_flagged_ones(
         f"{len(disputed)} of the {len(lost)} lost questions have a disputed key per MMLU-Redux"
         in everything.out
     )
+    first = next(c for c in lost if c.annotation != "ok")  # named, with its annotation
+    assert f"): {first.subject} {first.index} ({first.annotation})" in everything.out
     plain = _eval(cli, tmp_path, "plain", "model.tiny_seed=3")
     assert plain.code == 0, plain.err
     other = _write_jsonl(tmp_path / "other.jsonl", [{**r, "error_type": "ok"} for r in _rows()])

@@ -5,7 +5,8 @@ that changed (`records.annotations`; each question's annotation is in its stored
   several correct options, says nothing of a regression). Both runs must have been given the same
   annotation set (its content's fingerprint); the report says how many were left out and why.
 - `all`: every question; where the runs carry annotations, the report says how many of the lost
-  and of the gained questions MMLU-Redux flags ("2 of the 5 lost questions have a disputed key").
+  and of the gained questions MMLU-Redux flags, and names the first of them ("2 of the 5 lost
+  questions have a disputed key … : virology 12 (wrong_groundtruth), …").
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.stored import StoredRun
 
 Results = Sequence[QuestionResult]
+NAMED = 5  # disputed lost or gained questions named in the report's line (all: paired_questions.json)
 
 
 def _annotations(run: StoredRun) -> AnnotationSet | None:
@@ -81,10 +83,13 @@ def disputed(base: Results, cand: Results, metric: str) -> list[str]:
             if (b := by_key.get((c.subject, c.index))) is not None
             and b.outcome(metric) != c.outcome(metric) and b.outcome(metric) == lost
         ]  # fmt: skip
-        flagged = [c.annotation for c in moved if c.annotation not in (None, OK)]
+        flagged = [c for c in moved if c.annotation not in (None, OK)]
         if flagged:
+            named = ", ".join(f"{c.subject} {c.index} ({c.annotation})" for c in flagged[:NAMED])
+            more = f" and {len(flagged) - NAMED} more" if len(flagged) > NAMED else ""
             out.append(
                 f"{len(flagged)} of the {len(moved)} {name} questions have a disputed key per MMLU-Redux "
-                f"({_counts(flagged)}); gate.questions=clean leaves them out"
+                f"({_counts([c.annotation for c in flagged])}): {named}{more} (paired_questions.json "
+                "lists each); gate.questions=clean leaves them out"
             )
     return out

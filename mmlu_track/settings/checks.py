@@ -85,7 +85,6 @@ def _check_values(cfg: EvalConfig) -> None:
         raise ConfigError(f"data.path is required for data.source={cfg.data.source}")
 
 
-
 def _check_chat(cfg: EvalConfig) -> None:
     if cfg.chat.style == "none":
         if cfg.chat.system is not None:
