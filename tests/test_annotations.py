@@ -266,6 +266,8 @@ def test_the_gate_on_clean_questions_leaves_out_exactly_the_flagged_ones(
          "row 1: choices 'not a list' is not a list"),
         ('{"rows": 1}', "redux.json", "expected a JSON list of annotation objects"),
         ("x", "redux.txt", "a .txt file (expected .csv, .jsonl, .json, .parquet)"),
+        ('{"subject": "anatomyy", "question": "x", "choices": ["a","b","c","d"], "error_type": "ok"}\n',
+         "typo.jsonl", "row 1: unknown subject 'anatomyy' (one of MMLU's 57"),
         ("", "empty.jsonl", "holds no annotations (no rows)"),
         (None, "typo/redux.jsonl", "no such file or folder"),  # a missing path, never a hub id
         ('{"subject": "anatomy", "question": "x", "error_type": "ok", "choices": "' + "-" * 100_000 + '1"}\n',

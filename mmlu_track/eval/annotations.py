@@ -179,7 +179,10 @@ def read(source: str, subjects: Iterable[str]) -> _Read:
     labels: dict[Key, str] = {}
     conflicts: set[Key] = set()
     for at, from_path, row in rows:
-        subject = row.get("subject") or from_path
+        given = row.get("subject")
+        subject = given or from_path
+        if given and given not in SUBJECTS:
+            raise DataError(f"{at}: unknown subject {str(given)[:60]!r} (one of MMLU's 57, e.g. anatomy)")
         if subject not in SUBJECTS:
             raise DataError(f"{at}: no subject (a subject field, or a file or folder named for one)")
         question = row.get("question")

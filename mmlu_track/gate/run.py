@@ -150,13 +150,13 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print, docs_for: D
         if cfg.mode == "gate":
             same_prompts(base_results, cand_results)
         pair_notes = disputed(base_results, cand_results, metric)
-        n = cand.protocol.n_questions
+        compared = cand.protocol.n_questions
         if cfg.gate.questions == "clean":  # every figure beside the verdict at the n compared
             base_results, cand_results, left_out = only_clean(base_results, cand_results)
-            pair_notes, n = [left_out], len(cand_results)
+            pair_notes, compared = [left_out], len(cand_results)
         noise = store.noise.latest(cand.protocol)
         auto = cfg.gate.margin == "auto"
-        g = auto_margin(cfg.gate, noise, cand.model_name, n)
+        g = auto_margin(cfg.gate, noise, cand.model_name, compared)
         cfg = replace(cfg, gate=g)
         comp = compare(pair(base_results, cand_results, metric), g)
         verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
@@ -169,7 +169,7 @@ def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print, docs_for: D
                 notes.append(
                     f"gate.margin=auto: δ = {100 * g.delta:.2f} pts, the floor of measurement "
                     f"{noise.id[:12]} "
-                    f"at n = {n:,}"
+                    f"at n = {compared:,}"
                 )
         verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
         docs = questions_text(docs_for, base, cfg.tracking.mlflow)  # the questions both scored
