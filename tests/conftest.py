@@ -5,13 +5,11 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +25,15 @@ from mmlu_track.records.run import RunRecord, RunStart
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.settings.config import EvalConfig, ScoringConfig
 
-from .serve import LlamaCppServer, LlamaServer, llama_server_binary
+from .serve import (
+    LlamaCppServer,
+    LlamaServer,
+    free_port,
+    llama_server_binary,
+    start_mlflow_server,
+    stop_mlflow_server,
+)
+from .shared_service import shared, workers_root
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
@@ -230,51 +236,17 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
     return call
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One real `mlflow server` on 127.0.0.1 (SQLite backend) for the whole session, stopped at its end:
-    tests that need an empty experiment name their own (`tracking.experiment=...`)."""
-    root = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
-    cmd = [
-        sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-        "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-        "--workers", "1",
-    ]  # fmt: skip
-    log = (root / "server.log").open("w")
-    # Without MLflow's job runner (GenAI jobs, unused here): seven huey processes less, ~35 s of CPU.
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
-    uri = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text()[-2000:]}")
-                time.sleep(0.5)
-        yield uri
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    """One real `mlflow server` on 127.0.0.1 (SQLite backend) for the whole run, all workers
+    (`shared_service.py`): tests that need an empty experiment name their own
+    (`tracking.experiment=...`)."""
+    with shared(workers_root(tmp_path_factory), "mlflow", start_mlflow_server, stop_mlflow_server) as service:
+        yield service["uri"]
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A throwaway PostgreSQL cluster for the session (MMLU_TRACK_TEST_PG_URL: an existing server)."""
     if url := os.environ.get("MMLU_TRACK_TEST_PG_URL"):
         yield url
@@ -287,37 +259,44 @@ def postgres_server() -> Iterator[str]:
             pytest.fail("no PostgreSQL server binaries (initdb, pg_ctl): install Debian's postgresql")
         pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
     as_user: list[str] = []
-    data = Path(tempfile.mkdtemp(prefix="mmlu_track_pg_"))
     if os.geteuid() == 0:  # PostgreSQL refuses to run as root
         try:
-            shutil.chown(data, user="postgres")
-        except LookupError:
+            pwd.getpwnam("postgres")
+        except KeyError:
             if os.environ.get("CI"):  # Debian's postgresql package creates the user: CI must have it
                 pytest.fail("running as root and there is no 'postgres' user: install Debian's postgresql")
             pytest.skip("running as root and there is no 'postgres' user to run the server")
         as_user = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    try:
-        subprocess.run(
-            [*as_user, initdb, "-D", str(data / "db"), "-A", "trust", "-U", "postgres", "--no-sync"],
-            check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
-        opts = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run(
-            [*as_user, pg_ctl, "-D", str(data / "db"), "-o", opts, "-l", str(data / "log"), "-w", "start"],
-            check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
-    except subprocess.CalledProcessError as err:
-        pytest.fail(f"could not start PostgreSQL: {err.stderr!r}")
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(
-            [*as_user, pg_ctl, "-D", str(data / "db"), "-m", "immediate", "stop"],
-            capture_output=True,
-            check=False,
-        )
-        shutil.rmtree(data, ignore_errors=True)
+
+    def start(_: Path) -> dict[str, Any]:
+        data = Path(tempfile.mkdtemp(prefix="mmlu_track_pg_"))  # not under pytest's 0700 folders
+        if as_user:
+            shutil.chown(data, user="postgres")
+        port = free_port()
+        try:
+            subprocess.run(
+                [*as_user, initdb, "-D", str(data / "db"), "-A", "trust", "-U", "postgres", "--no-sync"],
+                check=True, capture_output=True, timeout=120,
+            )  # fmt: skip
+            opts = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off"
+            subprocess.run(
+                [*as_user, pg_ctl, "-D", str(data / "db"), "-o", opts, "-l", str(data / "log"), "-w",
+                 "start"], check=True, capture_output=True, timeout=120,
+            )  # fmt: skip
+        except subprocess.CalledProcessError as err:
+            shutil.rmtree(data, ignore_errors=True)
+            pytest.fail(f"could not start PostgreSQL: {err.stderr!r}")
+        return {"url": f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", "data": str(data)}
+
+    def stop(service: dict[str, Any]) -> None:
+        db = Path(service["data"]) / "db"
+        stopping = [*as_user, pg_ctl, "-D", str(db), "-m", "immediate", "stop"]
+        subprocess.run(stopping, capture_output=True, check=False)
+        shutil.rmtree(service["data"], ignore_errors=True)
+
+    # One cluster for all workers (each test makes a database of its own: `postgres_url`).
+    with shared(workers_root(tmp_path_factory), "postgres", start, stop) as service:
+        yield service["url"]
 
 
 @pytest.fixture
@@ -326,7 +305,9 @@ def postgres_url(postgres_server: str, request: pytest.FixtureRequest) -> str:
     import psycopg
     from sqlalchemy.engine import make_url
 
-    name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
+    # The cluster serves every worker: the worker's name keeps two tests' databases apart.
+    test = "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
+    name = f"t_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}_{test}"
     url = make_url(postgres_server)
     dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(dsn, autocommit=True) as conn:

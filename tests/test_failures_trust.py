@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from mmlu_track.store.liveness import Heartbeat, current_owner
 from mmlu_track.store.orm import QuestionRow, Run, RunShard
 from mmlu_track.store.sql import Shard, SqlStore
 
+from . import warm
 from .conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -223,26 +223,44 @@ def test_other_weights_in_a_model_folder_are_another_model(cli: Cli, tmp_path: P
 # 4. Liveness that cannot lie ----------------------------------------------------------------------
 
 
+# `unshare --pid --fork --mount-proc --kill-child python -m mmlu_track ARGS`, forked warm (`warm.py`):
+# the tool is PID 1 of a fresh PID namespace with its own /proc, and dies with the process started.
+CONTAINER = """
+import ctypes, os, runpy, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.unshare(0x00020000 | 0x20000000) == 0, "unshare"  # CLONE_NEWNS | CLONE_NEWPID
+pid = os.fork()
+if pid:
+    sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: --kill-child
+assert libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None) == 0, "private /"  # MS_REC | MS_PRIVATE
+assert libc.mount(b"proc", b"/proc", b"proc", 0x2 | 0x4 | 0x8, None) == 0, "/proc"  # nosuid, nodev, noexec
+sys.argv = ["mmlu_track", *sys.argv[1:]]
+runpy.run_module("mmlu_track", run_name="__main__", alter_sys=True)
+"""
+
+
 def test_a_run_killed_in_a_restarted_container_is_resumed(tmp_path: Path) -> None:
     """The tool is PID 1 in a fresh PID namespace (a container) both times: the PID alone would say
     the killed run is alive forever."""
     db = tmp_path / "store.db"
-    cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, "-m", "mmlu_track",
-           f"tracking.db_url=sqlite:///{db}", "model=tiny", "device=cpu", "tracking=sql_only", "k=0",
-           "batch_size=1", "limit=40", "subjects=[abstract_algebra,anatomy,astronomy,virology]",
-           f"hydra.run.dir={tmp_path / 'o'}"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ["-c", CONTAINER, f"tracking.db_url=sqlite:///{db}", "model=tiny", "device=cpu",
+            "tracking=sql_only", "k=0", "batch_size=1", "limit=40",
+            "subjects=[abstract_algebra,anatomy,astronomy,virology]",
+            f"hydra.run.dir={tmp_path / 'o'}"]  # fmt: skip
+    env = {**os.environ, "HYDRA_FULL_ERROR": ""}
+    proc = warm.Popen(args, cwd=tmp_path, env=env)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
         if db.exists() and _committed(tmp_path):
             break
-    proc.send_signal(signal.SIGKILL)  # --kill-child: the namespace's PID 1 dies with it
+    proc.send_signal(signal.SIGKILL)  # its child, the namespace's PID 1, dies with it
     proc.communicate(timeout=60)
     (run,) = _store(tmp_path).runs()
     owner = run.owner or ""
     assert owner.split(":")[1] == "1", owner  # it was PID 1
-    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
+    again = warm.run(args, cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
     assert f"resuming run {run.id}" in again.stdout
 

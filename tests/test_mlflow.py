@@ -19,7 +19,8 @@ from mmlu_track.store.mlflow import GATE_TAG, RUN_ID_TAG, SWEEP_TAG, metric_key
 from mmlu_track.store.sql import SqlStore
 
 from . import warm
-from .conftest import CliResult, _free_port, synthetic_start, tiny_run_cfg
+from .conftest import CliResult, synthetic_start, tiny_run_cfg
+from .serve import free_port
 
 
 def test_run_is_logged_with_params_metrics_tags_and_artifacts(
@@ -109,7 +110,7 @@ def test_run_is_logged_with_params_metrics_tags_and_artifacts(
 def test_mlflow_down_keeps_the_run_and_sync_logs_it_later(
     mlflow_server: str, sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     cfg = tiny_run_cfg(
         sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={dead}", "tracking.experiment=t2"
     )
@@ -162,7 +163,7 @@ def test_runs_cli_lists_and_shows(sqlite_url: str, tmp_path: Path, cli: Callable
 def test_sync_sends_a_run_where_it_was_meant_to_go(
     sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     cfg = tiny_run_cfg(sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={dead}")
     out = run(cfg, tmp_path / "out", display=QUIET)
     assert f"sync --mlflow-uri '{dead}'" in capsys.readouterr().err  # the hint names the intended server

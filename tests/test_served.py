@@ -23,8 +23,8 @@ from mmlu_track.eval.http_api import backoff_s
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.store.sql import SqlStore
 
-from .conftest import CliResult
-from .serve import API_KEY, N_CTX, SERVED_NAME, FaultProxy, LlamaServer
+from .conftest import CliResult, require_llama_server
+from .serve import API_KEY, N_CTX, SERVED_NAME, FaultProxy, LlamaCppServer, LlamaServer
 from .test_failures_secrets import _everything_logged, _nowhere
 
 Cli = Callable[..., CliResult]
@@ -167,7 +167,9 @@ def test_429_and_503_are_retried_honouring_retry_after(server: LlamaServer, cli:
 def test_a_server_killed_mid_run_fails_in_one_line_and_the_run_resumes_after_restart(
     cli: Cli, tmp_path: Path
 ) -> None:
-    own = LlamaServer(tmp_path / "server.log").start()
+    # llama.cpp's C++ server: started twice here, in half a second each (llama-cpp-python's takes ~4 s).
+    require_llama_server()
+    own: LlamaServer = LlamaCppServer(tmp_path / "server.log").start()
     killed: list[str] = []
 
     def kill_once_anatomy_is_committed(path: str) -> None:
@@ -187,7 +189,7 @@ def test_a_server_killed_mid_run_fails_in_one_line_and_the_run_resumes_after_res
         assert "run the same command to resume" in line
         (run,) = SqlStore(f"sqlite:///{tmp_path / 'store.db'}").runs()
         assert run.status == "failed"
-        own = LlamaServer(tmp_path / "server.log", port=own.port).start()
+        own = LlamaCppServer(tmp_path / "server.log", port=own.port).start()
         second = _eval(cli, tmp_path, *args, out="out2")
     finally:
         proxy.close()

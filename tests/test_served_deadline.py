@@ -163,13 +163,13 @@ def test_a_run_counts_the_requests_it_abandoned(server: LlamaServer, cli: Cli, t
         if path == "/v1/completions":
             seen["n"] += 1
             if seen["n"] == 4:  # past the load-time probes: a question's request
-                time.sleep(7)
+                time.sleep(3.5)
 
     proxy = FaultProxy(server.port, hook=hold_one)
     try:
         args = _served(
             proxy.base_url,
-            "model.timeout_s=5",
+            "model.timeout_s=2",
             "model.max_concurrency=1",
             "tracking.mlflow=false",
             "k=0",
@@ -182,7 +182,7 @@ def test_a_run_counts_the_requests_it_abandoned(server: LlamaServer, cli: Cli, t
     (results,) = (tmp_path / "out").rglob("results.json")
     timing = json.loads(results.read_text())["timing"]
     assert timing["abandoned_requests"] == 1
-    assert timing["abandoned_s"] >= 4.9
+    assert timing["abandoned_s"] >= 1.9
     assert timing["requests"] >= seen["n"]
     assert f"1 of {timing['requests']} requests got no complete answer within model.timeout_s" in got.out
 

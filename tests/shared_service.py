@@ -1,0 +1,88 @@
+"""A server started once for all of a test run's xdist workers (an MLflow server, a PostgreSQL
+cluster) instead of once per worker: the first worker to need it starts it, each worker using it
+holds a lease, and the last to let go stops it. Starting one costs seconds of CPU (an MLflow server
+~7 s) that the other worker would pay again for the same thing.
+
+    with shared(root, "mlflow", start, stop) as service:   # service: what start returned
+
+`root` is a folder every worker sees (`tmp_path_factory.getbasetemp().parent` under xdist);
+`start(folder)` returns a JSON-able dict naming the service (its URL, its PID, its files);
+`stop(service)` stops it from any worker (by PID: the worker that started it may be gone).
+A worker that needs it after the last lease ended starts a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+Service = dict[str, Any]
+
+
+def workers_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder all of this run's xdist workers see (their base temp folders' parent)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+@contextlib.contextmanager
+def shared(
+    root: Path, name: str, start: Callable[[Path], Service], stop: Callable[[Service], None]
+) -> Iterator[Service]:
+    lock, state = root / f"{name}.lock", root / f"{name}.json"
+    with _locked(lock):
+        doc = json.loads(state.read_text()) if state.is_file() else None
+        if doc is None:
+            folder = root / f"{name}-{os.getpid()}-{time.time_ns()}"
+            folder.mkdir(parents=True)
+            doc = {"service": start(folder), "users": 0}
+        doc["users"] += 1
+        state.write_text(json.dumps(doc))
+    try:
+        yield doc["service"]
+    finally:
+        with _locked(lock):
+            doc = json.loads(state.read_text())
+            doc["users"] -= 1
+            if doc["users"] > 0:
+                state.write_text(json.dumps(doc))
+            else:
+                state.unlink()
+                stop(doc["service"])
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie its parent (another worker) has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def end_process(pid: int, grace_s: float = 20) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`; returns once it has exited."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while not _gone(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + grace_s
+        time.sleep(0.05)
