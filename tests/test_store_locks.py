@@ -6,6 +6,7 @@ process reading a full run's rows. Two processes, because the locks are the poin
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from pathlib import Path
 
@@ -92,3 +93,31 @@ def test_every_lookup_a_command_makes_uses_an_index(tmp_path: Path) -> None:
             if "WHERE" not in statement:  # a listing, newest first: read in index order, never sorted
                 assert not any(step.startswith("USE TEMP B-TREE") for step in plan), (statement, plan)
     store.close()
+
+
+def test_connections_opening_one_fresh_file_together_all_get_wal(tmp_path: Path) -> None:
+    """Six connections (threads: SQLite's locks act between connections alike) open one fresh file
+    at once, fifty times. Switching a file still in rollback mode to WAL needs its exclusive lock,
+    which SQLite refuses at once rather than waiting on the busy timeout: about one round in ten
+    failed with "database is locked" (four runs started at once in a new folder: one exited 2)."""
+    from mmlu_track.store.db import make_engine
+
+    def open_one(url: str, barrier: threading.Barrier, said: list[str]) -> None:
+        engine = make_engine(url)
+        barrier.wait()
+        try:
+            with engine.begin() as conn:
+                said.append(str(conn.exec_driver_sql("PRAGMA journal_mode").scalar()))
+        except Exception as err:  # what failed is what the assertion shows
+            said.append(repr(err))
+        finally:
+            engine.dispose()
+
+    for n in range(50):
+        url, barrier, said = f"sqlite:///{tmp_path / f'{n}.db'}", threading.Barrier(6), []
+        threads = [threading.Thread(target=open_one, args=(url, barrier, said)) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert said == ["wal"] * 6, said

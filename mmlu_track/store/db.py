@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sqlite3
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -99,6 +101,23 @@ def check_folder(database: Path, *, new: bool = False) -> None:
         )
 
 
+def _wal(cursor: Any, busy: float) -> None:
+    """`PRAGMA journal_mode=WAL`, asked again while the database is locked, up to `busy` seconds.
+    A file another process is creating is still in rollback mode: switching needs its exclusive
+    lock, and SQLite answers "database is locked" at once, busy timeout or not, where waiting could
+    deadlock (`sqlite3_busy_handler`'s documentation). Processes opening one fresh store together
+    (runs started at once in a new folder, a launch's shards) met it about once in ten."""
+    deadline = time.monotonic() + busy
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def make_engine(url: str) -> Engine:
     parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite":
@@ -114,7 +133,7 @@ def make_engine(url: str) -> Engine:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout={int(busy * 1000)}")  # wait for other writers instead of failing
-        cur.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+        _wal(cur, busy)  # readers never block the writer
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
