@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import hashlib
+import json
 import os
 import pwd
 import shutil
-import subprocess
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -28,12 +31,13 @@ from mmlu_track.settings.config import EvalConfig, ScoringConfig
 from .serve import (
     LlamaCppServer,
     LlamaServer,
-    free_port,
     llama_server_binary,
     start_mlflow_server,
+    start_postgres,
     stop_mlflow_server,
+    stop_postgres,
 )
-from .shared_service import shared, workers_root
+from .shared_service import built_once, shared, workers_root
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
@@ -236,6 +240,37 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
     return call
 
 
+@pytest.fixture
+def local_runs(
+    cli: Callable[..., CliResult], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., None]:
+    """`local_runs(args, ...)`: tmp_path/store.db holding the runs `cli("eval", *args)` makes for
+    each list of arguments: the in-process references of the served tests, each set of lists
+    evaluated once for all workers (`shared_service.built_once`) and copied in."""
+
+    def make(*runs: Sequence[str]) -> None:
+        def build(folder: Path) -> None:
+            folder.mkdir()
+            for i, args in enumerate(runs):
+                db, out = (
+                    f"tracking.db_url=sqlite:///{folder / 'store.db'}",
+                    f"hydra.run.dir={folder / str(i)}",
+                )
+                got = cli("eval", *args, db, out, cwd=folder)
+                assert got.code == 0, got.err
+
+        key = hashlib.sha256(json.dumps(runs).encode()).hexdigest()[:16]
+        built = built_once(workers_root(tmp_path_factory), f"local-runs-{key}", build)
+        # SQLite's backup, not a file copy: whole, whatever its journal holds.
+        with (
+            contextlib.closing(sqlite3.connect(built / "store.db")) as source,
+            contextlib.closing(sqlite3.connect(tmp_path / "store.db")) as copy,
+        ):
+            source.backup(copy)
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One real `mlflow server` on 127.0.0.1 (SQLite backend) for the whole run, all workers
@@ -268,34 +303,9 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             pytest.skip("running as root and there is no 'postgres' user to run the server")
         as_user = ["runuser", "-u", "postgres", "--"]
 
-    def start(_: Path) -> dict[str, Any]:
-        data = Path(tempfile.mkdtemp(prefix="mmlu_track_pg_"))  # not under pytest's 0700 folders
-        if as_user:
-            shutil.chown(data, user="postgres")
-        port = free_port()
-        try:
-            subprocess.run(
-                [*as_user, initdb, "-D", str(data / "db"), "-A", "trust", "-U", "postgres", "--no-sync"],
-                check=True, capture_output=True, timeout=120,
-            )  # fmt: skip
-            opts = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off"
-            subprocess.run(
-                [*as_user, pg_ctl, "-D", str(data / "db"), "-o", opts, "-l", str(data / "log"), "-w",
-                 "start"], check=True, capture_output=True, timeout=120,
-            )  # fmt: skip
-        except subprocess.CalledProcessError as err:
-            shutil.rmtree(data, ignore_errors=True)
-            pytest.fail(f"could not start PostgreSQL: {err.stderr!r}")
-        return {"url": f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", "data": str(data)}
-
-    def stop(service: dict[str, Any]) -> None:
-        db = Path(service["data"]) / "db"
-        stopping = [*as_user, pg_ctl, "-D", str(db), "-m", "immediate", "stop"]
-        subprocess.run(stopping, capture_output=True, check=False)
-        shutil.rmtree(service["data"], ignore_errors=True)
-
     # One cluster for all workers (each test makes a database of its own: `postgres_url`).
-    with shared(workers_root(tmp_path_factory), "postgres", start, stop) as service:
+    start = functools.partial(start_postgres, initdb=initdb, pg_ctl=pg_ctl, as_user=as_user)
+    with shared(workers_root(tmp_path_factory), "postgres", start, stop_postgres) as service:
         yield service["url"]
 
 

@@ -15,9 +15,11 @@ import http.server
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -291,3 +293,41 @@ def stop_mlflow_server(service: dict[str, Any]) -> None:
     proc = _STARTED.pop(service["pid"], None)
     if proc is not None:
         proc.wait()
+
+
+def start_postgres(_: Path, *, initdb: str, pg_ctl: str, as_user: list[str]) -> dict[str, Any]:
+    """A throwaway PostgreSQL cluster on 127.0.0.1 (run by `as_user`: PostgreSQL refuses root):
+    {"url", ...} once it accepts connections (`shared_service.shared`'s start)."""
+    data = Path(tempfile.mkdtemp(prefix="mmlu_track_pg_"))  # not under pytest's 0700 folders
+    if as_user:
+        shutil.chown(data, user="postgres")
+    port = free_port()
+    try:
+        subprocess.run(
+            [*as_user, initdb, "-D", str(data / "db"), "-A", "trust", "-U", "postgres", "--no-sync"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        opts = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off"
+        subprocess.run(
+            [*as_user, pg_ctl, "-D", str(data / "db"), "-o", opts, "-l", str(data / "log"), "-w", "start"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+    except subprocess.CalledProcessError as err:
+        shutil.rmtree(data, ignore_errors=True)
+        raise RuntimeError(f"could not start PostgreSQL: {err.stderr!r}") from None
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    return {"url": url, "data": str(data), "pg_ctl": pg_ctl, "as_user": as_user}
+
+
+def stop_postgres(service: dict[str, Any]) -> None:
+    stop = [
+        *service["as_user"],
+        service["pg_ctl"],
+        "-D",
+        str(Path(service["data"]) / "db"),
+        "-m",
+        "immediate",
+        "stop",
+    ]
+    subprocess.run(stop, capture_output=True, check=False)
+    shutil.rmtree(service["data"], ignore_errors=True)

@@ -1,9 +1,13 @@
-"""A server started once for all of a test run's xdist workers (an MLflow server, a PostgreSQL
-cluster) instead of once per worker: the first worker to need it starts it, each worker using it
-holds a lease, and the last to let go stops it. Starting one costs seconds of CPU (an MLflow server
-~7 s) that the other worker would pay again for the same thing.
+"""What a test run's xdist workers share instead of each paying for it: a server started once (an
+MLflow server, a PostgreSQL cluster) and a file built once (a store of reference runs). Starting an
+MLflow server costs ~7 s of CPU, a reference run seconds, that the other worker would pay again for
+the same thing.
 
     with shared(root, "mlflow", start, stop) as service:   # service: what start returned
+    path = built_once(root, "refs-1a2b.db", build)          # build(path) wrote it, once
+
+A server: the first worker to need it starts it, each worker using it holds a lease, and the last
+to let go stops it.
 
 `root` is a folder every worker sees (`tmp_path_factory.getbasetemp().parent` under xdist);
 `start(folder)` returns a JSON-able dict naming the service (its URL, its PID, its files);
@@ -86,3 +90,15 @@ def end_process(pid: int, grace_s: float = 20) -> None:
                 os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + grace_s
         time.sleep(0.05)
+
+
+def built_once(root: Path, name: str, build: Callable[[Path], None]) -> Path:
+    """`root/name`, written by `build(path)` by the first worker that asks (the others wait for it,
+    then read it). A build that fails leaves nothing: the next one asking builds it again."""
+    final = root / name
+    with _locked(root / f"{name}.lock"):
+        if not final.exists():
+            partial = root / f".{name}.{os.getpid()}"
+            build(partial)
+            partial.rename(final)
+    return final

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from mmlu_track.store.sql import SqlStore
 
 from .conftest import require_llama_server
 from .serve import N_CTX, LlamaCppServer, packaged_gguf
-from .test_served import BOUNDS, MIN_SAME_PREDICTIONS, Cli, _eval, _served
+from .test_served import BOUNDS, MIN_SAME_PREDICTIONS, REFERENCES, Cli, _eval, _served
 
 
 def _without_max_length(args: list[str]) -> list[str]:
@@ -30,7 +31,7 @@ def _without_max_length(args: list[str]) -> list[str]:
 
 
 def test_llama_servers_log_probs_agree_with_in_process_and_it_is_recorded(
-    cpp_server: LlamaCppServer, cli: Cli, tmp_path: Path
+    cpp_server: LlamaCppServer, cli: Cli, local_runs: Callable[..., None], tmp_path: Path
 ) -> None:
     """k=5, 6 questions: the same prompts, log-probs within the llama-cpp-python bounds (both
     servers compute the Q4_1 blocks with llama.cpp's kernels, the in-process run their fp32
@@ -38,10 +39,7 @@ def test_llama_servers_log_probs_agree_with_in_process_and_it_is_recorded(
     alternatives (exact for what the server computes); its context from `/props` (no max_length
     given), its build and model file in the run's record; generation too, against in-process."""
     common = ["subjects=[anatomy,virology]", "limit=3", "k=5", "tracking.mlflow=false", "device=cpu"]
-    for scoring in ("logprob", "generate"):
-        local = _eval(cli, tmp_path, *common, f"max_length={N_CTX}", "dtype=float32", f"scoring={scoring}",
-                      out=f"local-{scoring}")  # fmt: skip
-        assert local.code == 0, local.err
+    local_runs(*REFERENCES)  # k=5 in-process, logprob and generate (and k=0, for test_served.py)
     store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
     weights = store.runs()[0].model_revision
     for scoring in ("logprob", "generate"):
@@ -49,7 +47,7 @@ def test_llama_servers_log_probs_agree_with_in_process_and_it_is_recorded(
         served = _eval(cli, tmp_path, *args, f"model.revision={weights}", out=f"served-{scoring}")
         assert served.code == 0, served.err
         assert "warning" not in served.err  # one slot: nothing to say of batching
-    runs = {(r.config.model.source, r.config.scoring.method): r for r in store.runs()}
+    runs = {(r.config.model.source, r.config.scoring.method): r for r in store.runs() if r.k == 5}
     for scoring, how in (("logprob", "top_logprobs"), ("generate", "completion")):
         a = {(q.subject, q.index): q for q in store.question_results(runs[("gguf", scoring)].id)}
         b = {(q.subject, q.index): q for q in store.question_results(runs[("openai_api", scoring)].id)}

@@ -382,27 +382,25 @@ def test_ctrl_c_does_not_wait_out_the_retries_in_flight(
         proxy.close()
 
 
+# The in-process references of the served agreement tests (here and test_llama_server.py), as
+# `local_runs` argument lists: one set, evaluated once for all workers.
+LOCAL = ["subjects=[anatomy,virology]", "limit=3", f"max_length={N_CTX}", "tracking.mlflow=false",
+         "device=cpu", "dtype=float32"]  # fmt: skip
+REFERENCES = [[*LOCAL, "k=0"], [*LOCAL, "k=5"], [*LOCAL, "k=5", "scoring=generate"]]
+
+
 def test_served_scores_agree_with_in_process_and_the_gate_needs_declared_weights(
-    server: LlamaServer, cli: Cli, tmp_path: Path
+    server: LlamaServer, cli: Cli, local_runs: Callable[..., None], tmp_path: Path
 ) -> None:
-    common = [
-        "subjects=[anatomy,virology]",
-        "limit=3",
-        f"max_length={N_CTX}",
-        "tracking.mlflow=false",
-        "device=cpu",
-    ]
+    local_runs(*REFERENCES)
     store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
-    for k in (0, 5):
-        local = _eval(cli, tmp_path, *common, f"k={k}", "dtype=float32", out=f"local{k}")
-        assert local.code == 0, local.err
     weights = store.runs()[0].model_revision  # the GGUF's sha256, as the in-process runs recorded it
     # k=0 served as "q4_1" (not declared the same weights), k=5 declared the in-process runs' weights
     for k, revision in ((0, "q4_1"), (5, weights)):
         args = [*_served(server.base_url), f"k={k}", f"model.revision={revision}", "tracking.mlflow=false"]
         served = _eval(cli, tmp_path, *args, out=f"served{k}")
         assert served.code == 0, served.err
-    runs = {(r.config.model.source, r.k): r for r in store.runs()}
+    runs = {(r.config.model.source, r.k): r for r in store.runs() if r.config.scoring.method == "logprob"}
     for k in (0, 5):
         a = {(q.subject, q.index): q for q in store.question_results(runs[("gguf", k)].id)}
         b = {(q.subject, q.index): q for q in store.question_results(runs[("openai_api", k)].id)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from .test_served import BOUNDS, KEY_ENV, MIN_SAME_PREDICTIONS, Cli, _config, _e
 
 
 def test_chat_prompts_are_scored_through_the_server_as_in_process(
-    any_server: LlamaServer, tokenizer_dir: Path, cli: Cli, tmp_path: Path
+    any_server: LlamaServer, tokenizer_dir: Path, cli: Cli, local_runs: Callable[..., None], tmp_path: Path
 ) -> None:
     """k=2 multiturn, logprob and generate, served (by llama-cpp-python and by llama.cpp's own
     server) and in-process: the same prompts (hashes), log-probs within the raw prompts' 5-shot
@@ -31,9 +32,7 @@ def test_chat_prompts_are_scored_through_the_server_as_in_process(
     server = any_server
     chat = ["chat=multiturn", "k=2", "tracking.mlflow=false"]
     common = ["subjects=[anatomy,virology]", "limit=3", f"max_length={N_CTX}", "device=cpu", *chat]
-    for scoring in ("logprob", "generate"):
-        local = _eval(cli, tmp_path, *common, "dtype=float32", f"scoring={scoring}", out=f"local-{scoring}")
-        assert local.code == 0, local.err
+    local_runs(*([*common, "dtype=float32", f"scoring={scoring}"] for scoring in ("logprob", "generate")))
     store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
     weights = store.runs()[0].model_revision  # declared the same weights: the gate compares them
     for scoring in ("logprob", "generate"):
