@@ -248,6 +248,18 @@ def test_every_conf_file_is_covered() -> None:
     assert files == covered
 
 
+def test_no_conf_file_sets_hydra_mode() -> None:
+    """The CLI skips Hydra's mode probe unless the command line may set hydra.mode
+    (`commands/cli._one_composition`): that holds only while conf/ never does."""
+    import yaml
+
+    for path in sorted(Path(CONF_DIR).rglob("*.yaml")):
+        doc = yaml.safe_load(path.read_text()) or {}
+        hydra = doc.get("hydra") or {}
+        assert "mode" not in hydra, path
+        assert "hydra.mode" not in doc, path
+
+
 def _defaults(cls: type) -> dict[str, object]:
     """Every field's default, nested dataclasses flattened to dotted keys (required ones left out)."""
     out: dict[str, object] = {}
