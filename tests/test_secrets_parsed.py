@@ -147,3 +147,29 @@ def test_hydras_grammar_error_prints_no_password(cli: Cli, tmp_path: Path) -> No
     assert got.code == 2
     assert "LexerNoViableAltException" in got.err
     assert "Lex-33" not in got.err + got.out
+
+
+def test_hydras_saved_files_are_read_with_every_string_omegaconf_reads() -> None:
+    """`redact_hydra_files` reads the saved files with PyYAML's C parser and rewrites a file only
+    when a string in it holds a secret: every string OmegaConf reads there must be a string in that
+    reading too, or a secret would stay (a password that looks like a date or a number)."""
+    from omegaconf import OmegaConf
+
+    from mmlu_track.commands.launchers import _strings_of
+
+    text = (
+        "a: 2024-01-01\nb: '2024-01-01 10:00:00'\nc: 1e5\nd: 12345\ne: 'x y'\nf: >-\n  folded long\n  line\n"
+        "g: [2001-12-14t21:59:43.10-05:00, .5, 1_000, 'true', true, null, ~]\nh: {i: 0x1F, j: 6.8523015e+5}\n"
+    )
+
+    def strings(doc: object) -> set[str]:
+        if isinstance(doc, dict):
+            return set().union(*map(strings, doc.values())) if doc else set()
+        if isinstance(doc, list):
+            return set().union(*map(strings, doc)) if doc else set()
+        return {doc} if isinstance(doc, str) else set()
+
+    omegaconf_reads = strings(OmegaConf.to_container(OmegaConf.create(text), resolve=False))
+    assert {"2024-01-01", "x y", "folded long line"} <= omegaconf_reads  # what the check is about
+    assert omegaconf_reads <= strings(_strings_of(text))
+    assert _strings_of("a: [unclosed") is None  # then read as before, by OmegaConf
