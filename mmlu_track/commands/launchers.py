@@ -205,10 +205,13 @@ def redact_hydra_files() -> None:
         with contextlib.suppress(OSError):  # not written (a launcher's own layout): nothing to hide
             texts[path] = path.read_text(encoding="utf-8")
     docs = {path: _strings_of(text) for path, text in texts.items()}
+    for path, doc in docs.items():
+        if doc is None:  # not read so (or empty): as OmegaConf reads it
+            docs[path] = OmegaConf.to_container(OmegaConf.create(texts[path]), resolve=False)
     for doc in docs.values():  # every password found by parsing first: masked in all the files
         remember_urls(doc)
     for path, fast in docs.items():
-        if fast is not None and redact_doc({"doc": fast})["doc"] == fast:
+        if redact_doc({"doc": fast})["doc"] == fast:
             continue  # no string of it holds a secret
         # Masked in the values as OmegaConf reads them, then written again: YAML folds a long line
         # at a space, so a password with a space in it is never whole in the file's text.
