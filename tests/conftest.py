@@ -35,8 +35,9 @@ from .serve import (
     llama_server_binary,
     start_mlflow_server,
     start_postgres,
-    stop_mlflow_server,
+    start_shared_llama,
     stop_postgres,
+    stop_started,
 )
 from .shared_service import built_once, shared, workers_root
 
@@ -283,7 +284,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One real `mlflow server` on 127.0.0.1 (SQLite backend) for the whole run, all workers
     (`shared_service.py`): tests that need an empty experiment name their own
     (`tracking.experiment=...`)."""
-    with shared(workers_root(tmp_path_factory), "mlflow", start_mlflow_server, stop_mlflow_server) as service:
+    with shared(workers_root(tmp_path_factory), "mlflow", start_mlflow_server, stop_started) as service:
         yield service["uri"]
 
 
@@ -335,10 +336,13 @@ def postgres_url(postgres_server: str, request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    """A real OpenAI-compatible server (llama-cpp-python's, the packaged SmolLM2 GGUF) per worker."""
-    running = LlamaServer(tmp_path_factory.mktemp("llama") / "server.log").start()
-    yield running
-    running.stop()
+    """A real OpenAI-compatible server (llama-cpp-python's, the packaged SmolLM2 GGUF), one for all
+    workers (`shared_service.py`). It answers one request at a time: a test that times a request
+    runs against its own server or llama.cpp's C++ one (`cpp_server`, per worker)."""
+    with shared(
+        workers_root(tmp_path_factory), "llama-cpp-python", start_shared_llama, stop_started
+    ) as service:
+        yield LlamaServer(Path(service["log"]), port=service["port"])
 
 
 def require_llama_server() -> None:

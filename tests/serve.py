@@ -281,14 +281,23 @@ def start_mlflow_server(root: Path) -> dict[str, Any]:
                 return {"uri": uri, "pid": proc.pid}
         except OSError:
             if proc.poll() is not None or time.time() > deadline:
-                stop_mlflow_server({"pid": proc.pid})
+                stop_started({"pid": proc.pid})
                 log = (root / "server.log").read_text()[-2000:]
                 raise RuntimeError(f"mlflow server did not start: {log}") from None
             time.sleep(0.5)
 
 
-def stop_mlflow_server(service: dict[str, Any]) -> None:
-    """Stops it, from any process (`shared_service.shared`'s stop); reaped here if started here."""
+def start_shared_llama(folder: Path) -> dict[str, Any]:
+    """llama-cpp-python's server (`LlamaServer`) for `shared_service.shared`: {"port", "log", "pid"}."""
+    running = LlamaServer(folder / "server.log").start()
+    assert running.proc is not None
+    _STARTED[running.proc.pid] = running.proc
+    return {"port": running.port, "log": str(running.log), "pid": running.proc.pid}
+
+
+def stop_started(service: dict[str, Any]) -> None:
+    """Stops a server named by its PID, from any process (`shared_service.shared`'s stop); reaped
+    here if started here."""
     end_process(service["pid"])
     proc = _STARTED.pop(service["pid"], None)
     if proc is not None:
