@@ -25,6 +25,7 @@ from types import TracebackType
 import pytest
 
 from .serve import free_port
+from .shared_service import gone
 
 SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
 
@@ -189,10 +190,4 @@ class RayCluster:
         for pid in self._processes():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        wait_for("the Ray cluster's processes are dead", lambda: all(map(_dead, self._processes())), 30)
-
-
-def _dead(pid: int) -> bool:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] in ("Z", "X")
-    return True
+        wait_for("the Ray cluster's processes are dead", lambda: all(map(gone, self._processes())), 30)

@@ -1,5 +1,6 @@
 """What a test run's xdist workers share instead of each paying for it: a server started once (an
-MLflow server, a PostgreSQL cluster) and a file built once (a store of reference runs). Starting an
+MLflow server, a PostgreSQL cluster, llama-cpp-python's server) and a file built once (a store of
+reference runs). Starting an
 MLflow server costs ~7 s of CPU, a reference run seconds, that the other worker would pay again for
 the same thing.
 
@@ -21,6 +22,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -71,7 +73,7 @@ def shared(
                 stop(doc["service"])
 
 
-def _gone(pid: int) -> bool:
+def gone(pid: int) -> bool:
     """Exited: no such process, or a zombie its parent (another worker) has not reaped yet."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] in ("Z", "X")
@@ -84,7 +86,7 @@ def end_process(pid: int, grace_s: float = 20) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while not _gone(pid):
+    while not gone(pid):
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -99,6 +101,10 @@ def built_once(root: Path, name: str, build: Callable[[Path], None]) -> Path:
     with _locked(root / f"{name}.lock"):
         if not final.exists():
             partial = root / f".{name}.{os.getpid()}"
-            build(partial)
+            try:
+                build(partial)
+            except BaseException:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
             partial.rename(final)
     return final
