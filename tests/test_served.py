@@ -366,6 +366,9 @@ def test_ctrl_c_does_not_wait_out_the_retries_in_flight(
     served = openai_connect.connect(_config(proxy.base_url, max_concurrency=4))  # type: ignore[arg-type]
     texts = [f"Question: {i} + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer:" for i in range(6)]
 
+    # Python raises KeyboardInterrupt on SIGINT only if SIGINT was not ignored when it started; a
+    # suite started in the background by a non-interactive shell inherits it ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     main = threading.main_thread().ident or 0  # where Linux delivers a terminal's SIGINT
     ctrl_c = threading.Timer(1.0, signal.pthread_kill, (main, signal.SIGINT))
 
@@ -383,6 +386,7 @@ def test_ctrl_c_does_not_wait_out_the_retries_in_flight(
         assert len(served.score_letters(_asked(texts[:2]), lambda n: None)) == 2
     finally:
         ctrl_c.cancel()  # never a stray SIGINT into the rest of the session
+        signal.signal(signal.SIGINT, previous)
         served.close()
         proxy.close()
 
