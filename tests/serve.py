@@ -33,6 +33,11 @@ from .shared_service import end_process
 SERVED_NAME = "smollm2-135m-instruct-q4_1"
 API_KEY = "sk-test-3f9c1e7a"  # the server checks it; the tests check it never leaves the process
 N_CTX = 2048
+# One compute thread per server, for prompts and for generation (llama-cpp-python's batch threads
+# default to every core): as with OMP_NUM_THREADS=1 for torch (conftest), a server's second thread on
+# this 2-core machine beside two busy test workers waits at every layer's barrier for a core. A
+# circular run beside two busy cores: llama-cpp-python 23.8 -> 17.2 s, llama-server 7.6 -> 4.2 s.
+THREADS = "1"
 
 
 # `python -m llama_cpp.server` with llama.cpp's extra buffer types off (what llama-server's
@@ -81,7 +86,8 @@ class LlamaServer:
         return [
             sys.executable, "-c", _LAUNCH, "--model", str(packaged_gguf()),
             "--model_alias", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
-            "--n_ctx", str(N_CTX), "--api_key", API_KEY, "--n_threads", "2", "--seed", "0",
+            "--n_ctx", str(N_CTX), "--api_key", API_KEY, "--n_threads", THREADS,
+            "--n_threads_batch", THREADS, "--seed", "0",
         ]  # fmt: skip
 
     def start(self, timeout_s: float = 120) -> LlamaServer:
@@ -135,8 +141,8 @@ class LlamaCppServer(LlamaServer):
     def flags(self) -> list[str]:
         return [
             "-m", str(packaged_gguf()), "--alias", SERVED_NAME, "--host", "127.0.0.1",
-            "--port", str(self.port), "-c", str(N_CTX), "--api-key", API_KEY, "-t", "2",
-            "--seed", "0", "-np", "1", "--no-repack", "--no-webui", *self.extra,
+            "--port", str(self.port), "-c", str(N_CTX), "--api-key", API_KEY, "-t", THREADS,
+            "-tb", THREADS, "--seed", "0", "-np", "1", "--no-repack", "--no-webui", *self.extra,
         ]  # fmt: skip
 
     def command(self) -> list[str]:
