@@ -10,7 +10,7 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from mmlu_track.gate.run import decide
-from mmlu_track.gate.stats import Comparison, ComparisonError, compare, deltas, noninferiority, pair
+from mmlu_track.gate.stats import Comparison, ComparisonError, Delta, compare, deltas, noninferiority, pair
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.settings.config import GateConfig
 from mmlu_track.settings.subjects import SUBJECTS
@@ -194,6 +194,32 @@ def _gate(pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[str, int]:
     named = {SUBJECTS[i]: v for i, v in enumerate(pairs.values())}
     comp = compare(named, FAST)
     return decide(comp, GATE).status, sum(d.flagged for d in comp.subjects)
+
+
+def test_the_limits_solved_together_are_each_one_solved_alone() -> None:
+    """compare() solves every limit in one bisection: each group's interval, the macro's and the
+    verdict's lower limit are, to the last bit, what the functions that solve them alone give."""
+    from mmlu_track.stats import decision, paired
+
+    rng = np.random.default_rng(11)
+    named = {SUBJECTS[i]: v for i, v in enumerate(_simulate(rng, drop_subject=0.2).values())}
+    comp = compare(named, GATE)
+    every = [*comp.subjects, *comp.categories, comp.micro]
+    alone = deltas([(d.name, *(named[d.name] if d.name in named else _group(named, d))) for d in every], 0.05)
+    assert [(d.ci_low, d.ci_high) for d in every] == [(d.ci_low, d.ci_high) for d in alone]
+    b, c, n = ([getattr(d, f) for d in comp.subjects] for f in ("lost", "gained", "n"))
+    assert (comp.macro.ci_low, comp.macro.ci_high) == paired.macro_delta_interval(b, c, n, 0.05)
+    m = comp.micro
+    assert comp.noninferiority.lower_bound == decision.lower_limit(m.lost, m.gained, m.n, GATE.delta, 0.05)
+    decided = comp.noninferiority.decided
+    assert comp.noninferiority == noninferiority(m.lost, m.gained, m.n, GATE.delta, 0.05, decided=decided)
+
+
+def _group(named: dict[str, tuple[np.ndarray, np.ndarray]], d: Delta) -> tuple[np.ndarray, np.ndarray]:
+    from mmlu_track.settings.subjects import category
+
+    keys = [s for s in named if d.name == "micro" or category(s) == d.name]
+    return np.concatenate([named[s][0] for s in keys]), np.concatenate([named[s][1] for s in keys])
 
 
 def test_a_comparison_leaves_the_collector_as_it_found_it() -> None:

@@ -149,34 +149,45 @@ def _mcnemar(b: np.ndarray, c: np.ndarray) -> tuple[list[float], list[float]]:
     return [float(v) for v in decision.drop_p(b, c)], [float(v) for v in decision.drop_p(c, b)]
 
 
-def deltas(groups: Sequence[tuple[str, np.ndarray, np.ndarray]], alpha: float) -> list[Delta]:
-    """Δ of each (name, x, y) group with its two-sided (1 - alpha) score interval and McNemar
-    p-values; the intervals of all groups are solved together (one vectorised bisection)."""
-    counts = []
-    for _, x, y in groups:
-        d = y - x
-        counts.append((int(np.sum(d < 0)), int(np.sum(d > 0)), len(d)))
+Group = tuple[str, np.ndarray, np.ndarray]  # (name, x, y)
+
+
+def _counts(groups: Sequence[Group]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lost, gained, questions) per group, as float arrays."""
+    counts = [(np.sum(y < x), np.sum(y > x), len(x)) for _, x, y in groups]
     b, c, n = (np.array(v, dtype=float) for v in zip(*counts, strict=True))
-    lows, highs = paired.tango_interval(b, c, n, alpha)
+    return b, c, n
+
+
+def _deltas(
+    groups: Sequence[Group], counts: Sequence[np.ndarray], lows: np.ndarray, highs: np.ndarray
+) -> list[Delta]:
+    """Each group's Δ with its interval (lows, highs) and McNemar p-values."""
+    b, c, _ = counts
     p_regs, p_imps = _mcnemar(b, c)
     out = []
-    for (name, x, y), (lost, gained, size), low, high, p_reg, p_imp in zip(
-        groups, counts, lows, highs, p_regs, p_imps, strict=True
+    for (name, x, y), lost, gained, low, high, p_reg, p_imp in zip(
+        groups, b, c, lows, highs, p_regs, p_imps, strict=True
     ):
-        se = float(np.std(y - x) / math.sqrt(size))  # = sqrt(b + c - (c - b)^2 / n) / n
-        est = (gained - lost) / size
+        size = len(x)
+        se = math.sqrt(max(lost + gained - (gained - lost) ** 2 / size, 0.0)) / size  # sd(y - x)/sqrt(n)
         out.append(
-            Delta(name, size, float(x.mean()), float(y.mean()), est, se, float(low), float(high),
-                  lost, gained, p_reg, p_imp)
+            Delta(name, size, float(x.sum()) / size, float(y.sum()) / size, (gained - lost) / size, se,
+                  float(low), float(high), int(lost), int(gained), p_reg, p_imp)
         )  # fmt: skip
     return out
 
 
-def _macro(subjects: Sequence[Delta], alpha: float) -> Delta:
+def deltas(groups: Sequence[Group], alpha: float) -> list[Delta]:
+    """Δ of each (name, x, y) group with its two-sided (1 - alpha) score interval and McNemar
+    p-values; the intervals of all groups are solved together (one vectorised bisection)."""
+    counts = _counts(groups)
+    return _deltas(groups, counts, *paired.tango_interval(*counts, alpha))
+
+
+def _macro(subjects: Sequence[Delta], interval: tuple[float, float]) -> Delta:
+    """The unweighted mean over subjects, with its score interval (`paired.macro_delta_interval`)."""
     k = len(subjects)
-    low, high = paired.macro_delta_interval(
-        [s.lost for s in subjects], [s.gained for s in subjects], [s.n for s in subjects], alpha
-    )
     return Delta(
         "macro",
         sum(p.n for p in subjects),
@@ -184,8 +195,7 @@ def _macro(subjects: Sequence[Delta], alpha: float) -> Delta:
         sum(p.candidate_acc for p in subjects) / k,
         sum(p.delta for p in subjects) / k,
         math.sqrt(sum(p.se**2 for p in subjects)) / k,  # se_k^2 = var_k(d) / n_k
-        low,
-        high,
+        *interval,
         sum(p.lost for p in subjects),
         sum(p.gained for p in subjects),
         None,
@@ -198,12 +208,20 @@ def noninferiority(
 ) -> NonInferiority:
     """H0: Δ <= -margin against H1: Δ > -margin (`stats.decision`). `decided`: a drop is shown,
     so the verdict does not rest on it and no questions-needed count is searched."""
+    lower = decision.lower_limit(lost, gained, n, margin, alpha)
+    return _noninferiority((lost, gained, n), margin, alpha, decided, lower)
+
+
+def _noninferiority(
+    counts: tuple[int, int, int], margin: float, alpha: float, decided: bool, lower: float
+) -> NonInferiority:
+    # `noninferiority` with its lower limit solved by the caller (`compare` solves all its limits at once).
+    lost, gained, n = counts
     t = float(paired.tango_statistic(lost, gained, n, -margin))
     shown = bool(decision.noninferior(lost, gained, n, margin, alpha))
     p_value = float(stats.norm.sf(t))
     if t < paired.critical_value(n, margin, alpha) + 1:  # near the boundary: the exact one
         p_value = max(p_value, paired.exact_size(n, margin, t))
-    lower = decision.lower_limit(lost, gained, n, margin, alpha)
     return NonInferiority(margin, lower, p_value, shown, (lost + gained) / n, alpha, decided)
 
 
@@ -267,8 +285,22 @@ def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
     cats = [
         (c, np.concatenate(by_cat[c][0]), np.concatenate(by_cat[c][1])) for c in CATEGORIES if c in by_cat
     ]
-    everything = deltas([*((s, x, y) for s, (x, y) in pairs.items()), *cats, ("micro", x_all, y_all)], a)
-    subjects, categories, micro = everything[: len(pairs)], tuple(everything[len(pairs) : -1]), everything[-1]
+    groups = [*((s, x, y) for s, (x, y) in pairs.items()), *cats, ("micro", x_all, y_all)]
+    b, c, n = _counts(groups)
+    k, g = len(pairs), len(groups)
+    macro_counts = paired.effective_counts(b[:k], c[:k], n[:k], np.ones(k))  # macro_delta_interval's
+    # Every limit in one bisection: each group's two-sided interval, the macro's, and the lower
+    # limit the verdict holds against -delta (`decision.lower_limit`).
+    z = float(stats.norm.ppf(1 - a / 2))
+    limits = paired.score_limits(
+        np.concatenate([b, b, [macro_counts[0]] * 2, b[-1:]]),
+        np.concatenate([c, c, [macro_counts[1]] * 2, c[-1:]]),
+        np.concatenate([n, n, [macro_counts[2]] * 2, n[-1:]]),
+        np.concatenate([np.full(2 * g + 2, z), [decision.limit_level(int(n[-1]), settings.delta, a)]]),
+        np.concatenate([np.full(g, True), np.full(g, False), [True, False, True]]),
+    )
+    everything = _deltas(groups, (b, c, n), limits[:g], limits[g : 2 * g])
+    subjects, categories, micro = everything[:k], tuple(everything[k:-1]), everything[-1]
     adj_reg = _adjusted([s.p_regression or 1.0 for s in subjects], a, settings.correction)
     adj_imp = _adjusted([s.p_improvement or 1.0 for s in subjects], a, settings.correction)
     subjects = [
@@ -284,15 +316,14 @@ def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
     return Comparison(
         settings=settings,
         micro=micro,
-        macro=_macro(subjects, a),
+        macro=_macro(subjects, (float(limits[2 * g]), float(limits[2 * g + 1]))),
         bootstrap=_bootstrap(pairs, settings) if settings.bootstrap_resamples > 0 else None,
-        noninferiority=noninferiority(
-            micro.lost,
-            micro.gained,
-            micro.n,
+        noninferiority=_noninferiority(
+            (micro.lost, micro.gained, micro.n),
             settings.delta,
             a,
-            decided=micro.p_regression is not None and micro.p_regression < a,
+            micro.p_regression is not None and micro.p_regression < a,
+            float(limits[-1]),
         ),
         subjects=tuple(subjects),
         categories=categories,

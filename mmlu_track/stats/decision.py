@@ -91,11 +91,15 @@ def passes(lost: ArrayLike, gained: ArrayLike, n: int, margin: float, alpha: flo
     return np.asarray(noninferior(lost, gained, n, margin, alpha) & no_drop(lost, gained, alpha))
 
 
+def limit_level(n: int, margin: float, alpha: float) -> float:
+    """The z at which `lower_limit` solves T(Δ₀) = z: the exact critical value at `margin`."""
+    return paired.critical_value(n, margin, alpha) if margin > 0 else _z(alpha)
+
+
 def lower_limit(lost: int, gained: int, n: int, margin: float, alpha: float) -> float:
     """The one-sided lower limit of Δ that the verdict at `margin` holds against −margin: Tango's
     score limit at the exact critical value of that test (module docstring)."""
-    crit = paired.critical_value(n, margin, alpha) if margin > 0 else _z(alpha)
-    return float(paired.tango_limit(lost, gained, n, crit, "lower"))
+    return float(paired.tango_limit(lost, gained, n, limit_level(n, margin, alpha), "lower"))
 
 
 def pass_rate(n: int, psi: float, delta: float, margin: float, alpha: float) -> float:

@@ -108,36 +108,34 @@ def _bisect(counts: tuple[Floats, Floats, Floats], lo: Floats, hi: Floats, targe
     return 0.5 * (lo + hi)
 
 
-def _limits(b: Floats, c: Floats, n: Floats, z: float, sides: tuple[str, ...]) -> list[Floats]:
-    # Lower and upper limits asked together are solved in one bisection over both stacked.
-    est = (c - b) / n
-    lo = np.concatenate([np.full_like(est, -1.0) if s == "lower" else est for s in sides])
-    hi = np.concatenate([est if s == "lower" else np.full_like(est, 1.0) for s in sides])
-    target = np.concatenate([np.full_like(est, z if s == "lower" else -z) for s in sides])
-    k = len(sides)
-    found = np.split(_bisect((np.tile(b, k), np.tile(c, k), np.tile(n, k)), lo, hi, target), k)
+def score_limits(b: ArrayLike, c: ArrayLike, n: ArrayLike, z: ArrayLike, lower: ArrayLike) -> Floats:
+    """Score limits elementwise: the lower one (T(L) = z) where `lower`, else the upper one
+    (T(U) = −z). All are solved in one bisection, each element exactly as it would be alone: a
+    comparison asks for some 130 (two per group, the macro pair, the verdict's one-sided limit)."""
+    b_, c_, n_, z_, low = _floats(b, c, n, z, lower)
+    down = low != 0
+    est = (c_ - b_) / n_
+    found = _bisect(
+        (b_, c_, n_), np.where(down, -1.0, est), np.where(down, est, 1.0), np.where(down, z_, -z_)
+    )
     # All lost (or all gained): the observed Δ is the boundary itself.
-    return [
-        np.where(b == n, -1.0, f) if s == "lower" else np.where(c == n, 1.0, f)
-        for s, f in zip(sides, found, strict=True)
-    ]
+    return np.where(down, np.where(b_ == n_, -1.0, found), np.where(c_ == n_, 1.0, found))
 
 
 def tango_limit(b: ArrayLike, c: ArrayLike, n: ArrayLike, z: float, side: str) -> Floats:
     """The lower (T(L) = z) or upper (T(U) = −z) score limit, elementwise, by bisection."""
     if side not in ("lower", "upper"):
         raise ValueError(f"side must be lower or upper, not {side!r}")
-    b_, c_, n_ = _floats(b, c, n)
-    (limit,) = _limits(b_.ravel(), c_.ravel(), n_.ravel(), z, (side,))
-    return limit.reshape(b_.shape)
+    return score_limits(b, c, n, z, side == "lower")
 
 
 def tango_interval(b: ArrayLike, c: ArrayLike, n: ArrayLike, alpha: float) -> tuple[Floats, Floats]:
     """Two-sided (1 − alpha) score interval for Δ."""
     z = float(stats.norm.ppf(1 - alpha / 2))
     b_, c_, n_ = _floats(b, c, n)
-    low, high = _limits(b_.ravel(), c_.ravel(), n_.ravel(), z, ("lower", "upper"))
-    return low.reshape(b_.shape), high.reshape(b_.shape)
+    sides = np.array([True, False]).reshape((2,) + (1,) * b_.ndim)  # lower, upper
+    both = score_limits(np.stack([b_, b_]), np.stack([c_, c_]), np.stack([n_, n_]), z, sides)
+    return both[0, ...], both[1, ...]  # 0-d arrays for scalars, as numpy gives elementwise
 
 
 def _psi_grid(margin: float, points: int = 160) -> Floats:
