@@ -117,6 +117,17 @@ def tiny_lm(tiny_cfg: EvalConfig) -> Any:
     return models.load_model(tiny_cfg)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # An xdist worker has sent its results and torn down every fixture by now: it ends here instead
+    # of tearing down the interpreter (collecting torch's, transformers' and MLflow's objects: ~2 s
+    # of CPU per worker, 4-9 s of the run's wall time at its end, where nothing else runs).
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     import torch
 
