@@ -299,7 +299,8 @@ def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
         np.concatenate([np.full(2 * g + 2, z), [decision.limit_level(int(n[-1]), settings.delta, a)]]),
         np.concatenate([np.full(g, True), np.full(g, False), [True, False, True]]),
     )
-    everything = _deltas(groups, (b, c, n), limits[:g], limits[g : 2 * g])
+    lows, highs, (macro_low, macro_high, lower) = limits[:g], limits[g : 2 * g], limits[2 * g :]
+    everything = _deltas(groups, (b, c, n), lows, highs)
     subjects, categories, micro = everything[:k], tuple(everything[k:-1]), everything[-1]
     adj_reg = _adjusted([s.p_regression or 1.0 for s in subjects], a, settings.correction)
     adj_imp = _adjusted([s.p_improvement or 1.0 for s in subjects], a, settings.correction)
@@ -316,14 +317,14 @@ def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
     return Comparison(
         settings=settings,
         micro=micro,
-        macro=_macro(subjects, (float(limits[2 * g]), float(limits[2 * g + 1]))),
+        macro=_macro(subjects, (float(macro_low), float(macro_high))),
         bootstrap=_bootstrap(pairs, settings) if settings.bootstrap_resamples > 0 else None,
         noninferiority=_noninferiority(
             (micro.lost, micro.gained, micro.n),
             settings.delta,
             a,
             micro.p_regression is not None and micro.p_regression < a,
-            float(limits[-1]),
+            float(lower),
         ),
         subjects=tuple(subjects),
         categories=categories,
