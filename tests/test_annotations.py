@@ -23,8 +23,8 @@ from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.records.stored import NoiseEntry
 from mmlu_track.settings.config import DataConfig
-from mmlu_track.store.mlflow import metrics
-from mmlu_track.store.mlflow_tables import question_columns
+from mmlu_track.store.mlflow.live import metrics
+from mmlu_track.store.mlflow.tables import question_columns
 from mmlu_track.store.sql import SqlStore
 
 from .conftest import CliResult

@@ -1,5 +1,7 @@
 """One error base: every error the package raises on purpose is an `MmluTrackError` that a command
-says in one line; anything else is a bug, said as one (exit 2, its traceback saved, secrets masked)."""
+says in one line (exit 2); anything else is a bug, said as one (exit 70, its traceback saved, secrets
+masked). A broad `except` around the package's own code would turn a bug into a warning or into "bad
+input": each library call is wrapped alone, and a non-library exception injected there exits 70."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mmlu_track.support.errors import MmluTrackError
+from mmlu_track.support.errors import EXIT_BUG, MmluTrackError
 
-from .conftest import CliResult
+from .conftest import CliResult, synthetic_run
 from .test_layout import GRAPH
 
 Cli = Callable[..., CliResult]
@@ -45,7 +47,7 @@ def _a_bug(*_: object, **__: object) -> None:
 
 
 def _said_as_a_bug(proc: CliResult) -> Path:
-    assert proc.code == 2
+    assert proc.code == EXIT_BUG == 70
     (line,) = proc.errors
     assert "internal error (a bug in mmlu_track, not your input): KeyError" in line
     assert "s3cret" not in proc.err
@@ -133,3 +135,128 @@ def test_hydras_refusal_of_an_override_is_one_line_in_every_command(
         assert got.code == 2, (args, got.err)
         assert got.err.strip().splitlines() == [f"mmlu_track: error: {line}"], args
     assert list(tmp_path.iterdir()) == []
+
+
+def _injected(*_: object, **__: object) -> None:
+    raise ZeroDivisionError("injected")
+
+
+def _a_bug_not_bad_input(proc: CliResult, step: str) -> None:
+    """Exit 70 with the bug's one line naming the injected exception, never "cannot be opened"."""
+    assert proc.code == 70, (step, proc.err)
+    (line,) = proc.errors
+    assert "internal error (a bug in mmlu_track, not your input): ZeroDivisionError: injected" in line, step
+    assert "cannot be opened" not in proc.err
+    assert "warning" not in proc.err
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["mmlu_track.store.db.make_engine", "mmlu_track.store.sql.upgrade", "mmlu_track.store.db.upgrade"],
+)
+def test_a_bug_in_the_database_layer_is_a_bug_not_an_unopenable_database(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """`runs list` with the database layer raising a ZeroDivisionError said "the results database
+    ... cannot be opened: injected" and exited 2 (db.py's and sql.py's broad excepts); `db-upgrade`
+    the same through runs.py's. A driver's own error stays the one line of exit 2."""
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    from mmlu_track.store.sql import SqlStore
+
+    SqlStore(db).close()
+    with monkeypatch.context() as m:
+        m.setattr(where, _injected)
+        if where.endswith("db.upgrade"):  # the explicit command's own call
+            _a_bug_not_bad_input(cli("runs", "--db", db, "db-upgrade", cwd=tmp_path), "db-upgrade")
+        else:
+            _a_bug_not_bad_input(cli("runs", "--db", db, "list", cwd=tmp_path), "list")
+    proc = cli("runs", "--db", "postgresql+psycopg://127.0.0.1:1/none", "list", cwd=tmp_path)
+    assert proc.code == 2
+    assert "bug" not in proc.err
+
+
+def test_a_bug_reading_a_listed_run_is_not_an_unreadable_record(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """runs.py's listing read a run's settings under `except (..., AttributeError)`: a bug raising
+    AttributeError there was listed as "?" (an old record), exit 0."""
+    from mmlu_track.store.sql import SqlStore
+
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    store = SqlStore(db)
+    synthetic_run(store, "m", {"anatomy": [True, False]})
+    store.close()
+
+    def broken(*_: object) -> None:
+        raise AttributeError("injected")
+
+    assert cli("runs", "--db", db, "list", cwd=tmp_path).code == 0
+    monkeypatch.setattr("mmlu_track.commands.runs._section", broken)
+    proc = cli("runs", "--db", db, "list", cwd=tmp_path)
+    assert proc.code == 70, proc.err
+    assert "AttributeError: injected" in proc.errors[0]
+
+
+def test_a_bug_while_logging_to_mlflow_is_a_bug_not_a_not_logged_warning(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LiveRun's calls caught every exception as "MLflow failed: not logged", the package's own code
+    inside them included (the run's metrics, its description)."""
+    import mmlu_track.store.mlflow.live
+
+    monkeypatch.setattr(mmlu_track.store.mlflow.live, "metrics", _injected)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ("model=tiny", "device=cpu", "subjects=anatomy", "limit=1", "k=0", "tracking.mlflow=true",
+            f"tracking.mlflow_uri={uri}", f"hydra.run.dir={tmp_path / 'out'}")  # fmt: skip
+    _a_bug_not_bad_input(cli("eval", *args, cwd=tmp_path), "eval")
+
+
+@pytest.mark.parametrize("where", ["comparison.shown", "registry.quiet"])
+def test_a_bug_logging_a_comparison_or_reading_the_registry_is_a_bug(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """mlflow_comparison.py caught every exception as "logging to MLflow failed" (a warning, exit 0),
+    registry.py every one as "not promoted" or "no model version"."""
+    import mmlu_track.store.mlflow
+    from mmlu_track.store.sql import SqlStore
+
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    store = SqlStore(db)
+    flags = {"anatomy": [True, False] * 20}
+    base, cand = synthetic_run(store, "m", flags), synthetic_run(store, "m", flags)
+    store.close()
+    module, name = where.split(".")
+    monkeypatch.setattr(getattr(mmlu_track.store.mlflow, module), name, _injected)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    baseline = base if module == "comparison" else "models:/m@champion"
+    proc = cli("compare", f"baseline={baseline}", f"candidate={cand}", f"tracking.db_url={db}",
+               f"tracking.mlflow_uri={uri}", "tracking.mlflow=true", "gate=warn_only",
+               f"hydra.run.dir={tmp_path / 'report'}", cwd=tmp_path)  # fmt: skip
+    _a_bug_not_bad_input(proc, where)
+
+
+def test_a_registry_alias_on_a_dead_tracking_server_is_one_line_within_seconds(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """`models:/NAME@ALIAS` against a server that does not answer hung for minutes (no reachability
+    check, MLflow's own retries): one line, exit 2, within about 10 s."""
+    import socket
+    import time
+
+    from mmlu_track.store.sql import SqlStore
+
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    SqlStore(db).close()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    began = time.monotonic()
+    proc = cli("compare", "baseline=models:/m@champion", "candidate=abc", f"tracking.db_url={db}",
+               f"tracking.mlflow_uri=http://bob:s3cret@127.0.0.1:{port}", f"hydra.run.dir={tmp_path / 'r'}",
+               cwd=tmp_path)  # fmt: skip
+    assert time.monotonic() - began < 10
+    assert proc.code == 2, proc.err
+    (line,) = proc.errors
+    said = f"cannot resolve models:/m@champion: MLflow server http://bob:***@127.0.0.1:{port} is unreachable"
+    assert said in line
+    assert "s3cret" not in proc.err

@@ -129,6 +129,33 @@ def test_above_the_store_no_module_imports_the_orm() -> None:
     assert users == []
 
 
+MLFLOW_ROOM = "mmlu_track.store.mlflow"
+
+
+def test_mlflow_is_one_room_of_the_store_with_one_face() -> None:
+    """Outside the room only its face (`store/mlflow/__init__.py`) is imported, never a module of it;
+    only the room imports MLflow itself; and the face names no tag, page or client."""
+    inside = [m for m in GRAPH if m.startswith(MLFLOW_ROOM + ".")]
+    assert {m.rsplit(".", 1)[1] for m in inside} >= {"client", "live", "comparison", "registry", "sync"}
+    reaching = sorted(
+        f"{m} -> {d}"
+        for m in GRAPH
+        if not _within(m, (MLFLOW_ROOM,))
+        for d in _own(m)
+        if d.startswith(MLFLOW_ROOM + ".")
+    )
+    assert reaching == []
+    users = sorted(m for m in GRAPH if not _within(m, (MLFLOW_ROOM,)) and MLFLOW_ROOM in _own(m))
+    assert {"mmlu_track.gate.publish", "mmlu_track.gate.run", "mmlu_track.commands.runs"} <= set(users)
+    assert all(_part(m) in ("mmlu_track.store", "mmlu_track.gate", "mmlu_track.commands") for m in users)
+    mlflow_users = sorted(m for m, deps in GRAPH.items() if any(d.split(".")[0] == "mlflow" for d in deps))
+    assert mlflow_users
+    assert all(_within(m, (MLFLOW_ROOM,)) for m in mlflow_users), mlflow_users
+    import mmlu_track.store.mlflow as face
+
+    assert not [n for n in face.__all__ if re.search(r"tag|TAG|client|Client|NOTE|VIEW", n)]
+
+
 def test_hydra_stops_at_the_entry_points() -> None:
     users = sorted(
         m for m, deps in GRAPH.items() if any(d.split(".")[0] in ("hydra", "omegaconf") for d in deps)
@@ -136,6 +163,7 @@ def test_hydra_stops_at_the_entry_points() -> None:
     assert users == [
         "mmlu_track.commands.cli",
         "mmlu_track.commands.compose",
+        "mmlu_track.commands.exits",
         "mmlu_track.commands.launchers",
     ]
 

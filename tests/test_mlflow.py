@@ -14,8 +14,8 @@ from mlflow.tracking import MlflowClient
 
 from mmlu_track.commands.runs import main as runs_main
 from mmlu_track.pipeline.evaluate import QUIET, Display, Origin, run
-from mmlu_track.store import mlflow_views
-from mmlu_track.store.mlflow import GATE_TAG, RUN_ID_TAG, SWEEP_TAG, metric_key
+from mmlu_track.store.mlflow import views as mlflow_views
+from mmlu_track.store.mlflow.live import GATE_TAG, RUN_ID_TAG, SWEEP_TAG, metric_key
 from mmlu_track.store.sql import SqlStore
 
 from . import warm
@@ -178,7 +178,7 @@ def test_sync_sends_a_run_where_it_was_meant_to_go(
 def test_processes_starting_together_share_one_fresh_mlflow_store(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = (
-        "from mmlu_track.store.mlflow_client import client_and_experiment\n"
+        "from mmlu_track.store.mlflow.client import client_and_experiment\n"
         f"print(client_and_experiment({uri!r}, 'mmlu_track')[1])\n"
     )
     procs = [warm.Popen(["-c", code]) for _ in range(4)]
@@ -193,7 +193,7 @@ def test_every_setting_and_every_loaded_fact_is_a_param() -> None:
     import dataclasses
 
     from mmlu_track.settings.config import applies, to_dict
-    from mmlu_track.store.mlflow import params
+    from mmlu_track.store.mlflow.live import params
 
     start = synthetic_start()
     got = params(start)
@@ -240,7 +240,7 @@ def test_the_view_is_ours_to_update_and_a_users_is_left_alone(monkeypatch: pytes
         assert str(mlflow_views.url(local, "1")).startswith("http://127.0.0.1:5000/#/experiments/1/runs?")
     assert mlflow_views.url("databricks", "1") is None  # its workspace has its own UI: no made-up link
     # No tracking.mlflow_uri: MLflow's own MLFLOW_TRACKING_URI is where the run went, so the link too
-    from mmlu_track.store.mlflow import LiveRun
+    from mmlu_track.store.mlflow.live import LiveRun
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://bob:s3cret@mlflow.example.com:5000")
     live = LiveRun(None, "e", print)
@@ -249,7 +249,7 @@ def test_the_view_is_ours_to_update_and_a_users_is_left_alone(monkeypatch: pytes
 
 
 def test_the_latest_gate_sits_under_the_headline_where_mlflow_does_not_fold_it() -> None:
-    from mmlu_track.store.mlflow_pages import GATE_LINE, gate_line
+    from mmlu_track.store.mlflow.pages import GATE_LINE, gate_line
 
     note = "MMLU micro accuracy 50.00 %\n\nmodel · prompt\n\n| category | accuracy |\n|---|---|"
     once = gate_line(note, "PASS vs baseline a", "#/experiments/2/runs/r1")
@@ -267,7 +267,7 @@ def test_a_run_mlflow_no_longer_has_is_reopened_as_a_new_one_and_only_then(tmp_p
     """Resuming: the recorded MLflow run deleted, or not on this server, gets a new run (MLflow's
     answers, `RUN_GONE`, as this MLflow gives them). Any other failure (a store locked for 20 s, tried
     by hand) breaks logging with one warning and never replaces the recorded run."""
-    from mmlu_track.store.mlflow import LiveRun
+    from mmlu_track.store.mlflow.live import LiveRun
 
     uri, start, warned = f"sqlite:///{tmp_path / 'm.db'}", synthetic_start(), list[str]()
     first = LiveRun(uri, "e", warned.append).open("r1", start)

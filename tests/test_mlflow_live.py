@@ -14,8 +14,8 @@ from mlflow.tracking import MlflowClient
 
 from mmlu_track.eval.scoring import SCORERS
 from mmlu_track.pipeline import evaluate as pipeline
-from mmlu_track.store.mlflow import RUN_ID_TAG
-from mmlu_track.store.mlflow_pages import shown
+from mmlu_track.store.mlflow.live import RUN_ID_TAG
+from mmlu_track.store.mlflow.pages import shown
 from mmlu_track.store.sql import SqlStore
 
 from . import warm

@@ -14,8 +14,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mmlu_track.pipeline.evaluate import QUIET, run
-from mmlu_track.store import mlflow_views
-from mmlu_track.store.mlflow_pages import shown
+from mmlu_track.store.mlflow import views as mlflow_views
+from mmlu_track.store.mlflow.pages import shown
 
 from .conftest import CliResult, tiny_run_cfg
 

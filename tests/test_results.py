@@ -74,7 +74,7 @@ def test_jsonl_round_trip(tmp_path: Path) -> None:
 
 
 def test_subject_plot_order_is_fixed_by_category_then_subject() -> None:
-    from mmlu_track.store.plots import subject_order
+    from mmlu_track.store.mlflow.plots import subject_order
 
     order = subject_order(["virology", "anatomy", "college_physics", "philosophy", "abstract_algebra"])
     assert order == subject_order(sorted(order))  # the accuracies (and the input order) do not matter

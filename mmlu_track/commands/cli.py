@@ -5,7 +5,7 @@
 
 The DictConfig stops in this module: nothing below it imports hydra or omegaconf. Exit codes
 (`support/errors.py`): 0 done (or the gate passed), 1 only a gate's regression or inconclusive
-verdict, 2 any unusable input (Hydra's own usage errors included) or a bug, 130 Ctrl-C. Errors
+verdict, 2 any unusable input (Hydra's own usage errors included), 70 a bug, 130 Ctrl-C. Errors
 become exit codes in one place, `errors_as_exit_codes`: an `MmluTrackError` is its one line; any
 other exception is a bug, said as one, its traceback saved.
 """
@@ -16,13 +16,21 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from mmlu_track.commands.compose import config_message, plain, raw_refs, register_defaults, sub_overrides
+from mmlu_track.commands.compose import (
+    as_typed,
+    config_message,
+    plain,
+    raw_refs,
+    register_defaults,
+    sub_overrides,
+)
+from mmlu_track.commands.exits import Unusable, check_writable_cwd, errors_as_exit_codes, fail
 from mmlu_track.support.console import redacted_stderr
-from mmlu_track.support.errors import EXIT_ERROR, MmluTrackError
+from mmlu_track.support.errors import EXIT_BUG, EXIT_ERROR
 from mmlu_track.support.resources import CONF_DIR
 
 if TYPE_CHECKING:
@@ -143,106 +151,6 @@ def _hydra_line(err: Exception) -> str:
     return " ".join(said)
 
 
-class Unusable(SystemExit):
-    """Exit 2 with its one line (`fail`): a sweep's job passes the line on to the driver."""
-
-    def __init__(self, line: str, code: int = EXIT_ERROR) -> None:
-        super().__init__(code)
-        self.line = line
-
-
-def fail(message: str, *, refused: bool = False, code: int = EXIT_ERROR) -> NoReturn:
-    from mmlu_track.support.credentials import redact_text
-
-    # Masked here too: the last place any message passes before it leaves the process.
-    one_line = redact_text(" ".join(part.strip() for part in message.splitlines() if part.strip()))
-    print(f"mmlu_track: error: {one_line}", file=sys.stderr)
-    if refused:  # before any work, in a run: it leaves no output folder
-        from mmlu_track.commands.launchers import discard_unused
-
-        discard_unused()
-    raise Unusable(one_line, code)
-
-
-def bug(err: Exception) -> NoReturn:
-    """An exception no check foresaw is a bug, never the user's typo: its traceback (secrets masked)
-    is saved, and one line says so and where (exit 2)."""
-    import tempfile
-    import time
-    import traceback
-
-    from mmlu_track.support.credentials import redact_text
-
-    folder = Path(tempfile.gettempdir())
-    with suppress(Exception):  # inside a Hydra job: beside its other files
-        from hydra.core.hydra_config import HydraConfig
-
-        folder = Path(HydraConfig.get().runtime.output_dir)
-    saved = folder / f"mmlu_track-bug-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
-    try:
-        saved.write_text(redact_text("".join(traceback.format_exception(err))), encoding="utf-8")
-        where = f"its traceback is in {saved}"
-    except OSError as write_err:
-        where = f"its traceback could not be saved ({write_err.strerror or write_err})"
-    first = (str(err).splitlines() or [""])[0]
-    fail(f"internal error (a bug in mmlu_track, not your input): {type(err).__name__}: {first}; {where}")
-
-
-@contextmanager
-def errors_as_exit_codes(*, refused: bool = False) -> Iterator[None]:
-    """The one place an exception becomes an exit code: an `MmluTrackError` (or OmegaConf's own
-    config error) exits with its one line (`refused`, or raised before any work: no output folder
-    is left); any other exception is a bug (`bug`). Exits (SystemExit) and Ctrl-C pass through."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    from mmlu_track.settings.typed import ConfigError
-
-    try:
-        yield
-    except MmluTrackError as err:  # a ConfigError's line names its full key (`config_message`)
-        said = config_message(err) if isinstance(err, ConfigError) else str(err)
-        fail(said, refused=refused or err.before_any_work, code=err.exit_code)
-    except OmegaConfBaseException as err:
-        fail(config_message(err), refused=True)
-    except Exception as err:
-        bug(err)
-
-
-def check_writable_cwd(argv: list[str]) -> None:
-    """Hydra creates the output folder before any of our code runs, and its failure is a stack
-    trace: refuse a read-only working directory, or an unwritable `hydra.run.dir=` /
-    `hydra.sweep.dir=`, up front, in one line."""
-    given = [a.split("=", 1) for a in argv if a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
-    for key, value in given:
-        folder = Path(value.strip("'\"")).expanduser().absolute()
-        existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
-        if not os.access(existing, os.W_OK):
-            fail(f"{key}={folder} cannot be created: {existing} is not writable; choose a writable folder")
-        _try_making(key, folder, existing)
-    if given:
-        return
-    cwd = os.getcwd()
-    if not os.access(cwd, os.W_OK):
-        fail(
-            f"the working directory {cwd} is not writable (outputs/ and the default results database go "
-            "there): run from a writable folder, or set hydra.run.dir=DIR and tracking.db_url=URL"
-        )
-
-
-def _try_making(key: str, folder: Path, existing: Path) -> None:
-    """Make the folders Hydra will make, and take them away again: a place where permissions say
-    yes and the filesystem says no (`/proc`, a full or read-only mount) is refused in one line,
-    not in Hydra's chained tracebacks."""
-    made = [p for p in (folder, *folder.parents) if p != existing and existing in p.parents]
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        fail(f"{key}={folder} cannot be created: {err.strerror or err}; choose a writable folder")
-    for path in made:  # deepest first: Hydra makes them again, as it always does
-        with suppress(OSError):
-            path.rmdir()
-
-
 def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str, Any]], object]) -> None:
     """With -m, compose and check every job's config before the first job starts (Hydra's own
     sweepers stop a sweep at its first bad job, after the jobs before it have run)."""
@@ -275,11 +183,11 @@ def _eval_config(cfg: Any) -> EvalConfig:
     from mmlu_track.settings.checks import eval_config_from_dict
     from mmlu_track.support.credentials import remember_overrides
 
-    remember_overrides(list(HydraConfig.get().overrides.task))  # a launched job's own
+    remember_overrides(as_typed(HydraConfig.get().overrides.task))  # a launched job's own
     with errors_as_exit_codes(refused=True):
         raw = plain(cfg)
         if isinstance(raw.get("gate"), dict):
-            overrides = list(HydraConfig.get().overrides.task)
+            overrides = as_typed(HydraConfig.get().overrides.task)
             raw["gate"] = raw_refs(raw["gate"], sub_overrides(overrides, "gate"))
         return eval_config_from_dict(anchored(raw, Path(HydraConfig.get().runtime.cwd)))
 
@@ -303,13 +211,19 @@ def main() -> None:
         except Unusable as exc:  # in a sweep, a process exit would make Ray retry a job that cannot succeed
             if HydraConfig.get().mode != RunMode.MULTIRUN:
                 raise
+            codes.append(int(exc.code or EXIT_ERROR))  # a bug's 70 outlives Hydra's failed-job exit
             raise JobFailed(f"mmlu_track: error: sweep job {HydraConfig.get().job.num}: {exc.line}") from None
 
     codes: list[int] = []
     check_writable_cwd(sys.argv[1:])
     validate_sweep(sys.argv[1:], "eval", eval_config_from_dict)
-    with hydra_exit_codes("run the same command to resume"), redacted_stderr():
-        app()
+    try:
+        with hydra_exit_codes("run the same command to resume"), redacted_stderr():
+            app()
+    except SystemExit as exc:
+        if exc.code == EXIT_ERROR and EXIT_BUG in codes:  # a sweep with a job that hit a bug
+            raise SystemExit(EXIT_BUG) from None
+        raise
     # The sequential gate's verdict leaves only here (exit 1 from inside Hydra is a usage error).
     if codes:
         sys.exit(max(codes))
@@ -345,7 +259,7 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
 
 
 def compare_main() -> None:
-    """`python -m mmlu_track.compare`: exit 0 pass, 1 regression or inconclusive, 2 unusable input."""
+    """`python -m mmlu_track.compare`: exit 0 pass, 1 regression or inconclusive, 2 bad input, 70 a bug."""
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig
@@ -362,7 +276,7 @@ def compare_main() -> None:
     def app(cfg: DictConfig) -> None:
         redact_hydra_files()
         with errors_as_exit_codes(refused=True):  # its reports, when written, keep the folder
-            raw = raw_refs(plain(cfg), list(HydraConfig.get().overrides.task))
+            raw = raw_refs(plain(cfg), as_typed(HydraConfig.get().overrides.task))
             compare_cfg = compare_config_from_dict(raw)
             out = Path(HydraConfig.get().runtime.output_dir)
             codes.append(execute(compare_cfg, out, docs_for=question_docs))
@@ -375,7 +289,7 @@ def compare_main() -> None:
 
 
 def noise_main() -> None:
-    """`python -m mmlu_track.noise`: exit 0 with the measurement, 2 with one line."""
+    """`python -m mmlu_track.noise`: exit 0 with the measurement, 2 with one line, 70 a bug."""
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf, open_dict
@@ -389,9 +303,9 @@ def noise_main() -> None:
     @hydra.main(config_path=str(CONF_DIR), config_name="noise", version_base="1.3")
     def app(cfg: DictConfig) -> None:
         redact_hydra_files()
-        with open_dict(cfg):
-            raw = OmegaConf.to_container(cfg.pop("noise"), resolve=True)
-        with errors_as_exit_codes(refused=True):
+        with errors_as_exit_codes(refused=True):  # an interpolation that fails: one line, as any refusal
+            with open_dict(cfg):
+                raw = OmegaConf.to_container(cfg.pop("noise"), resolve=True)
             noise = from_mapping(NoiseConfig, raw, prefix="noise.")  # type: ignore[arg-type]
             check_noise(noise)
         eval_cfg = _eval_config(cfg)

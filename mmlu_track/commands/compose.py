@@ -94,12 +94,24 @@ def register_defaults() -> None:
 
 def config_message(err: Exception) -> str:
     """One line for a configuration error, naming the full key (OmegaConf's first line may not)."""
-    from omegaconf.errors import MissingMandatoryValue
+    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
     if isinstance(err, MissingMandatoryValue) and getattr(err, "full_key", None):
         return f"Missing mandatory value: {err.full_key}"
     line = str(err).splitlines()[0]
-    return line[line.find(REQUIRED) :] if REQUIRED in line else line  # from `${required:KEY}`
+    if REQUIRED in line:  # from `${required:KEY}`
+        return line[line.find(REQUIRED) :]
+    key = getattr(err, "full_key", None)  # an interpolation's own line names no key
+    return f"{key}: {line}" if isinstance(err, InterpolationResolutionError) and key else line
+
+
+def as_typed(overrides: Any) -> list[str]:
+    """A Hydra overrides list (`HydraConfig.get().overrides.task`) as the strings typed: read
+    unresolved, since an override's value may hold `${...}`, which iterating the node would try to
+    interpolate (a traceback for `model.name=${oops}`, before any check could say it in one line)."""
+    from omegaconf import OmegaConf
+
+    return [str(o) for o in OmegaConf.to_container(overrides, resolve=False)]  # type: ignore[union-attr]
 
 
 def sub_overrides(overrides: list[str], group: str) -> list[str]:

@@ -15,7 +15,7 @@ SLURM through submitit, Ray) behaves as the same command run here.
   (`SweepResults`, a Hydra callback in conf/eval.yaml), which submitit keeps in its job logs.
 - **A refused run leaves no folder**: `NewFolders` (a callback in conf/eval.yaml and
   conf/compare.yaml) notes which folders Hydra makes for a run; a refusal before any work
-  (`cli.fail(..., refused=True)`) removes them with `discard_unused` if they hold only Hydra's files.
+  (`exits.fail(..., refused=True)`) removes them with `discard_unused` if they hold only Hydra's files.
 - **Hydra's own files keep no password**: `redact_hydra_files` rewrites the `.hydra/*.yaml` (and a
   sweep's `multirun.yaml`) Hydra saved before the job started, every URL's password masked.
 """
@@ -87,7 +87,9 @@ def job_command(hc: Any) -> list[str] | None:
 
     if hc.mode != RunMode.MULTIRUN:
         return None
-    return ["python", "-m", "mmlu_track", *hc.overrides.hydra, *hc.overrides.task]
+    from mmlu_track.commands.compose import as_typed
+
+    return ["python", "-m", "mmlu_track", *as_typed(hc.overrides.hydra), *as_typed(hc.overrides.task)]
 
 
 def host_share(hc: Any, shards: int) -> int:

@@ -41,9 +41,7 @@ from mmlu_track.records.run import RunRecord
 from mmlu_track.records.stored import NoiseEntry
 from mmlu_track.settings.config import EvalConfig, GateConfig, NoiseConfig
 from mmlu_track.stats.noise_margin import PairNoise, Recommendation, Spread, pair_noise, recommend
-from mmlu_track.store.mlflow import metric_key
-from mmlu_track.store.mlflow_comparison import ComparisonLog
-from mmlu_track.store.mlflow_pages import NOTE_TAG
+from mmlu_track.store.mlflow import NoiseRun, Target
 from mmlu_track.store.recorder import StoreOnDemand
 
 NOISE_FILE = "noise.json"
@@ -193,9 +191,10 @@ def _measure(
     reference = outs["reference"].record
     if reference is not None:
         entry = _entry(report, reference)
-        log = _mlflow_log(report, entry, output_dir) if cfg.tracking.mlflow else None
+        target = Target(cfg.tracking.mlflow_uri, noise.experiment)
+        log = _mlflow_run(report, entry, output_dir, target) if cfg.tracking.mlflow else None
         sql = store.get()
-        entry, page = sql.noise.record(entry, log, cfg.tracking.mlflow_uri, noise.experiment)
+        entry, page = sql.noise.record(entry, log)
         echo(f"noise measurement {entry.id[:12]} stored in {sql.url}: the gate reads it for this protocol")
         if entry.mlflow_run_id is not None:
             echo(f"MLflow: {page or f'run {entry.mlflow_run_id}'} (experiment {noise.experiment!r})")
@@ -219,24 +218,25 @@ def _entry(report: NoiseReport, reference: RunRecord) -> NoiseEntry:
     )
 
 
-def _mlflow_log(report: NoiseReport, entry: NoiseEntry, output_dir: Path) -> ComparisonLog:
+def _mlflow_run(report: NoiseReport, entry: NoiseEntry, output_dir: Path, target: Target) -> NoiseRun:
     """The measurement's MLflow run: its paragraph as the description, flips and margin as metrics."""
     rec, spread = report.recommendation, report.spread
     # Units as everywhere: a share of questions (a flip rate) a fraction, as accuracies are; a margin
     # and a spread of accuracy in points (`_pts`), as the description and the gate print them.
     metrics = {"n": float(rec.n), "flip_rate_max": rec.flip_rate, "recommended_margin_pts": 100 * rec.margin}
-    metrics |= {metric_key("flip_rate", p.name): p.flip_rate for p in report.pairs}
+    metrics |= {f"flip_rate/{p.name}": p.flip_rate for p in report.pairs}
     if spread is not None:
         metrics |= {"shot_seed_range_pts": 100 * spread.range} | (
             {"shot_seed_sd_pts": 100 * spread.sd} if len(spread.accuracies) > 1 else {}
         )
-    return ComparisonLog(
+    return NoiseRun(
+        target=target,
         name=f"noise {entry.model_name} n={rec.n}",
-        tags={NOTE_TAG: rec.paragraph(spread), "mmlu_track.noise_id": entry.id},
-        params={metric_key("run", name): run_id for name, run_id in report.runs.items()},
+        noise_id=entry.id,
+        description=rec.paragraph(spread),
+        runs=dict(report.runs),
         metrics=metrics,
-        files=[output_dir / NOISE_FILE],
-        kind="noise",
+        files=(output_dir / NOISE_FILE,),
     )
 
 

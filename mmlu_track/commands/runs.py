@@ -5,6 +5,8 @@ python -m mmlu_track.runs show RUN            # one run: settings and per-subjec
 python -m mmlu_track.runs sync                # log finished runs that MLflow missed
 python -m mmlu_track.runs noise               # the noise measurements (python -m mmlu_track.noise)
 python -m mmlu_track.runs --db URL db-upgrade # migrate a shared server database (explicitly, once)
+
+Exit codes: 0 done, 2 unusable input or a run that could not be synced (one line on stderr), 70 a bug.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple, NoReturn
 from mmlu_track.records.protocol import RecordError
 from mmlu_track.records.stored import RunStatus, ambiguous
 from mmlu_track.settings.config import DB_URL_ENV, DEFAULT_ALPHA, DEFAULT_DB_URL
-from mmlu_track.store.db import StoreError, parse_url
+from mmlu_track.store.db import parse_url
 from mmlu_track.support.console import reader_gone
 from mmlu_track.support.credentials import redact, redact_text
 from mmlu_track.support.errors import EXIT_ERROR, MmluTrackError
@@ -46,14 +48,26 @@ class _Facts(NamedTuple):
     limit: str  # questions per subject, or all
 
 
+def _section(cfg: object, name: str) -> dict[str, object] | None:
+    """A settings group of a stored config (`{}` where absent), None where it is not a mapping."""
+    if not isinstance(cfg, dict):
+        return None
+    section = cfg.get(name, {})
+    return section if isinstance(section, dict) else None
+
+
 def _facts(run: StoredRun) -> _Facts:
     """From the columns and the settings' few keys: a listing parses no record (5 ms a run)."""
+    unreadable = _Facts("?", run.scoring, "?", "?")  # recorded by an incompatible version: listed, not fatal
     try:
         cfg = json.loads(run.config_json)
         dtype = run.model_dtype or (record.start.model.dtype if (record := run.record) else run.config.dtype)
-        model, scoring, limit = cfg.get("model", {}), cfg.get("scoring", {}), cfg.get("limit")
-    except (RecordError, ValueError, AttributeError):
-        return _Facts("?", run.scoring, "?", "?")  # recorded by an incompatible version: listed, not fatal
+    except (RecordError, ValueError):
+        return unreadable
+    model, scoring = _section(cfg, "model"), _section(cfg, "scoring")
+    if not isinstance(cfg, dict) or model is None or scoring is None:
+        return unreadable
+    limit = cfg.get("limit")
     seeded = f"seed={model.get('tiny_seed')}" if model.get("source") == "tiny" else "-"  # random weights
     version = run.model_revision or seeded
     circular = "/circular" if scoring.get("choice_order") == "circular" else ""
@@ -176,8 +190,7 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
 def _sync(store: SqlStore, args: argparse.Namespace) -> int:
     """Exit 2 when a run could not be logged (1 is the gate's verdict alone), in one line."""
     from mmlu_track.eval.plan import question_docs
-    from mmlu_track.store.mlflow_client import MlflowUnavailable
-    from mmlu_track.store.mlflow_sync import log_run, uri_for_sync
+    from mmlu_track.store.mlflow import MlflowUnavailable, log_run, uri_for_sync
 
     pending = store.runs(limit=10_000, unsynced=True)
     failed: list[str] = []
@@ -214,17 +227,16 @@ def _sync(store: SqlStore, args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(url: str) -> None:
-    from mmlu_track.store.db import db_error, open_engine, upgrade
+    from mmlu_track.store.db import DB_ERRORS, db_error, open_engine, upgrade
 
     engine = open_engine(url)
     try:
-        print(f"{redact(url)}: schema at {upgrade(engine, shared=True)}")
-    except StoreError:
-        raise
-    except Exception as err:  # an unreachable server: the driver's own error type
+        revision = upgrade(engine, shared=True)
+    except DB_ERRORS as err:  # an unreachable server: the driver's own error type
         raise db_error(url, err, "cannot be upgraded") from err
     finally:
         engine.dispose()
+    print(f"{redact(url)}: schema at {revision}")
 
 
 def _noise(store: SqlStore, args: argparse.Namespace) -> int:
@@ -259,7 +271,11 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m mmlu_track.runs", description=__doc__.splitlines()[0])
+    parser = OneLineParser(
+        prog="python -m mmlu_track.runs",
+        description=__doc__.splitlines()[0],
+        epilog="exit codes: 0 done, 2 unusable input (one line on stderr), 70 a bug in mmlu_track",
+    )
     parser.add_argument("--db", default=os.environ.get(DB_URL_ENV, DEFAULT_DB_URL), help="SQLAlchemy URL")
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="list runs, newest first")
@@ -303,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         raise  # the reader stopped: `cli` ends quietly
     except Exception as err:
-        from mmlu_track.commands.cli import bug
+        from mmlu_track.commands.exits import bug
 
         bug(err)
 

@@ -68,6 +68,7 @@ class LetterRequest:
 
     @property
     def continuations(self) -> tuple[str, ...]:
+        """The four scored continuations, `answer_lead` then each letter A-D, in letter order."""
         return tuple(f"{self.answer_lead}{letter}" for letter in LETTERS)
 
 
@@ -97,7 +98,9 @@ class Backend(Protocol):
     one a request's `prefix`, a server a chat request's `messages`)."""
 
     @property
-    def info(self) -> ModelInfo: ...
+    def info(self) -> ModelInfo:
+        """The model as the run record and its identity describe it."""
+        ...
 
     def encode(self, text: str) -> list[int]:
         """The token ids the model would see for `text` (its BOS token first where it adds one)."""

@@ -32,6 +32,7 @@ class Batching:
 
     @classmethod
     def of(cls, cfg: EvalConfig) -> Batching:
+        """The batching an evaluation's settings ask for (its scoring, `batch_size`, `batch_tokens`)."""
         return cls(cfg.scoring, cfg.batch_size, cfg.batch_tokens)
 
 

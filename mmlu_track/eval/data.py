@@ -49,6 +49,8 @@ class Question:
 
 @dataclass(frozen=True)
 class SubjectData:
+    """One subject's questions as loaded: its whole dev split (the shots) and test split, in source order."""
+
     subject: str
     dev: tuple[Question, ...]
     test: tuple[Question, ...]
@@ -252,12 +254,14 @@ def _load_local(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ..
     )
 
 
-_SPLIT_CACHE: dict[Path, list[dict[str, Any]]] = {}
+_SPLIT_CACHE: dict[tuple[Path, int, int, int], list[dict[str, Any]]] = {}
 
 
 def _cached_split(path: Path, read: Callable[[Path], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    # A whole-split file is read once for all 57 subjects, not once per subject.
-    key = path.resolve()
+    # A whole-split file is read once for all 57 subjects, not once per subject; keyed by what the
+    # file is now (inode, size, modification time), so a file rewritten at the same path is read anew.
+    st = path.stat()
+    key = (path.resolve(), st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _SPLIT_CACHE:
         rows = read(path)
         for number, row in enumerate(rows, 1):

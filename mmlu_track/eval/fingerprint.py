@@ -19,6 +19,7 @@ from typing import Any
 
 
 def file_sha256(path: Path) -> str:
+    """The hex sha256 of one file's bytes, read afresh (no cache); OSError if it cannot be read."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):

@@ -1,4 +1,4 @@
-"""Generation scoring: greedy decoding; the answer is read by `ScoringConfig.extract`
+r"""Generation scoring: greedy decoding; the answer is read by `ScoringConfig.extract`
 (`answers.read_answer`): the first non-whitespace character (A-D, else invalid and wrong), or the
 first answer pattern that matches.
 
@@ -6,7 +6,7 @@ With `first_char`, a row's answer is decided once its decoded text has a non-whi
 (or it ends: the end-of-sequence token, or `max_new_tokens`), so each row stops there and a batch
 stops when all of its rows have: the tokens after the deciding one cannot change
 `parse_generation`'s result, and `Score.generated` holds the decided part only. A newline does not
-stop a row: `parse_generation` skips leading whitespace, newlines included, so `"\\nB"` answers B.
+stop a row: `parse_generation` skips leading whitespace, newlines included, so `"\nB"` answers B.
 With `pattern`, a later token can always complete a match ("The answer is" ... " B"), so a row
 decodes until it ends, and `Score.generated` is the whole generation.
 
@@ -67,8 +67,8 @@ def score_generate(
     lm: LoadedModel, requests: Sequence[GenerationRequest], batching: Batching, progress: Progress
 ) -> list[Score]:
     """Greedy generation after each request's text, up to the scoring's `max_new_tokens`, stopped
-    once decided. With its `prefix_cache`, each distinct `prefix` is run once. (A chat request's
-    `messages` are rendered already: `text` is what the model reads.)"""
+    once decided. With its `prefix_cache`, each distinct `prefix` is run once. A chat request's
+    `messages` are rendered already: `text` is what the model reads."""
     cfg = batching.scoring
     # Room for the new tokens: the prompt keeps its end if it is too long.
     encoded = [fit(lm.encode(r.text), lm.info.max_length - cfg.max_new_tokens) for r in requests]
@@ -157,7 +157,7 @@ def _generate_with_prefix(
 
 
 def _generate_plain(work: _Work, rows: list[int]) -> None:
-    """transformers' greedy `generate` over whole prompts, stopped per row once decided."""
+    """Greedy decoding by transformers' `generate` over whole prompts, stopped per row once decided."""
     from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
     lm = work.lm

@@ -46,6 +46,7 @@ class PermanentError(ModelError):
     """The server refused the request for good (its status is `status`)."""
 
     def __init__(self, message: str, status: int) -> None:
+        """The one-line `message` shown to the user and the HTTP `status` the server answered."""
         super().__init__(message)
         self.status = status
 
@@ -97,6 +98,10 @@ class Client:
         max_retries: int,
         max_in_flight: int,
     ) -> None:
+        """A client of `base_url` (http or https with a host, else `ModelError`), authenticated by
+        `api_key` (a bearer token) or else the URL's `user:password@` (basic auth), both masked in
+        every text from now on; each try is cut at `timeout_s` seconds, retried `max_retries` times,
+        with at most `max_in_flight` requests on the wire at once. Connects to nothing yet."""
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ModelError(f"model.base_url={redact_text(base_url)!r} is not an http(s) URL with a host")
@@ -233,6 +238,7 @@ class Client:
             self._slot.notify_all()
 
     def resume(self) -> None:
+        """Undo `interrupt()`: requests may start and retry again."""
         self._interrupted.clear()
 
     def close(self) -> None:
@@ -291,9 +297,11 @@ class Client:
         )
 
     def post(self, path: str, body: dict[str, Any], *, full: bool = False) -> Any:
+        """`request("POST", ...)`: the decoded JSON answer to `body` sent as JSON, retried as any request."""
         return self.request("POST", path, body, full=full)
 
     def get(self, path: str, *, full: bool = False) -> Any:
+        """`request("GET", ...)`: the decoded JSON answer, retried as any request."""
         return self.request("GET", path, full=full)
 
 

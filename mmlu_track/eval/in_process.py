@@ -27,6 +27,9 @@ __all__ = ["SCORED_BY", "Batching", "InProcess", "load_backend"]
 
 @dataclass(frozen=True)
 class InProcess:
+    """The `Backend` of a model loaded in this process: its requests scored by `SCORERS` with
+    `batching`; without a `batching` it only tokenizes and renders, and scoring raises `RuntimeError`."""
+
     lm: models.LoadedModel
     batching: Batching | None = None  # None: a backend that only tokenizes and renders (tests)
 
@@ -37,22 +40,29 @@ class InProcess:
 
     @property
     def info(self) -> ModelInfo:
+        """The loaded model's `ModelInfo`, as `models.load_model` made it."""
         return self.lm.info
 
     def encode(self, text: str) -> list[int]:
+        """The token ids of `text`, its BOS token first exactly when `info.add_bos` is true."""
         return self.lm.encode(text)
 
     @property
     def chat_template(self) -> str | None:
+        """The tokenizer's chat template (its Jinja source), None when it has none."""
         return template_source(self.lm.tokenizer)
 
     def apply_chat_template(self, messages: Messages) -> str:
+        """`messages` rendered by the tokenizer's template with its generation prompt (a system
+        message folded into the first user message where the template refuses one)."""
         return render_chat(self.lm.tokenizer, messages)[0]
 
     def score_letters(self, requests: Sequence[LetterRequest], progress: Progress) -> list[Score]:
+        """One `Score` per request, in order, from the model's logits of the letters (`scored_by` logits)."""
         return self._scored("logprob", requests, progress)
 
     def generate(self, requests: Sequence[GenerationRequest], progress: Progress) -> list[Score]:
+        """One `Score` per request, in order, from the model's greedy decoding (`scored_by` greedy)."""
         return self._scored("generate", requests, progress)
 
     def _scored(
@@ -65,9 +75,11 @@ class InProcess:
         return [replace(s, scored_by=SCORED_BY[method]) for s in scores]
 
     def traffic(self) -> Traffic:
+        """Always an empty `Traffic`: no server, no requests."""
         return Traffic()  # no server, no requests
 
     def close(self) -> None:
+        """Nothing to close: the weights go with the process (or with the last reference)."""
         pass  # the weights go with the process (or with the last reference)
 
 
@@ -75,12 +87,14 @@ SCORED_BY = {"logprob": "logits", "generate": "greedy"}  # the model's own logit
 
 
 def load_backend(cfg: EvalConfig) -> InProcess:
+    """The configured model loaded in this process (torch's threads set, seeded with the run's seed),
+    ready to score with the run's `Batching`; `ModelError` when it cannot be loaded."""
     _set_threads(cfg.threads)
     return InProcess(models.load_model(cfg), Batching.of(cfg))
 
 
 def _set_threads(count: int | str) -> None:
-    """torch's intra- and inter-op threads (`eval.threads`: prepare resolves `auto`); the inter-op
+    """Set torch's intra- and inter-op threads (`eval.threads`: prepare resolves `auto`); the inter-op
     pool only once per process: torch refuses a second setting once it has started."""
     import torch
 

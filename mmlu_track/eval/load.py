@@ -38,5 +38,5 @@ def load_backend(cfg: EvalConfig) -> Backend:
 
 
 def in_process(cfg: EvalConfig) -> bool:
-    """Does the configured model run in this process (torch, seeded with the run's seed)?"""
+    """Whether the configured model runs in this process (torch, seeded with the run's seed)."""
     return not is_served(cfg.model.source)

@@ -46,12 +46,17 @@ def _required(value: str | None, key: str, source: str) -> str:
 
 @dataclass
 class LoadedModel:
+    """A transformers model loaded in eval mode with its tokenizer, its `ModelInfo` and the token id
+    that pads batches (the tokenizer's pad token, else its EOS token, else 0)."""
+
     model: Any  # a transformers PreTrainedModel
     tokenizer: Any
     info: ModelInfo
     pad_id: int
 
     def encode(self, text: str) -> list[int]:
+        """The token ids of `text` (no special tokens added but the BOS token, first exactly when
+        `info.add_bos` is true and never twice)."""
         return self.encode_many([text])[0]
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
@@ -61,11 +66,14 @@ class LoadedModel:
         return [ids if ids[:1] == [bos] else [bos, *ids] for ids in batch] if self.info.add_bos else batch
 
     def decode(self, ids: list[int]) -> str:
+        """The text of token ids, special tokens left out."""
         text: str = self.tokenizer.decode(ids, skip_special_tokens=True)
         return text
 
 
 def resolve_device(device: str) -> str:
+    """The torch device to run on: `auto` is `cuda` where CUDA is available, else `cpu`; any other
+    name as given, but `ModelError` for a `cuda` device without CUDA."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():

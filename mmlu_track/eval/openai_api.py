@@ -60,6 +60,7 @@ from mmlu_track.settings.config import EvalConfig
 
 
 def one_choice(doc: Any) -> dict[str, Any]:
+    """The single choice of a completions answer; `PromptError` unless `choices` holds exactly one object."""
     choices = doc.get("choices") if isinstance(doc, dict) else None
     if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
         n = len(choices) if isinstance(choices, list) else "no"
@@ -86,6 +87,8 @@ def _legacy(lp: dict[str, Any]) -> dict[str, Any]:
 
 
 def logprobs_of(choice: dict[str, Any]) -> dict[str, Any]:
+    """A choice's `logprobs` in the legacy completions layout (llama.cpp's chat-style layout converted);
+    `PromptError` when it has none or no `top_logprobs` list."""
     lp = choice.get("logprobs")
     lp = _legacy(lp) if isinstance(lp, dict) else lp
     if not isinstance(lp, dict) or not isinstance(lp.get("top_logprobs"), list):
@@ -148,6 +151,8 @@ class Wire:
     def __init__(
         self, cfg: EvalConfig, client: Client, encoder: Callable[[str], list[int]], tokenizer: Any = None
     ) -> None:
+        """The run's settings, the server's `client`, the `encoder` of its tokens (the local tokenizer's
+        or the server's tokenize endpoint) and `model.tokenizer`'s tokenizer, or None where not given."""
         self.cfg = cfg
         self.client = client
         self._encode = encoder
@@ -159,9 +164,12 @@ class Wire:
         self.bos_text: str | None = tokenizer.bos_token if adds_bos else None
 
     def encode(self, text: str) -> list[int]:
+        """The token ids of `text`, as the `encoder` given at construction returns them."""
         return self._encode(text)
 
     def complete(self, prompt: str, **params: Any) -> dict[str, Any]:
+        """The server's JSON answer to `POST /completions` of `prompt` at temperature 0 with `params`
+        added; `ModelError` when it is not a JSON object (or the request fails, `http_api`)."""
         body = {"model": self.cfg.model.served_name, "prompt": prompt, "temperature": 0, **params}
         doc = self.client.post("/completions", body)
         if not isinstance(doc, dict):
@@ -213,6 +221,8 @@ class Served(Wire):
     it found (`echo_ok`: whether echoed log-probs can be trusted)."""
 
     def __init__(self, wire: Wire, info: ModelInfo, *, echo_ok: bool) -> None:
+        """The probed `wire`'s server, the model's `info`, whether echo scoring may be used (`echo_ok`);
+        from now on a request that fails for good says the run can be resumed."""
         super().__init__(wire.cfg, wire.client, wire._encode, wire.tokenizer)
         self._info = info
         self.echo_ok = echo_ok
@@ -225,24 +235,31 @@ class Served(Wire):
 
     @property
     def info(self) -> ModelInfo:
+        """The served model as the load-time probes described it."""
         return self._info
 
     def encode(self, text: str) -> list[int]:
+        """The token ids of `text` (`model.tokenizer`'s, else the server's tokenize endpoint's)."""
         return self._encode(text)
 
     @property
     def chat_template(self) -> str | None:
+        """`model.tokenizer`'s chat template (its Jinja source), None without one or without a tokenizer."""
         return None if self.tokenizer is None else template_source(self.tokenizer)
 
     def apply_chat_template(self, messages: Messages) -> str:
+        """`messages` rendered by `model.tokenizer`'s template with its generation prompt; `ModelError`
+        without `model.tokenizer`."""
         if self.tokenizer is None:  # config validation asks for model.tokenizer with a chat prompt
             raise ModelError("a served model's chat prompts are rendered by model.tokenizer's template")
         return render_chat(self.tokenizer, messages)[0]
 
     def close(self) -> None:
+        """Close the client's kept-alive connections."""
         self.client.close()
 
     def traffic(self) -> Traffic:
+        """The client's requests so far: sent, abandoned at `model.timeout_s`, seconds spent on those."""
         return self.client.traffic()
 
     def _logprob(self, text: str, continuations: tuple[str, ...]) -> Score:

@@ -92,7 +92,7 @@ def _next_token(served: Wire) -> dict[str, Any]:
 
 
 def _echo_usable(served: Wire, want: dict[str, Any]) -> bool:
-    """Are echoed log-probs those of the next-token distribution `want` (see the module docstring)?"""
+    """Whether echoed log-probs are those of the next-token distribution `want` (see the module docstring)."""
     top = served.cfg.model.top_logprobs
     try:
         lp = logprobs_of(one_choice(served.complete(_PROBE + " A", max_tokens=1, logprobs=top, echo=True)))

@@ -33,6 +33,8 @@ from mmlu_track.support.errors import MmluTrackError
 
 
 def fits_check(lm: Backend, reserve: int) -> Callable[[str], bool]:
+    """A test of whether a prompt's tokens fit the model's context with `reserve` tokens left over
+    (for generated tokens); it tokenizes only texts long enough to possibly not fit."""
     limit = lm.info.max_length - reserve
 
     def fits(text: str) -> bool:
@@ -153,6 +155,9 @@ def _refuse_too_long(
 
 @dataclass(frozen=True)
 class Plan:
+    """What a run scores: per subject its test questions (after `limit`) and its shots, the
+    fingerprints of those questions and of the shots, and, with `data.annotations`, their labels."""
+
     questions: dict[str, tuple[Question, ...]]  # per subject, the test questions to score
     shots: dict[str, tuple[Question, ...]]
     fingerprint: str
@@ -161,6 +166,7 @@ class Plan:
 
     @property
     def all_questions(self) -> list[Question]:
+        """Every planned test question, subject by subject in plan order."""
         return [q for qs in self.questions.values() for q in qs]
 
     def docs(self) -> Docs:
@@ -184,6 +190,9 @@ def question_docs(record: RunRecord) -> Docs | None:
 
 
 def plan(cfg: EvalConfig) -> Plan:
+    """The questions and shots the settings choose: each subject loaded and validated, its test split
+    subsampled to `limit`, its shots selected from dev; `DataError` (or `ValueError` for more shots
+    than dev rows) when they cannot be. No model is needed."""
     data = load_subjects(cfg.data, cfg.subjects)
     chosen = {s: subsample(d.test, cfg.limit, cfg.seed) for s, d in data.items()}
     seed = cfg.seed if cfg.shot_seed is None else cfg.shot_seed
@@ -215,10 +224,12 @@ class Unit:
 
     @property
     def positions(self) -> tuple[int, ...]:
+        """The unit's positions in its subject's plan: `picks` as given, else start to stop - 1 in order."""
         return self.picks or tuple(range(self.start, self.stop))
 
     @property
     def key(self) -> str:
+        """The unit's name, unique within a run: `subject[start:stop]`, or `subject[i,j,...]` for picks."""
         where = ",".join(map(str, self.picks)) if self.picks else f"{self.start}:{self.stop}"
         return f"{self.subject}[{where}]"
 

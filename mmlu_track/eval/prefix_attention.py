@@ -106,9 +106,9 @@ def attention(  # noqa: PLR0917 -- transformers calls attention functions positi
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function contract: query `[B, H, S, d]`, key/value `[B, Hkv, S, d]`
-    -> output `[B, S, H, d]`. With `shared_prefix`, `attention_mask` is ignored (the suffix mask
-    comes from `SharedPrefix.padding`)."""
+    """Attention under transformers' attention-function contract: query `[B, H, S, d]`, key/value
+    `[B, Hkv, S, d]` -> output `[B, S, H, d]`. With `shared_prefix`, `attention_mask` is ignored (the
+    suffix mask comes from `SharedPrefix.padding`)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     shared: SharedPrefix | None = kwargs.pop("shared_prefix", None)

@@ -144,6 +144,7 @@ class SuffixForward:
     """Runs suffix batches against one prefix; `how` says which way ("shared" or "cache")."""
 
     def __init__(self, lm: LoadedModel, kv: KV, how: str) -> None:
+        """The model, the prefix's per-layer keys and values (`run_prefix`) and the way to start with."""
         self.lm, self.kv, self.how = lm, kv, how
         self.n = kv[0][0].shape[2]
 

@@ -1,12 +1,12 @@
-"""Prompt formulations as pure functions over `Question` records (prompts are versioned data).
+r"""Prompt formulations as pure functions over `Question` records (prompts are versioned data).
 
 Every formulation ends a prompt with `Answer:` and no trailing space: the answer letter is a
 continuation that carries its own leading space (`" A"`), as in the original evaluation and
-lm-eval-harness. Shots end with `" X\\n\\n"`.
+lm-eval-harness. Shots end with `" X\n\n"`.
 
 - `original`: hendrycks/test evaluate.py. Its subject formatting leaves a double space after
   "about" (`about  abstract algebra`); questions and choices are used as stored.
-- `harness`: lm-eval-harness `mmlu`: single space, `question.strip()`, shots joined by "\\n\\n".
+- `harness`: lm-eval-harness `mmlu`: single space, `question.strip()`, shots joined by "\n\n".
 - `question`: the HELM / lighteval `Question:` style with a subject-free header.
 
 Chat prompts (`ChatConfig`; the rule is lm-evaluation-harness 0.4.13's `fewshot_context` with
@@ -63,6 +63,9 @@ def _question_body(q: Question) -> str:
 
 @dataclass(frozen=True)
 class Formulation:
+    """One named prompt formulation: `header(subject)` opens every prompt, `body(question)` renders a
+    question (shot or asked) up to its closing `Answer:`."""
+
     name: str
     header: Callable[[str], str]
     body: Callable[[Question], str]
@@ -153,7 +156,7 @@ def fold_system(msgs: Messages) -> Messages:
 def render(
     formulation: str, subject: str, shots: Sequence[Question], question: Question, style: Style = RAW
 ) -> str:
-    """The full prompt: raw, the header, each shot with its answer (`" X\\n\\n"`), then the
+    r"""The full prompt: raw, the header, each shot with its answer (`" X\n\n"`), then the
     question; chat, the messages as the model's template renders them."""
     if style.chat == "none":
         return shared_prefix(formulation, subject, shots) + FORMULATIONS[formulation].body(question)
@@ -212,6 +215,7 @@ class Prompt:
 
     @property
     def sha(self) -> str:
+        """The prompt text's `text_hash` (16 hex characters)."""
         return text_hash(self.text)
 
 
@@ -264,6 +268,7 @@ def rotated(
 
 
 def text_hash(text: str) -> str:
+    """The first 16 hex characters of the sha256 of `text` (UTF-8)."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -85,6 +85,8 @@ def git_commit(where: Path | None = None) -> str | None:
 
 
 def host(command: list[str] | None = None) -> dict[str, Any]:
+    """This machine as a run records it: `hostname`, `platform` and `argv` (`command`, else this
+    process's command line), each argument with any credential redacted."""
     # The command line may hold a URL with its password (tracking.db_url=...): recorded without it.
     argv = [redact_text(a) for a in (command or sys.argv)]
     return {"hostname": platform.node(), "platform": platform.platform(), "argv": argv}

@@ -193,7 +193,9 @@ class Scorer(Protocol):
 
     def __call__(
         self, lm: LoadedModel, requests: Sequence[Any], batching: Batching, progress: Progress
-    ) -> list[Score]: ...
+    ) -> list[Score]:
+        """One `Score` per request, in order; `progress(n)` after each n scored."""
+        ...
 
 
 SCORERS: dict[str, Scorer] = {

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmlu_track.gate.outcome import Outcome
-from mmlu_track.gate.stats import ComparisonError
+from mmlu_track.gate.stats import ComparisonError, untested_as_one
 from mmlu_track.records.stored import ComparisonEntry
 from mmlu_track.support.console import warn
 
 if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
-    from mmlu_track.store.mlflow_comparison import Logged
+    from mmlu_track.store.mlflow import ComparisonRun
     from mmlu_track.store.sql import SqlStore
 
 
@@ -112,11 +112,8 @@ def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> str |
         report_json=json.dumps(reports.doc),
         created_at=datetime.now(UTC).replace(tzinfo=None),
     )
-    store.comparisons.save(entry)
-    if o.cfg.tracking.mlflow and (logged := _log_comparison(o, reports)):
-        store.comparisons.set_mlflow(entry.id, logged.id)
-        return logged.url
-    return None
+    logged = store.comparisons.record(entry, _mlflow_run(o, reports) if o.cfg.tracking.mlflow else None)
+    return logged.url if logged else None
 
 
 def _experiments(o: Outcome) -> dict[str, str]:
@@ -125,7 +122,7 @@ def _experiments(o: Outcome) -> dict[str, str]:
     uri, ids = o.cfg.tracking.mlflow_uri, [r.mlflow_run_id for r in (o.base, o.cand) if r.mlflow_run_id]
     if not (o.cfg.tracking.mlflow and ids and uri and uri.startswith(("http://", "https://"))):
         return {}
-    from mmlu_track.store.mlflow_client import experiments_of
+    from mmlu_track.store.mlflow import experiments_of
 
     return experiments_of(uri, ids)
 
@@ -162,7 +159,7 @@ def comparison_metrics(outcome: Outcome) -> dict[str, float]:
         out["gate/lower_bound_pts"] = 100 * seq["lower"]
     fixed = "reference/fixed_sample_" if seq is not None else "gate/"
     out |= {
-        "gate/p_regression": comp.micro.p_regression or 1.0,
+        "gate/p_regression": untested_as_one(comp.micro.p_regression),
         f"{fixed}p_noninferiority": ni.p_value,
         "gate/n_flagged": float(sum(d.flagged for d in comp.subjects)),
         "gate/exit_code": float(outcome.verdict.exit_code),
@@ -182,17 +179,13 @@ def _run_name(run: StoredRun) -> str:
     return record.start.name if record else f"{run.model_name} {run.id[:8]}"
 
 
-def _log_comparison(outcome: Outcome, reports: Reports) -> Logged | None:
-    """The comparison as an MLflow run named by its verdict and what differs (the report's title),
-    described by a plain line (verdict, Δ, both accuracies) and the report's head, linked to both
-    runs' own MLflow runs; None (warned) on failure: logging never costs the verdict."""
+def _mlflow_run(outcome: Outcome, reports: Reports) -> ComparisonRun:
+    """The comparison as MLflow mirrors it: a run named by its verdict and what differs (the
+    report's title), described by a plain line (verdict, Δ, both accuracies) and the report's head,
+    linked to both runs' own MLflow runs."""
     from mmlu_track.gate import report
     from mmlu_track.gate.differs import title
-    from mmlu_track.store.mlflow_client import MlflowUnavailable
-    from mmlu_track.store.mlflow_comparison import ComparisonLog, log_comparison
-    from mmlu_track.store.mlflow_pages import NOTE_TAG
-    from mmlu_track.store.mlflow_tables import paired_columns
-    from mmlu_track.store.mlflow_views import RUN_COLOR_TAG, VERDICT_COLORS
+    from mmlu_track.store.mlflow import ComparisonRun, PairedQuestions, Target
 
     o, cfg = outcome, outcome.cfg
     base, cand, extra = o.base, o.cand, o.extra
@@ -221,13 +214,11 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> Logged | None:
         f"{m.lost} lost / {m.gained} gained · baseline {100 * m.baseline_acc:.2f} % → candidate "
         f"{100 * m.candidate_acc:.2f} % ({m.n:,} paired questions)"
     )
-    entry = ComparisonLog(
+    return ComparisonRun(
+        target=Target(cfg.tracking.mlflow_uri, cfg.compare_experiment),
         name=heading if gap else f"{label}: {heading}",
-        tags={
-            "verdict": o.verdict.status,
-            NOTE_TAG: f"{summary}\n\n{head}",
-            RUN_COLOR_TAG: VERDICT_COLORS[o.verdict.status],  # the dot beside the name says the verdict
-        },
+        verdict=o.verdict.status,
+        description=f"{summary}\n\n{head}",
         params=params,
         metrics={**comparison_metrics(o), **(extra[1] if extra else {})},
         files=tuple(reports.folder / name for name in ("report.md", "report.json", "deltas.png")),
@@ -235,13 +226,8 @@ def _log_comparison(outcome: Outcome, reports: Reports) -> Logged | None:
         candidate=(cand.mlflow_run_id, f"{label} vs baseline {_run_name(base)}")
         if cand.mlflow_run_id and not gap
         else None,
-        table=paired_columns(*o.results, cfg.gate.metric, docs=o.docs) if o.results else None,
+        paired=PairedQuestions(*o.results, cfg.gate.metric, o.docs) if o.results else None,
     )
-    try:
-        return log_comparison(cfg.tracking.mlflow_uri, cfg.compare_experiment, entry)
-    except MlflowUnavailable as err:
-        warn(f"comparison not logged to MLflow: {err}")
-        return None
 
 
 def _own_folder(output_dir: Path, name: str, comparison_id: str) -> Path:

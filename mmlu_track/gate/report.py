@@ -174,10 +174,10 @@ def _mlflow_links(o: Outcome, experiments: Mapping[str, str]) -> list[str]:
     uri = o.cfg.tracking.mlflow_uri
     if not (uri and uri.startswith(("http://", "https://"))):
         return []
-    from mmlu_track.store.mlflow_views import page
+    from mmlu_track.store.mlflow import run_page
 
     links = [
-        f"[{side} run]({page(uri, experiments.get(run.mlflow_run_id), run.mlflow_run_id)})"
+        f"[{side} run]({run_page(uri, experiments.get(run.mlflow_run_id), run.mlflow_run_id)})"
         for side, run in (("baseline", o.base), ("candidate", o.cand))
         if run.mlflow_run_id
     ]

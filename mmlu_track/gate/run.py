@@ -3,7 +3,7 @@
     python -m mmlu_track.compare baseline=RUN candidate=RUN [gate=strict|warn_only] [mode=fewshot_gap]
 
 Exit codes: 0 pass (or warn-only, or an analysis), 1 regression or inconclusive, 2 unusable input
-(Hydra's own usage errors included: `main` turns its exit 1 into 2).
+(Hydra's own usage errors included: `main` turns its exit 1 into 2), 70 a bug.
 """
 
 from __future__ import annotations
@@ -57,12 +57,14 @@ def resolve(
     its side, "baseline" or "candidate"), to its newest run comparable with that one.
     """
     if ref.startswith("models:/"):
-        from mmlu_track.store.registry import alias_run_id
+        from mmlu_track.store.mlflow import MlflowUnavailable, alias_run_id
 
         try:
             ref = alias_run_id(mlflow_uri, ref)
         except LookupError as err:
             raise ComparisonError(str(err)) from err
+        except MlflowUnavailable as err:
+            raise ComparisonError(f"cannot resolve {ref}: {err}") from err
     run = _by_id(store, ref)
     if run is not None:
         return run
@@ -107,8 +109,7 @@ def _truncated(run: StoredRun) -> int:
 
 def _promote(cand: StoredRun, alias: str, g: GateConfig, uri: str | None) -> str:
     """Move `alias` to the candidate that passed; a promotion asked for and not done is an error."""
-    from mmlu_track.store.mlflow_client import MlflowUnavailable
-    from mmlu_track.store.registry import promote
+    from mmlu_track.store.mlflow import MlflowUnavailable, Promotion, promote
 
     model = g.registered_model or cand.model_name
     if not cand.mlflow_run_id:
@@ -119,7 +120,7 @@ def _promote(cand: StoredRun, alias: str, g: GateConfig, uri: str | None) -> str
     record = cand.record
     source = record.start.model.location if record else cand.model_name
     try:
-        version = promote(uri, model, alias, cand.mlflow_run_id, str(source))
+        version = promote(Promotion(uri, model, alias, cand.mlflow_run_id, str(source)))
     except MlflowUnavailable as err:
         raise ComparisonError(str(err)) from err
     return f"promoted: {model}@{alias} -> version {version} (candidate run {cand.id[:12]})"

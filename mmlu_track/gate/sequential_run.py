@@ -13,7 +13,7 @@ comparison's MLflow run) says at which look it stopped, the questions used and s
 anytime-valid interval there; its tables are the fixed-sample statistics of the questions used,
 descriptive only.
 
-Exit codes as the compare command's: 0 pass, 1 regression or inconclusive, 2 unusable input.
+Exit codes as the compare command's: 0 pass, 1 regression or inconclusive, 2 unusable input, 70 a bug.
 """
 
 from __future__ import annotations

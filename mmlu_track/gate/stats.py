@@ -252,6 +252,12 @@ def _bootstrap(pairs: Pairs, settings: GateConfig) -> dict[str, tuple[float, flo
     return out
 
 
+def untested_as_one(p: float | None) -> float:
+    """A p-value, or 1 where no test was made (None); an exact 0 stays 0 (a total regression's
+    binomial tail underflows to 0.0, which `p or 1.0` would have read as no evidence at all)."""
+    return 1.0 if p is None else p
+
+
 def _adjusted(p_values: list[float], alpha: float, method: str) -> list[float]:
     """Multiplicity-adjusted p-values (statsmodels' multipletests)."""
     from statsmodels.stats.multitest import multipletests
@@ -302,8 +308,8 @@ def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
     lows, highs, (macro_low, macro_high, lower) = limits[:g], limits[g : 2 * g], limits[2 * g :]
     everything = _deltas(groups, (b, c, n), lows, highs)
     subjects, categories, micro = everything[:k], tuple(everything[k:-1]), everything[-1]
-    adj_reg = _adjusted([s.p_regression or 1.0 for s in subjects], a, settings.correction)
-    adj_imp = _adjusted([s.p_improvement or 1.0 for s in subjects], a, settings.correction)
+    adj_reg = _adjusted([untested_as_one(s.p_regression) for s in subjects], a, settings.correction)
+    adj_imp = _adjusted([untested_as_one(s.p_improvement) for s in subjects], a, settings.correction)
     subjects = [
         replace(
             s,

@@ -24,6 +24,8 @@ EARLY_STOP_FILE = "early_stop.json"  # a run the sequential gate stopped: why, a
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:
+    """Write `obj` to `path` as indented UTF-8 JSON, atomically: a reader sees the old file or the
+    whole new one, never half of it."""
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)  # never a half-written results.json
@@ -50,7 +52,7 @@ def sigterm_as_exit() -> Iterator[None]:
     run ends KILLED; only where nobody else (a launcher) handles SIGTERM already, or where submitit
     only logs it: under submitit `scancel` left a shard at work until SLURM's SIGKILL 30 s later.
     (submitit requeues on its own signal, USR2, sent before a time limit or a preemption; units
-    are committed as they end, so stopping at SIGTERM loses nothing the requeued job needs.)"""
+    are committed as they end, so stopping at SIGTERM loses nothing the requeued job needs)."""
     current = signal.getsignal(signal.SIGTERM)
     submitit_bypass = type(getattr(current, "__self__", None)).__module__.startswith("submitit.")
     if threading.current_thread() is not threading.main_thread() or (

@@ -35,6 +35,10 @@ class Origin:
 
 @dataclass(frozen=True)
 class Prepared:
+    """A run ready to be scored (`prepare`): the loaded backend (the caller closes it), the plan,
+    every prompt rendered to fit, the start record and identity, and the seconds spent on the data
+    (seeds and plan) and on loading the model."""
+
     lm: Backend
     plan: Plan
     rendered: dict[str, list[prompts.Prompt]]  # each question's prompt as given (units and looks cost them)

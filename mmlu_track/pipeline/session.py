@@ -51,10 +51,10 @@ from mmlu_track.records.robustness import circular_scores, circular_table, lette
 from mmlu_track.records.run import EarlyStop, RunRecord
 from mmlu_track.records.stored import ShardWork, StoredRun
 from mmlu_track.settings.config import EvalConfig
-from mmlu_track.store.db import StoreError
+from mmlu_track.store.db import StoreError, StoreVanished
 from mmlu_track.store.recorder import Done, RunRecorder
 from mmlu_track.store.rows import provisional
-from mmlu_track.store.sql import SqlStore, StoreVanished
+from mmlu_track.store.sql import SqlStore
 
 Echo = Callable[[str], None]
 
@@ -86,6 +86,9 @@ QUIET = Display(lambda _: None, progress=False)  # nothing shown (tests, benchma
 
 @dataclass(frozen=True)
 class RunOutput:
+    """What one process's session ends with (`EvaluationSession.run`): the run it worked on, the
+    results it holds (all of the run's when it finalized), their accuracies, where they were written."""
+
     run_id: str | None  # None for a shard that had no unit to score (it touched no run)
     results: list[QuestionResult]
     scores: Accuracies | None  # None for a shard that had no unit to score
@@ -96,6 +99,7 @@ class RunOutput:
 
 
 def acc(results: Sequence[QuestionResult]) -> Accuracy:
+    """The accuracy of these results as given (rotation 0), with its standard error (`Accuracy.of`)."""
     return Accuracy.of([r.correct for r in results])
 
 
@@ -112,6 +116,8 @@ class EvaluationSession:
         display: Display,
         looks: Looks | None = None,
     ) -> None:
+        """The settings, the prepared run, its recorder (which shard this process is), the output folder,
+        what the user sees, and the sequential gate when the run is scored in looks; records nothing yet."""
         self.cfg, self.prep, self.recorder, self.output_dir = cfg, prep, recorder, output_dir
         self.echo, self.progress, self.looks = display.echo, display.progress, looks
         self.shard = recorder.shard
@@ -132,6 +138,10 @@ class EvaluationSession:
         return [r for rs in self.held.values() for r in rs]
 
     def run(self) -> RunOutput:
+        """Claim or resume the run, score this shard's units not yet committed, and finalize the run if
+        this process commits its last unit; a run the sequential gate stops returns with `stopped`.
+        On failure the run is marked failed (resumable: committed units are kept) and the error
+        raised; a shard with no unit claims nothing (`run_id` None)."""
         if self.looks is not None:
             self.looks.begin(provisional(self.prep.start, self.prep.identity))
         if not self.my_units:

@@ -38,6 +38,9 @@ NOT_ANNOTATED = "not annotated"  # a scored question no annotation matched (coun
 
 @dataclass(frozen=True)
 class AnnotationSet:
+    """The annotations a run was evaluated with (`data.annotations`): where they came from, the
+    fingerprint of their content, and how their rows matched the evaluated subjects' test questions."""
+
     source: str  # data.annotations as given: a hub id or a local path
     fingerprint: str  # sha256 of the annotations' content (subject, question, choices, error type)
     rows: int  # annotations read
@@ -48,10 +51,12 @@ class AnnotationSet:
     unmatched_examples: tuple[str, ...] = ()  # the first few unmatched: "subject: question…"
 
     def to_json(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict of its fields (`unmatched_examples` a list)."""
         return {**asdict(self), "unmatched_examples": list(self.unmatched_examples)}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AnnotationSet:
+        """The record `to_json` wrote (`unmatched_examples` may be missing: none)."""
         return cls(**{**doc, "unmatched_examples": tuple(doc.get("unmatched_examples") or ())})
 
     def summary(self) -> str:
@@ -71,14 +76,19 @@ class AnnotationSet:
 
 @dataclass(frozen=True)
 class AnnotatedScores:
+    """A run's scored questions counted per annotation (`ERROR_TYPES`, `NOT_ANNOTATED`; only those
+    seen) and its accuracies on the questions annotated ok (None when no scored question is)."""
+
     counts: dict[str, int]  # scored questions per annotation (ERROR_TYPES, NOT_ANNOTATED)
     clean: Accuracies | None  # on the questions annotated ok; None when no scored one is
 
     def to_json(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict: `counts`, and `clean` as `Accuracies.to_json` or None."""
         return {"counts": dict(self.counts), "clean": self.clean.to_json() if self.clean else None}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AnnotatedScores:
+        """The record `to_json` wrote; a missing or empty `clean` reads as None."""
         clean = doc.get("clean")
         return cls(
             {str(k): int(v) for k, v in doc["counts"].items()}, Accuracies.from_json(clean) if clean else None

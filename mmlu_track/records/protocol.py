@@ -65,6 +65,8 @@ class EvalProtocol:
         dev_fingerprint: str | None,
         template_hash: str | None,
     ) -> EvalProtocol:
+        """The protocol of a run of `cfg` on the questions and shots with these fingerprints and this
+        template hash; a seed is recorded only where it drew something (a `limit` sample, random shots)."""
         return cls(
             questions=questions,
             n_questions=n_questions,
@@ -99,6 +101,8 @@ class EvalProtocol:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict; `choice_order` left out when `as_given`, so an as-given
+        run's identity and keys are what they were before rotations."""
         out = dataclasses.asdict(self)
         if out["choice_order"] == "as_given":  # as before rotations: an as-given run's identity unchanged
             out.pop("choice_order")
@@ -106,6 +110,8 @@ class EvalProtocol:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> EvalProtocol:
+        """The protocol `to_json` wrote (unknown keys ignored; a field added since takes its default);
+        `RecordError` when a required field is missing."""
         names = {f.name for f in dataclasses.fields(cls)}
         try:
             return cls(**{k: v for k, v in doc.items() if k in names})

@@ -32,6 +32,8 @@ class RotatedAnswer:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RotatedAnswer:
+        """The answer as stored with its question (`QuestionResult.to_json`); `KeyError` without a
+        `prediction`."""
         lp = doc.get("logprobs")
         return cls(doc["prediction"], (lp[0], lp[1], lp[2], lp[3]) if lp else None, doc.get("generated"))
 
@@ -67,6 +69,7 @@ class QuestionResult:
 
     @property
     def correct(self) -> bool:
+        """Whether the prediction as given (rotation 0) is the gold answer; an invalid one never is."""
         return self.prediction == self.gold
 
     @property
@@ -98,9 +101,12 @@ class QuestionResult:
 
     @property
     def valid(self) -> bool:
+        """Whether the answer as given was a letter A-D (a prediction, not None)."""
         return self.prediction is not None
 
     def to_json(self) -> dict[str, Any]:
+        """Every field as JSON-ready values, plus the derived `correct`, `predicted_letter` (None when
+        invalid) and `gold_letter`."""
         rec = asdict(self)
         rec["correct"] = self.correct
         rec["predicted_letter"] = LETTERS[self.prediction] if self.prediction is not None else None
@@ -109,6 +115,8 @@ class QuestionResult:
 
     @classmethod
     def from_json(cls, rec: dict[str, Any]) -> QuestionResult:
+        """The result `to_json` wrote (derived and unknown keys ignored; `rotations` and `annotation`
+        may be absent, as in older files); `KeyError` when another field is missing."""
         fields = {k: rec[k] for k in cls.__dataclass_fields__ if k not in ("rotations", "annotation")}
         fields["annotation"] = rec.get("annotation")  # absent from files written before it was
         if fields["logprobs"] is not None:
@@ -119,6 +127,9 @@ class QuestionResult:
 
 @dataclass(frozen=True)
 class Accuracy:
+    """The accuracy of a group of n questions: `correct` of them, `acc` = correct / n as a fraction
+    (0.0 for no questions), and its standard error."""
+
     n: int
     correct: int
     acc: float
@@ -132,6 +143,8 @@ class Accuracy:
 
     @classmethod
     def of(cls, correct: Sequence[bool]) -> Accuracy:
+        """The accuracy of these outcomes, its standard error sqrt(p(1 - p)/(n - 1)) (the sample
+        standard deviation over sqrt(n)), None below two outcomes."""
         n = len(correct)
         k = sum(correct)
         p = k / n if n else 0.0
@@ -141,6 +154,9 @@ class Accuracy:
 
 @dataclass(frozen=True)
 class Accuracies:
+    """A run's accuracies (`aggregate`): per subject, subcategory and category, macro and micro, and
+    the number of answers that were not a letter A-D (counted wrong)."""
+
     subjects: dict[str, Accuracy]
     subcategories: dict[str, Accuracy]
     categories: dict[str, Accuracy]
@@ -149,10 +165,13 @@ class Accuracies:
     invalid: int
 
     def to_json(self) -> dict[str, Any]:
+        """The record as nested JSON-ready dicts, each `Accuracy` as its fields."""
         return asdict(self)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Accuracies:
+        """The record `to_json` wrote; `KeyError` or `TypeError` when it is not that shape."""
+
         def table(d: dict[str, Any]) -> dict[str, Accuracy]:
             return {k: Accuracy(**v) for k, v in d.items()}
 

@@ -33,15 +33,20 @@ from mmlu_track.settings.subjects import LETTERS
 
 @dataclass(frozen=True)
 class CircularScores:
+    """A circular run's figures, each aggregated as `results.aggregate`: circular accuracy, the mean
+    accuracy over the 4 rotations, and consistency."""
+
     accuracy: Accuracies  # correct in all 4 rotations
     mean_rotation: Accuracies  # over the 4 x n prompts
     consistency: Accuracies  # the same text chosen in all 4
 
     def to_json(self) -> dict[str, Any]:
+        """The three figures by field name, each as `Accuracies.to_json`."""
         return {k: v.to_json() for k, v in vars(self).items()}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> CircularScores:
+        """The record `to_json` wrote; `KeyError` when a figure is missing."""
         return cls(**{k: Accuracies.from_json(raw[k]) for k in ("accuracy", "mean_rotation", "consistency")})
 
 
@@ -58,6 +63,9 @@ def circular_scores(results: Sequence[QuestionResult]) -> CircularScores | None:
 
 @dataclass(frozen=True)
 class LetterBias:
+    """How often each letter A-D was predicted, was gold and was correct, over every prompt asked
+    (each rotation of a circular run); descriptive counts, no test."""
+
     predicted: tuple[int, int, int, int]  # prompts whose predicted letter is A, B, C, D
     gold: tuple[int, int, int, int]  # prompts whose gold letter is A, B, C, D
     correct: tuple[int, int, int, int]  # correct prompts per gold letter
@@ -66,13 +74,17 @@ class LetterBias:
 
     @property
     def recall(self) -> tuple[float | None, ...]:
+        """Per letter A-D, the share of prompts with that gold letter answered right (None: never gold)."""
         return tuple(c / g if g else None for c, g in zip(self.correct, self.gold, strict=True))
 
     def to_json(self) -> dict[str, Any]:
+        """The counts as JSON-ready values, plus the derived `recall`."""
         return {**asdict(self), "recall": list(self.recall)}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> LetterBias:
+        """The record `to_json` wrote (`recall` recomputed, not read); `KeyError` when a field is missing."""
+
         def four(key: str) -> tuple[int, int, int, int]:
             a, b, c, d = (int(v) for v in raw[key])
             return a, b, c, d

@@ -48,6 +48,9 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class DataInfo:
+    """The questions a run scored: where they were read from (`data.source`, `data.path`), the
+    fingerprints of the test questions and of the shots, their number, and any annotations."""
+
     source: str
     path: str | None
     fingerprint: str  # sha256 of the scored test questions (the gate pairs runs on it)
@@ -63,6 +66,9 @@ def _data_info(doc: dict[str, Any]) -> DataInfo:
 
 @dataclass(frozen=True)
 class HostInfo:
+    """The machine and command line a run was started with (credentials redacted from `argv`), and
+    in-process scoring's CPU threads."""
+
     hostname: str
     platform: str
     argv: tuple[str, ...]
@@ -88,6 +94,7 @@ class RunStart:
 
     @property
     def protocol(self) -> EvalProtocol:
+        """What makes this run comparable to another question by question, from its settings and data."""
         return EvalProtocol.of(
             self.config,
             questions=self.data.fingerprint,
@@ -155,6 +162,8 @@ class Timing:
 
 @dataclass(frozen=True)
 class RunRecord:
+    """A scored run as stored (`results.json`): its `RunStart` and what the evaluation measured."""
+
     run_id: str
     start: RunStart
     shots_used: dict[int, int]  # shots in the prompt -> questions (fewer than k where one did not fit)
@@ -168,6 +177,7 @@ class RunRecord:
     annotated: AnnotatedScores | None = None  # data.annotations: counts and the clean accuracies
 
     def to_json(self) -> dict[str, Any]:
+        """The record as the schema_version 1 JSON document (`results.json`) that `from_json` reads."""
         s = self.start
         cfg = s.config
         return {
@@ -204,6 +214,8 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> RunRecord:
+        """The record `to_json` wrote; `RecordError` for another schema version or a document that
+        cannot be read (a missing field, a wrong type, settings this version refuses)."""
         if raw.get("schema_version") != SCHEMA_VERSION:
             raise RecordError(f"record schema {raw.get('schema_version')!r}, this version reads 1")
         try:
@@ -252,16 +264,19 @@ class EarlyStop:
     baseline_run_id: str
 
     def to_json(self) -> dict[str, Any]:
+        """The record's fields as a JSON-ready dict."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> EarlyStop:
+        """The record `to_json` wrote; `RecordError` when its fields are not this record's."""
         try:
             return cls(**doc)
         except TypeError as err:
             raise RecordError(f"unreadable early-stop record: {err}") from err
 
     def summary(self) -> str:
+        """One line: the verdict, the look it stopped at and the questions scored of the total."""
         return (
             f"stopped early by the sequential gate ({self.verdict}) at look {self.look} of {self.looks}, "
             f"{self.questions_scored:,} of {self.questions_total:,} questions scored"

@@ -49,6 +49,9 @@ class ShardStatus(StrEnum):
 
 @dataclass(frozen=True)
 class StoredRun:
+    """One row of the store's `runs` table: its columns as values, its JSON columns parsed on first
+    use (`record`, `early_stop`, `protocol`, `config`), each raising `RecordError` naming the run."""
+
     id: str
     identity: str
     status: RunStatus
@@ -210,10 +213,12 @@ class ShardWork:
     abandoned_s: float = 0.0  # seconds spent waiting on the abandoned ones
 
     def to_json(self) -> dict[str, Any]:
+        """The work's fields as a JSON-ready dict."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ShardWork:
+        """The record `to_json` wrote; `RecordError` when its fields are not this record's."""
         try:
             return cls(**doc)
         except TypeError as err:
@@ -221,9 +226,11 @@ class ShardWork:
 
     @classmethod
     def none(cls) -> ShardWork:
+        """No work yet: every count and every second 0 (what `+` starts from)."""
         return cls()
 
     def __add__(self, other: ShardWork) -> ShardWork:
+        """Both works together: each field summed."""
         return ShardWork(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
 
     def timing(self, resumed_subjects: int, total_s: float) -> Timing:

@@ -23,6 +23,8 @@ class ConfigError(MmluTrackError):
 
 
 def suggest(value: str, allowed: tuple[str, ...]) -> str:
+    """A hint to append to an error: ` (did you mean x, y?)` naming up to 3 close matches among
+    `allowed`, or "" when none is close."""
     close = difflib.get_close_matches(value, allowed, n=3)
     return f" (did you mean {', '.join(close)}?)" if close else ""
 

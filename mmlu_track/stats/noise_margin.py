@@ -102,10 +102,12 @@ class PairNoise:
 
     @property
     def flip_rate(self) -> float:
+        """The share of questions whose outcome differs between the two runs (0.0 for no questions)."""
         return (self.lost + self.gained) / self.n if self.n else 0.0
 
     @property
     def delta(self) -> float:
+        """The other run's accuracy minus the reference's, as a fraction (0.0 for no questions)."""
         return (self.gained - self.lost) / self.n if self.n else 0.0
 
 
@@ -128,15 +130,21 @@ class Spread:
 
     @property
     def sd(self) -> float:
+        """The accuracies' sample standard deviation (ddof = 1); NaN below two runs."""
         return float(np.std(self.accuracies, ddof=1)) if len(self.accuracies) > 1 else math.nan
 
     @property
     def range(self) -> float:
+        """The highest accuracy minus the lowest (0.0 for one run; `ValueError` for none)."""
         return max(self.accuracies) - min(self.accuracies)
 
 
 @dataclass(frozen=True)
 class Recommendation:
+    """What a noise measurement implies for the gate (`recommend`): at n questions (the fewest of any
+    pair), the worst flip rate and its upper limit, the smallest usable margin, and the user's own
+    margin with the questions it needs; rates and margins are fractions (0.01 is one point)."""
+
     n: int
     flip_rate: float  # the largest measured among the pairs: the gate must live with the worst
     flip_upper: float  # its one-sided 95 % upper limit, what the floor rests on

@@ -194,7 +194,7 @@ class _NullMass:
         return cls(row[keep], m[keep], mass[keep], share[keep], len(grid), unasked, np.zeros(unasked.shape))
 
     def size(self, need: NDArray[np.int64]) -> float:
-        """sup over the grid of P(C ≥ need(m)): the size of a test rejecting from need(m) gained."""
+        """The sup over the grid of P(C ≥ need(m)): the size of a test rejecting from need(m) gained."""
         k = need[self.m] - 1
         new = np.flatnonzero(k != self.asked)
         self.tails[new] = stats.binom.sf(k[new], self.m[new], self.share_gained[new])
@@ -209,7 +209,7 @@ def _null_mass(n: int, margin: float) -> _NullMass:
 
 
 def exact_size(n: int, margin: float, t: float, psi: ArrayLike | None = None) -> float:
-    """sup over ψ of P(T(−margin) ≥ t) when Δ = −margin (the exact p-value at T = t)."""
+    """The sup over ψ of P(T(−margin) ≥ t) when Δ = −margin (the exact p-value at T = t)."""
     if psi is None:
         null = _null_mass(n, margin)
     else:
@@ -275,7 +275,7 @@ def critical_value(n: int, margin: float, alpha: float) -> float:
 
 
 def at_least_critical(t: ArrayLike, n: int, margin: float, alpha: float) -> NDArray[np.bool_]:
-    """t ≥ critical_value(n, margin, alpha), elementwise, searching only as far as the t need."""
+    """Whether t ≥ critical_value(n, margin, alpha), elementwise, searching only as far as the t need."""
     t_ = np.asarray(t, dtype=np.float64)
     for lo, hi in critical_brackets(n, margin, alpha):
         if lo == hi or not np.any((t_ > lo) & (t_ < hi)):

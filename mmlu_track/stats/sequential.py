@@ -72,6 +72,9 @@ class LookCounts:
 
 @dataclass(frozen=True)
 class SequentialResult:
+    """The sequential gate's state at its deciding look (`decide_looks`): the decision, the questions
+    used up to that look, the anytime-valid bounds of Δ and the log-wealth of both tests there."""
+
     decision: Decision
     look: int  # 1-based look of the decision (the last look given when it is "continue")
     n: int  # questions used up to that look
@@ -84,11 +87,12 @@ class SequentialResult:
 
     @property
     def delta(self) -> float:
+        """The observed Δ up to the look, (gained - lost) / n, as a fraction (0.0 for no questions)."""
         return (self.gained - self.lost) / self.n if self.n else 0.0
 
 
 def _log_wealth(counts: np.ndarray, nulls: np.ndarray, margin: float, side: int) -> np.ndarray:
-    """log W after each look for each null: side +1 tests Δ <= m, -1 tests Δ >= m.
+    """The log W after each look for each null: side +1 tests Δ <= m, -1 tests Δ >= m.
 
     counts: (R, K, 3) n, lost, gained of K looks in R sequences; nulls: (G,). Returns (R, G, K)."""
     n, b, c = (counts[:, None, :, i].astype(float) for i in range(3))
@@ -158,6 +162,9 @@ def look_sizes(n: int, looks: int) -> list[int]:
 
 @dataclass(frozen=True)
 class SimulationCell:
+    """One design's operating characteristics at a true (discordance, Δ), by `simulate`: the shares
+    of simulated runs that pass, show a regression or stay inconclusive, and the mean share used."""
+
     discordance: float
     delta: float
     p_pass: float

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from mmlu_track.support.credentials import redact, redact_text, unencoded_in_password
@@ -30,6 +30,26 @@ from mmlu_track.support.resources import MIGRATIONS_DIR
 
 class StoreError(MmluTrackError):
     """The database cannot be used (unreachable, or its schema is not one this code knows)."""
+
+
+# What the database layer raises for a database that cannot be used: SQLAlchemy's errors (a URL
+# that does not parse, a refused connection, a locked or read-only file, the driver's own errors
+# wrapped), sqlite3's raised from a connection hook, the file system's, and a driver that is not
+# installed. Anything else escaping a database call is a bug, never "cannot be opened".
+DB_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, sqlite3.Error, OSError, ImportError)
+
+
+class StoreVanished(StoreError):
+    """The SQLite file was deleted or replaced under a running process: what it committed is gone."""
+
+
+def file_id(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of a file, None when it is not there: which file a path names right now."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def busy_timeout() -> float:
@@ -152,9 +172,7 @@ def open_engine(url: str) -> Engine:
     """`make_engine`, with a malformed URL or a missing driver as one-line `StoreError`."""
     try:
         return make_engine(url)
-    except StoreError:
-        raise
-    except Exception as err:
+    except DB_ERRORS as err:
         raise db_error(url, err, "cannot be opened") from err
 
 

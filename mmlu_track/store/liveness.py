@@ -23,14 +23,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from mmlu_track.records.protocol import RecordError
 from mmlu_track.settings.config import DEAD_AFTER_S
 from mmlu_track.store.db import StoreError
+
+if TYPE_CHECKING:
+    from mmlu_track.records.stored import StoredRun
 
 # A running process beats every `tracking.heartbeat_s` (30 s; a thread, `Heartbeat`); one silent for
 # `DEAD_AFTER` counts as dead wherever it ran (5 missed beats: a busy machine may delay a beat, never five).
 DEAD_AFTER = timedelta(seconds=DEAD_AFTER_S)
+
+
+def dead_after_of(run: StoredRun, fallback: timedelta) -> timedelta:
+    """The silence after which the run's own processes count as dead: its recorded
+    `tracking.dead_after_s` (they beat at that run's `heartbeat_s`, whatever the reader's settings);
+    `fallback` for settings this version cannot read."""
+    try:
+        return timedelta(seconds=run.config.tracking.dead_after_s)
+    except RecordError:
+        return fallback
 
 
 def _boot_id() -> str:

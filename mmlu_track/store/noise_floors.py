@@ -13,11 +13,11 @@ from sqlalchemy import select, update
 from mmlu_track.records.protocol import EvalProtocol
 from mmlu_track.records.stored import NoiseEntry
 from mmlu_track.store.db import Sessions
+from mmlu_track.store.mirror import save_then_mirror
 from mmlu_track.store.orm import NoiseRow
-from mmlu_track.support.console import warn
 
 if TYPE_CHECKING:
-    from mmlu_track.store.mlflow_comparison import ComparisonLog
+    from mmlu_track.store.mlflow import NoiseRun
 
 
 def _entry(row: NoiseRow) -> NoiseEntry:
@@ -38,24 +38,20 @@ class NoiseFloors:
         with self._sessions(True) as s:
             s.execute(update(NoiseRow).where(NoiseRow.id == noise_id).values(mlflow_run_id=mlflow_run_id))
 
-    def record(
-        self, entry: NoiseEntry, log: ComparisonLog | None, uri: str | None, experiment: str
-    ) -> tuple[NoiseEntry, str | None]:
-        """Save the measurement, then (with `log`: tracking.mlflow) mirror it as an MLflow run in
-        `experiment`: the entry as stored, with its MLflow run where one was logged (MLflow down
-        costs a warning, never the row), and that run's page where the store has a UI."""
-        self.save(entry)
-        if log is None:
-            return entry, None
-        from mmlu_track.store.mlflow_client import MlflowUnavailable
-        from mmlu_track.store.mlflow_comparison import log_comparison
+    def record(self, entry: NoiseEntry, run: NoiseRun | None) -> tuple[NoiseEntry, str | None]:
+        """Save the measurement, then (with `run`: tracking.mlflow) mirror it as its MLflow run:
+        the entry as stored, with its MLflow run where one was logged (MLflow down costs a warning,
+        never the row), and that run's page where the store has a UI."""
+        from mmlu_track.store.mlflow import log_noise
 
-        try:
-            logged = log_comparison(uri, experiment, log)
-        except MlflowUnavailable as err:
-            warn(f"{err}; the measurement is kept in the SQL store")
+        logged = save_then_mirror(
+            lambda: self.save(entry),
+            (lambda: log_noise(run)) if run is not None else None,
+            lambda logged: self.set_mlflow(entry.id, logged.id),
+            "; the measurement is kept in the SQL store",
+        )
+        if logged is None:
             return entry, None
-        self.set_mlflow(entry.id, logged.id)
         return dataclasses.replace(entry, mlflow_run_id=logged.id), logged.url
 
     def latest(self, protocol: EvalProtocol) -> NoiseEntry | None:

@@ -13,7 +13,6 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from sqlalchemy import Select, case, delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -32,8 +31,18 @@ from mmlu_track.records.stored import (
 )
 from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.comparisons import Comparisons
-from mmlu_track.store.db import StoreError, db_error, open_engine, reading, sqlite_file, upgrade
-from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, liveness, scheduler
+from mmlu_track.store.db import (
+    DB_ERRORS,
+    StoreError,
+    StoreVanished,
+    db_error,
+    file_id,
+    open_engine,
+    reading,
+    sqlite_file,
+    upgrade,
+)
+from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, dead_after_of, liveness, scheduler
 from mmlu_track.store.noise_floors import NoiseFloors
 from mmlu_track.store.orm import QuestionRow, Run, RunShard, SubjectScore
 from mmlu_track.store.rows import COLUMNS, Batched, batched_as, from_columns, new_run, stored, to_row, utc_now
@@ -53,18 +62,6 @@ class Shard:
 
     def __str__(self) -> str:
         return f"shard {self.index} of {self.count}"
-
-
-class StoreVanished(StoreError):
-    """The SQLite file was deleted or replaced under a running process: what it committed is gone."""
-
-
-def _file_id(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def open_store(tracking: TrackingConfig) -> SqlStore:
@@ -98,19 +95,20 @@ class SqlStore:
         self.comparisons = Comparisons(self._session)  # the gate's verdicts
         try:
             self.revision = upgrade(self.engine)
-        except Exception as err:
+        except DB_ERRORS as err:
             self.engine.dispose()  # a refused store keeps no connection open
-            if isinstance(err, StoreError):
-                raise
             raise db_error(url, err, "cannot be opened") from err  # driver errors vary by backend
+        except BaseException:
+            self.engine.dispose()
+            raise
         # An open SQLite connection writes on into a deleted file, and a new one into whatever file
         # now has the name: every write first checks that the file is still the one opened.
         self._file = sqlite_file(url)
-        self._file_id = _file_id(self._file) if self._file else None
+        self._file_id = file_id(self._file) if self._file else None
         self._reader = reading(self.engine)  # read sessions: deferred, never holding up a writer
 
     def _check_file(self) -> None:
-        if self._file is None or _file_id(self._file) == self._file_id:
+        if self._file is None or file_id(self._file) == self._file_id:
             return
         what = "deleted" if not self._file.exists() else "replaced by another file"
         raise StoreVanished(
@@ -247,8 +245,9 @@ class SqlStore:
         if run.status not in ACTIVE:
             return None
         now = utc_now()
+        dead_after = dead_after_of(run, self.dead_after)
         if run.status == RunStatus.FINALIZING:
-            return liveness(run.owner, run.heartbeat_at, now, self.dead_after)
+            return liveness(run.owner, run.heartbeat_at, now, dead_after)
         with self._session() as s:
             claims = list(
                 s.scalars(
@@ -256,8 +255,8 @@ class SqlStore:
                 )
             )
         if not claims:
-            return liveness(run.owner, run.heartbeat_at, now, self.dead_after)
-        reasons = [liveness(c.owner, c.heartbeat_at, now, self.dead_after, c.scheduler) for c in claims]
+            return liveness(run.owner, run.heartbeat_at, now, dead_after)
+        reasons = [liveness(c.owner, c.heartbeat_at, now, dead_after, c.scheduler) for c in claims]
         return None if None in reasons else "; ".join(r for r in reasons if r)
 
     def shards(self, run_id: str) -> list[StoredShard]:

@@ -22,7 +22,7 @@ def warn(message: str) -> None:
 
 
 def reader_gone(code: int) -> int:
-    """stdout's reader closed early (`runs list | head`): the rest of the output goes nowhere and
+    """The standard output's reader closed early (`runs list | head`): the rest of the output goes nowhere and
     the command ends with `code`, not a BrokenPipeError traceback (Python's documented recipe:
     stdout pointed at devnull so the interpreter's last flush cannot fail again)."""
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -161,7 +161,7 @@ def strip_userinfo(url: str) -> str:
 
 
 def is_redacted(url: str) -> bool:
-    """Does this URL hold a `***` where its password was (as stored configs and hints do)?"""
+    """Whether this URL holds a `***` where its password was (as stored configs and hints do)."""
     return f":{MASK}@" in url or bool(re.search(rf"(?i)(?:password|passwd|pwd)={re.escape(MASK)}", url))
 
 
@@ -179,6 +179,7 @@ class RedactingFilter(logging.Filter):
     the run's log file keeps what its libraries say (`conf/eval.yaml` puts it on both)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Mask passwords in `record`'s message (in place); always True: no record is dropped."""
         message = record.getMessage()
         if (clean := redact_text(message)) != message:
             record.msg, record.args = clean, ()

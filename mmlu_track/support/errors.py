@@ -2,13 +2,14 @@
 
 Every error the package raises on purpose derives from `MmluTrackError` (its kinds live where they
 are raised: `settings.typed.ConfigError`, `eval.data.DataError`, `eval.backend.ModelError`,
-`store.db.StoreError`, ...). The commands catch it once (`commands/cli.py`, `commands/runs.py`):
+`store.db.StoreError`, ...). The commands catch it once (`commands/exits.py`, `commands/runs.py`):
 its first line goes to stderr and the process exits with its `exit_code`. An exception of any
-other type that reaches a command is a bug: it exits 2 too, but says so and points at its saved
-traceback, never disguised as a bad input.
+other type that reaches a command is a bug: it exits 70 (`EXIT_BUG`, sysexits' EX_SOFTWARE), says
+so in one line and points at its saved traceback, never disguised as a bad input.
 
 Exit codes: 0 done (or a gate passed), 1 only a gate's verdict (regression, or not shown; never
-an exception's), 2 an error or a bug, 130 Ctrl-C, 143 SIGTERM.
+an exception's), 2 unusable input (a typo, an unknown run, a store that cannot be read), 70 a bug,
+130 Ctrl-C, 143 SIGTERM.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import ClassVar
 
 EXIT_PASS = 0
 EXIT_REGRESSION = 1  # a gate's verdict only: a regression, or non-inferiority not shown
-EXIT_ERROR = 2
+EXIT_ERROR = 2  # unusable input: the user's or the surroundings' fault, said in one line
+EXIT_BUG = 70  # sysexits.h EX_SOFTWARE: an exception no check foresaw, never the user's input
 
 
 class MmluTrackError(Exception):

@@ -1,15 +1,15 @@
-"""MLflow, driven from here only: live evaluation runs, their later sync, comparisons, promotion.
+"""An evaluation's live MLflow run, and what it logs: params, tags, metrics, artifacts.
 
 An evaluation's MLflow run opens when scoring starts (`LiveRun.open`: params and tags from the
 `RunStart`), takes the running accuracy as each subject is committed (`subject_done`: a run a
 user can watch in the UI), and ends FINISHED with every metric and artifact (`finish`), or
 FAILED / KILLED (`end`). A resumed evaluation reopens the same MLflow run; the shards of a sharded
 run all log to one (`join`), which the shard that finalizes the run ends. Reaching a store
-(limits, first use, reachability): `mlflow_client`.
+(limits, first use, reachability): `client`.
 
 MLflow being unreachable costs nothing: the first failure is one warning, later calls are
 skipped, the SQL store keeps the run, and `python -m mmlu_track.runs sync` logs it when MLflow is
-back (`mlflow_sync`). A URI may carry credentials (`http://user:password@host`): they reach the
+back (`sync`). A URI may carry credentials (`http://user:password@host`): they reach the
 server as MLflow's own client sends them, and no message carries the password.
 """
 
@@ -26,20 +26,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import mmlu_track.store.mlflow.views as mlflow_views
 from mmlu_track.records.results import Accuracies, Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.settings.config import applies, to_dict
 from mmlu_track.settings.subjects import LETTERS
 from mmlu_track.settings.typed import flatten
-from mmlu_track.store import mlflow_views
 from mmlu_track.store.locations import mlflow_uri
-from mmlu_track.store.mlflow_client import (
-    check_reachable,
-    client_and_experiment,
-    quiet,
-)
-from mmlu_track.store.mlflow_pages import NOTE_TAG, dataset_input, description, percent, shown
-from mmlu_track.store.mlflow_tables import QUESTIONS_TABLE, question_columns
+from mmlu_track.store.mlflow.client import client_and_experiment, failures, quiet
+from mmlu_track.store.mlflow.pages import NOTE_TAG, dataset_input, description, percent, shown
+from mmlu_track.store.mlflow.tables import QUESTIONS_TABLE, question_columns
 from mmlu_track.support.credentials import redact, redact_text
 
 SWEEP_TAG = "mmlu_track.sweep"
@@ -210,7 +206,7 @@ class LiveRun:
         try:
             with quiet():
                 fn()
-        except Exception as err:  # MLflow raises many types for a broken store; all mean "not logged"
+        except failures() as err:  # a store MLflow cannot use: "not logged"; anything else is a bug
             self.broken = True
             self._warn(
                 f"{what} in MLflow ({redact(self.uri or 'default')}) failed: "
@@ -229,7 +225,6 @@ class LiveRun:
         its MLflow id, or None when down."""
 
         def go() -> None:
-            check_reachable(self.uri)
             self.client, exp_id = client_and_experiment(self.uri, self.experiment, "evaluations")
             self.experiment_id = exp_id
             from mlflow.entities import Param, RunStatus, RunTag
@@ -265,8 +260,8 @@ class LiveRun:
                     tags=[RunTag(k, v) for k, v in tags(run_id, start).items()],
                 )
                 self._log_dataset(mlflow_id, start)
-            except Exception:
-                with contextlib.suppress(Exception):  # no half-made run left RUNNING for ever
+            except BaseException:
+                with contextlib.suppress(*failures()):  # no half-made run left RUNNING for ever
                     self.client.delete_run(mlflow_id)
                 raise
             self.id = mlflow_id
@@ -280,7 +275,7 @@ class LiveRun:
         datasets = [dataset_input(start)]
         try:
             self.client.log_inputs(mlflow_id, datasets=datasets)
-        except Exception:
+        except failures():
             self.client.log_inputs(mlflow_id, datasets=datasets)
 
     def view_url(self) -> str | None:
@@ -324,7 +319,7 @@ class LiveRun:
             return False
 
         def go() -> None:
-            from mmlu_track.store.plots import subject_accuracy_png
+            from mmlu_track.store.mlflow.plots import subject_accuracy_png
 
             logged = self._logged | set(self.client.get_run(self.id).data.metrics)  # by any shard
             self._log_metrics({k: v for k, v in metrics(record).items() if k not in logged})

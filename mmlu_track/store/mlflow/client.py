@@ -12,9 +12,9 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from mmlu_track.store import mlflow_views
+import mmlu_track.store.mlflow.views as mlflow_views
 from mmlu_track.store.locations import missing_folder, mlflow_uri, sqlite_path
-from mmlu_track.store.mlflow_views import Kind
+from mmlu_track.store.mlflow.views import Kind
 from mmlu_track.support.credentials import redact, redact_text
 from mmlu_track.support.errors import MmluTrackError
 
@@ -52,6 +52,27 @@ def _first_use_lock(uri: str | None) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def failures() -> tuple[type[BaseException], ...]:
+    """What a call into MLflow raises for a tracking store it cannot use: MLflow's own errors (a
+    server's answer, its retries given up), the HTTP layer's and the file system's (`OSError`, which
+    `requests`' errors are), a database store's (SQLAlchemy's, sqlite3's), and ours for a store that
+    does not answer. Anything else raised around such a call is a bug, never "not logged"."""
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return (MlflowException, OSError, SQLAlchemyError, sqlite3.Error, MlflowUnavailable)
+
+
+def connect(uri: str | None) -> Any:
+    """The one way the room reaches a tracking store: a server is first asked whether it answers
+    (`check_reachable`: seconds, not MLflow's minutes of retries), then an MlflowClient of the
+    resolved URI with bounded HTTP retries (`HTTP_LIMITS`) is made. Raises `MlflowUnavailable`."""
+    check_reachable(uri)
+    return _client(uri)
+
+
 def _client(uri: str | None) -> Any:
     """An MlflowClient of the resolved URI, with bounded HTTP retries."""
     for key, value in HTTP_LIMITS.items():
@@ -67,16 +88,16 @@ def client_and_experiment(uri: str | None, experiment: str, view: Kind | None = 
     with mmlu_track's saved runs-table `view` of that kind (`mlflow_views`) where it is missing or old."""
     with _first_use_lock(uri), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        client = _client(uri)
+        client = connect(uri)
         exp = client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else client.create_experiment(experiment, _artifacts(uri))
         kind = mlflow_views.EXPERIMENT_KIND_TAG
         if kind not in (exp.tags if exp else {}):  # a kind the user chose is kept
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*failures()):
                 client.set_experiment_tag(exp_id, kind, mlflow_views.EXPERIMENT_KIND)
         if view and mlflow_views.needs_writing(exp.tags.get(mlflow_views.VIEW_TAG) if exp else None):
             # A view is a convenience: a store refusing experiment tags costs no logging.
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*failures()):
                 client.set_experiment_tag(exp_id, mlflow_views.VIEW_TAG, mlflow_views.envelope(view))
     return client, str(exp_id)
 
@@ -105,7 +126,7 @@ def check_reachable(uri: str | None, timeout: float = 5.0) -> None:
                 creds, "/health", "GET", max_retries=0, backoff_factor=0, timeout=timeout,
                 raise_on_status=False,
             )  # fmt: skip
-    except Exception as err:  # MLflow wraps the connection error; its cause is the readable part
+    except failures() as err:  # MLflow wraps the connection error; its cause is the readable part
         reason = str(err.__cause__ or err).splitlines()[0]
         raise MlflowUnavailable(f"MLflow server {redact(uri)} is unreachable: {redact_text(reason)}") from err
     if resp.status_code != 200:
@@ -136,13 +157,12 @@ def experiments_of(uri: str, run_ids: list[str]) -> dict[str, str]:
     """Each run's experiment id on the tracking store (the runs it knows); {} when it does not
     answer within seconds: a link is a convenience, never a wait."""
     try:
-        check_reachable(uri)
-        client = _client(uri)
-        found: dict[str, str] = {}
-        with quiet():
-            for rid in run_ids:
-                with contextlib.suppress(Exception):  # a run on another store: no link to its page
-                    found[rid] = str(client.get_run(rid).info.experiment_id)
-        return found
+        client = connect(uri)
     except MlflowUnavailable:
         return {}
+    found: dict[str, str] = {}
+    with quiet():
+        for rid in run_ids:
+            with contextlib.suppress(*failures()):  # a run on another store: no link to its page
+                found[rid] = str(client.get_run(rid).info.experiment_id)
+    return found

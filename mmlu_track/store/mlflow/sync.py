@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from mmlu_track.records.results import Docs, QuestionResult
 from mmlu_track.records.run import RunRecord
-from mmlu_track.store.mlflow import LiveRun
-from mmlu_track.store.mlflow_client import MlflowUnavailable
+from mmlu_track.store.mlflow.client import MlflowUnavailable
+from mmlu_track.store.mlflow.live import LiveRun
 from mmlu_track.support.credentials import is_redacted, refill, strip_userinfo
 
 if TYPE_CHECKING:
