@@ -22,9 +22,9 @@ import pytest
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from mmlu_track.store.liveness import Heartbeat, current_owner
+from mmlu_track.store.liveness import Heartbeat, Shard, current_owner
 from mmlu_track.store.orm import QuestionRow, Run, RunShard
-from mmlu_track.store.sql import Shard, SqlStore
+from mmlu_track.store.sql import SqlStore
 
 from . import warm
 from .conftest import CliResult

@@ -110,7 +110,8 @@ def test_squeue_is_asked_only_for_slurm_claims_and_its_silence_decides_nothing(
 def test_runs_show_lists_each_shard_with_its_process_and_scheduler_task(
     sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
 ) -> None:
-    from mmlu_track.store.sql import Shard, SqlStore
+    from mmlu_track.store.liveness import Shard
+    from mmlu_track.store.sql import SqlStore
 
     from .conftest import synthetic_start
 

@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 from mmlu_track.pipeline.evaluate import QUIET, run
 from mmlu_track.store.db import StoreError, make_engine
-from mmlu_track.store.liveness import DEAD_AFTER
+from mmlu_track.store.liveness import DEAD_AFTER, RunInProgress
 from mmlu_track.store.orm import Base, QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.sql import RunInProgress, SqlStore
+from mmlu_track.store.sql import SqlStore
 from mmlu_track.support.resources import MIGRATIONS_DIR
 
 from . import warm
@@ -190,7 +190,7 @@ def test_two_identical_runs_started_together_never_share_a_run(tmp_path: Path) -
     # and its run is then rightly theirs to resume (a fixed sleep lost that race on a loaded machine).
     code = (
         "import os, pathlib, time\n"
-        "from mmlu_track.store.sql import SqlStore, RunInProgress\n"
+        "from mmlu_track.store.sql import SqlStore\nfrom mmlu_track.store.liveness import RunInProgress\n"
         "from tests.conftest import synthetic_start\n"
         f"store, here = SqlStore({url!r}), pathlib.Path({str(tmp_path)!r})\n"
         "try:\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mmlu_track.gate.outcome import DocsFor, Outcome, questions_text
 from mmlu_track.gate.policy import (
@@ -27,6 +27,7 @@ from mmlu_track.gate.policy import (
 from mmlu_track.gate.publish import publish
 from mmlu_track.gate.questions import disputed, only_clean
 from mmlu_track.gate.stats import ComparisonError, compare, pair
+from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.stored import ambiguous
 from mmlu_track.settings.config import CompareConfig, CompareMode, GateConfig
 from mmlu_track.store.sql import open_existing_store
@@ -126,58 +127,96 @@ def _promote(cand: StoredRun, alias: str, g: GateConfig, uri: str | None) -> str
     return f"promoted: {model}@{alias} -> version {version} (candidate run {cand.id[:12]})"
 
 
+class Paired(NamedTuple):
+    """The questions a comparison pairs, both runs' answers to them, what the choice of questions
+    adds to the verdict's reasons, and how many are compared (every figure beside the verdict is
+    at that n)."""
+
+    baseline: list[QuestionResult]
+    candidate: list[QuestionResult]
+    notes: list[str]
+    compared: int
+
+
 def execute(cfg: CompareConfig, output_dir: Path, echo: Any = print, docs_for: DocsFor | None = None) -> int:
     """Run one comparison end to end; return the exit code. `docs_for`: a run's questions' text
-    (the entry point reads the data; the gate does not), for MLflow's per-question table."""
+    (the entry point reads the data; the gate does not), for MLflow's per-question table. The steps:
+    the two runs (`resolve_pair`), the questions they pair (`paired`), the decision (`decided`),
+    its reports and record (`publish`), and a promotion when one was asked for and earned."""
     store = open_existing_store(cfg.tracking)
     try:
-        uri = cfg.tracking.mlflow_uri
-        # A model name resolves to its newest run comparable with the other side (never to that run
-        # itself): resolve the candidate first, unless only the baseline is named by id.
-        metric = cfg.gate.metric
-        if _looks_like_id(store, cfg.baseline) and not _looks_like_id(store, cfg.candidate):
-            base = resolve(store, cfg.baseline, None, cfg.mode, uri, metric)
-            cand = resolve(store, cfg.candidate, (base, "baseline"), cfg.mode, uri, metric)
-        else:
-            cand = resolve(store, cfg.candidate, None, cfg.mode, uri, metric)
-            base = resolve(store, cfg.baseline, (cand, "candidate"), cfg.mode, uri, metric)
-        if base.id == cand.id:
-            raise ComparisonError(
-                f"baseline and candidate are the same run {base.id[:12]} ({cfg.baseline!r} and "
-                f"{cfg.candidate!r}): a verdict needs two different runs"
-            )
-        check_comparable(base, cand, cfg, store)
-        base_results, cand_results = store.question_results(base.id), store.question_results(cand.id)
-        if cfg.mode == "gate":
-            same_prompts(base_results, cand_results)
-        pair_notes = disputed(base_results, cand_results, metric)
-        compared = cand.protocol.n_questions
-        if cfg.gate.questions == "clean":  # every figure beside the verdict at the n compared
-            base_results, cand_results, left_out = only_clean(base_results, cand_results)
-            pair_notes, compared = [left_out], len(cand_results)
-        noise = store.noise.latest(cand.protocol)
-        auto = cfg.gate.margin == "auto"
-        g = auto_margin(cfg.gate, noise, cand.model_name, compared)
-        cfg = replace(cfg, gate=g)
-        comp = compare(pair(base_results, cand_results, metric), g)
-        verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
-        sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))
-        notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]
-        notes += unrecorded(base, cand) + metric_note(base, cand, metric) + pair_notes
-        if cfg.mode == "gate":
-            notes += noise_notes(noise, comp, g, verdict.status)
-            if auto and noise is not None:
-                notes.append(
-                    f"gate.margin=auto: δ = {100 * g.delta:.2f} pts, the floor of measurement "
-                    f"{noise.id[:12]} "
-                    f"at n = {compared:,}"
-                )
-        verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
-        docs = questions_text(docs_for, base, cfg.tracking.mlflow)  # the questions both scored
-        outcome = Outcome(comp, verdict, base, cand, cfg, results=(base_results, cand_results), docs=docs)
+        base, cand = resolve_pair(store, cfg)
+        outcome = decided(store, cfg, base, cand, paired(store, cfg, base, cand), docs_for)
         publish(store, outcome, output_dir, echo)
-        if g.promote_alias and verdict.status == "pass" and cfg.mode == "gate":
-            echo(_promote(cand, g.promote_alias, g, uri))
-        return verdict.exit_code
+        g = outcome.comp.settings
+        if g.promote_alias and outcome.verdict.status == "pass" and cfg.mode == "gate":
+            echo(_promote(cand, g.promote_alias, g, cfg.tracking.mlflow_uri))
+        return outcome.verdict.exit_code
     finally:
         store.close()
+
+
+def resolve_pair(store: SqlStore, cfg: CompareConfig) -> tuple[StoredRun, StoredRun]:
+    """(baseline, candidate): two different runs, comparable under `cfg` (`check_comparable`).
+
+    A model name resolves to its newest run comparable with the other side (never to that run
+    itself): the candidate is resolved first, unless only the baseline is named by id."""
+    uri, metric = cfg.tracking.mlflow_uri, cfg.gate.metric
+    if _looks_like_id(store, cfg.baseline) and not _looks_like_id(store, cfg.candidate):
+        base = resolve(store, cfg.baseline, None, cfg.mode, uri, metric)
+        cand = resolve(store, cfg.candidate, (base, "baseline"), cfg.mode, uri, metric)
+    else:
+        cand = resolve(store, cfg.candidate, None, cfg.mode, uri, metric)
+        base = resolve(store, cfg.baseline, (cand, "candidate"), cfg.mode, uri, metric)
+    if base.id == cand.id:
+        raise ComparisonError(
+            f"baseline and candidate are the same run {base.id[:12]} ({cfg.baseline!r} and "
+            f"{cfg.candidate!r}): a verdict needs two different runs"
+        )
+    check_comparable(base, cand, cfg, store)
+    return base, cand
+
+
+def paired(store: SqlStore, cfg: CompareConfig, base: StoredRun, cand: StoredRun) -> Paired:
+    """Both runs' answers, refused unless a gate's prompts are the same question by question; with
+    `gate.questions=clean` only the questions MMLU-Redux annotates ok."""
+    base_results, cand_results = store.question_results(base.id), store.question_results(cand.id)
+    if cfg.mode == "gate":
+        same_prompts(base_results, cand_results)
+    notes = disputed(base_results, cand_results, cfg.gate.metric)
+    compared = cand.protocol.n_questions
+    if cfg.gate.questions == "clean":  # every figure beside the verdict at the n compared
+        base_results, cand_results, left_out = only_clean(base_results, cand_results)
+        notes, compared = [left_out], len(cand_results)
+    return Paired(base_results, cand_results, notes, compared)
+
+
+def decided(
+    store: SqlStore,
+    cfg: CompareConfig,
+    base: StoredRun,
+    cand: StoredRun,
+    pairs: Paired,
+    docs_for: DocsFor | None,
+) -> Outcome:
+    """The comparison decided: δ chosen (a number, or `gate.margin=auto`'s noise floor at the n
+    compared: the policy the comparison carries as `comp.settings`; `cfg` stays as asked), the
+    statistics, the verdict and every note beside it."""
+    noise = store.noise.latest(cand.protocol)
+    g = auto_margin(cfg.gate, noise, cand.model_name, pairs.compared)
+    comp = compare(pair(pairs.baseline, pairs.candidate, cfg.gate.metric), g)
+    verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
+    sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))
+    notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]
+    notes += unrecorded(base, cand) + metric_note(base, cand, cfg.gate.metric) + pairs.notes
+    if cfg.mode == "gate":
+        notes += noise_notes(noise, comp, g, verdict.status)
+        if cfg.gate.margin == "auto" and noise is not None:
+            notes.append(
+                f"gate.margin=auto: δ = {100 * g.delta:.2f} pts, the floor of measurement "
+                f"{noise.id[:12]} at n = {pairs.compared:,}"
+            )
+    verdict = replace(verdict, reasons=(*notes, *verdict.reasons))
+    docs = questions_text(docs_for, base, cfg.tracking.mlflow)  # the questions both scored
+    results = (pairs.baseline, pairs.candidate)
+    return Outcome(comp, verdict, base, cand, cfg, results=results, docs=docs)

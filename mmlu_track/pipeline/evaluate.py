@@ -25,8 +25,9 @@ from mmlu_track.pipeline.outputs import sigterm_as_exit
 from mmlu_track.pipeline.prepare import Origin, prepare
 from mmlu_track.pipeline.session import QUIET, Display, Echo, EvaluationSession, Looks, RunOutput
 from mmlu_track.settings.config import EvalConfig
+from mmlu_track.store.liveness import Shard
 from mmlu_track.store.recorder import RunRecorder, StoreOnDemand
-from mmlu_track.store.sql import Shard, SqlStore
+from mmlu_track.store.sql import SqlStore
 from mmlu_track.support.errors import MmluTrackError
 
 __all__ = ["QUIET", "Display", "Echo", "Looks", "Origin", "RunOutput", "TruncationError", "run"]

@@ -25,15 +25,37 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.orm import Session
+
 from mmlu_track.records.protocol import RecordError
+from mmlu_track.records.stored import RunStatus, ShardStatus
 from mmlu_track.settings.config import DEAD_AFTER_S
 from mmlu_track.store.db import StoreError
+from mmlu_track.store.orm import Run, RunShard
 
 if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
 
 # A running process beats every `tracking.heartbeat_s` (30 s; a thread, `Heartbeat`); one silent for
 # `DEAD_AFTER` counts as dead wherever it ran (5 missed beats: a busy machine may delay a beat, never five).
+class RunInProgress(StoreError):
+    """Another live process is evaluating the run this one would resume."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Which part of a run's work this process scores (`shards=count shard=index`)."""
+
+    index: int = 0
+    count: int = 1
+
+    def __str__(self) -> str:
+        return f"shard {self.index} of {self.count}"
+
+
+WHOLE_RUN = Shard()  # an unsharded run: its one shard
+
+
 DEAD_AFTER = timedelta(seconds=DEAD_AFTER_S)
 
 
@@ -198,3 +220,38 @@ class Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def take_over(
+    s: Session, run: Run, shard: Shard, output_dir: str | None, now: datetime, dead_after: timedelta
+) -> None:
+    """Claim `shard` of an unfinished `run` for this process (`SqlStore.start_or_resume`'s transaction);
+    `RunInProgress` while a live process holds the shard or finalizes the run."""
+    claim = s.get(RunShard, (run.id, shard.count, shard.index))
+    if claim is not None and claim.status == ShardStatus.RUNNING:
+        last = claim.heartbeat_at or run.created_at
+        if liveness(claim.owner, last, now, dead_after, claim.scheduler) is None:
+            which = "" if shard.count == 1 else f" ({shard})"
+            who = Owner.parse(claim.owner or "")
+            raise RunInProgress(
+                f"run {run.id}{which} with these settings is being evaluated by process "
+                f"{who.short if who else claim.owner} (last beat {last:%Y-%m-%d %H:%M:%S} UTC): "
+                "wait for it, or stop it and run the same command again to resume; "
+                "tracking.resume=false starts a separate run"
+            )
+    if (
+        run.status == RunStatus.FINALIZING
+        and liveness(run.owner, run.heartbeat_at, now, dead_after) is None
+    ):
+        who = Owner.parse(run.owner or "")
+        by = who.short if who else run.owner
+        raise RunInProgress(f"run {run.id} is being finalized by process {by}: wait for it")
+    if claim is None:
+        claim = RunShard(run_id=run.id, shards=shard.count, shard=shard.index)
+        s.add(claim)
+    claim.status, claim.owner, claim.heartbeat_at = ShardStatus.RUNNING, str(current_owner()), now
+    claim.scheduler = scheduler()
+    if run.status != RunStatus.RUNNING:  # failed, or a finalizer that died: this process takes it on
+        run.status, run.owner, run.heartbeat_at = RunStatus.RUNNING, str(current_owner()), now
+    if shard.count == 1:
+        run.output_dir = output_dir

@@ -32,11 +32,11 @@ from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.records.stored import RunStatus, ShardStatus, ShardWork, StoredRun
 from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.db import StoreError, check_folder, sqlite_file
-from mmlu_track.store.liveness import Heartbeat
+from mmlu_track.store.liveness import Heartbeat, Shard
 from mmlu_track.store.locations import missing_folder, mlflow_uri
 from mmlu_track.store.mirror import mirrored
 from mmlu_track.store.rows import Batched
-from mmlu_track.store.sql import Shard, SqlStore, open_store
+from mmlu_track.store.sql import SqlStore, open_store
 from mmlu_track.support.console import warn
 from mmlu_track.support.credentials import redact
 

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import Select
+
 from mmlu_track.records.results import QuestionResult, RotatedAnswer
 from mmlu_track.records.run import RunStart
 from mmlu_track.records.stored import RunStatus, StoredRun
@@ -97,3 +99,8 @@ def provisional(start: RunStart, identity: str) -> StoredRun:
     """The run about to start, as a reader would see it (the sequential gate picks its baseline
     before the candidate is recorded)."""
     return stored(new_run(start, identity, None))
+
+
+def newest(query: Select[Run], batching: Batched | None) -> Select[Run]:
+    """Runs newest first: only the newest, unless it must also have been scored at `batching`."""
+    return query.order_by(Run.created_at.desc()).limit(1 if batching is None else None)

@@ -11,10 +11,9 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from sqlalchemy import Select, case, delete, func, select, text, update
+from sqlalchemy import case, delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -42,26 +41,30 @@ from mmlu_track.store.db import (
     sqlite_file,
     upgrade,
 )
-from mmlu_track.store.liveness import DEAD_AFTER, Owner, current_owner, dead_after_of, liveness, scheduler
+from mmlu_track.store.liveness import (
+    DEAD_AFTER,
+    WHOLE_RUN,
+    Shard,
+    current_owner,
+    dead_after_of,
+    liveness,
+    scheduler,
+    take_over,
+)
 from mmlu_track.store.noise_floors import NoiseFloors
 from mmlu_track.store.orm import QuestionRow, Run, RunShard, SubjectScore
-from mmlu_track.store.rows import COLUMNS, Batched, batched_as, from_columns, new_run, stored, to_row, utc_now
+from mmlu_track.store.rows import (
+    COLUMNS,
+    Batched,
+    batched_as,
+    from_columns,
+    new_run,
+    newest,
+    stored,
+    to_row,
+    utc_now,
+)
 from mmlu_track.support.credentials import redact
-
-
-class RunInProgress(StoreError):
-    """Another live process is evaluating the run this one would resume."""
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Which part of a run's work this process scores (`shards=count shard=index`)."""
-
-    index: int = 0
-    count: int = 1
-
-    def __str__(self) -> str:
-        return f"shard {self.index} of {self.count}"
 
 
 def open_store(tracking: TrackingConfig) -> SqlStore:
@@ -79,11 +82,6 @@ def open_existing_store(tracking: TrackingConfig) -> SqlStore:
             "store that holds the runs"
         )
     return open_store(tracking)
-
-
-def _newest(query: Select[Run], batching: Batched | None) -> Select[Run]:
-    """Runs newest first: only the newest, unless it must also have been scored at `batching`."""
-    return query.order_by(Run.created_at.desc()).limit(1 if batching is None else None)
 
 
 class SqlStore:
@@ -139,7 +137,7 @@ class SqlStore:
         self,
         start: RunStart,
         identity: str,
-        shard: Shard = Shard(),
+        shard: Shard = WHOLE_RUN,
         output_dir: str | None = None,
         batching: Batched | None = None,
     ) -> tuple[str, dict[str, list[QuestionResult]]]:
@@ -157,7 +155,7 @@ class SqlStore:
         with self._session(write=True) as s:
             if self.engine.dialect.name == "postgresql":  # no row to lock yet when the run is new
                 s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": int(identity[:15], 16)})
-            query = _newest(select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED)), batching)
+            query = newest(select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED)), batching)
             run = next((r for r in s.scalars(query.with_for_update()) if batched_as(r, batching)), None)
             if run is None:
                 run = new_run(start, identity, output_dir)
@@ -168,7 +166,7 @@ class SqlStore:
                 claim.scheduler = scheduler()
                 s.add(claim)
                 return run.id, {}
-            self._take_over(s, run, shard, output_dir, now)
+            take_over(s, run, shard, output_dir, now, self.dead_after)
             done: dict[str, list[QuestionResult]] = {}
             rows = s.connection().execute(  # plain rows, no ORM loading (`rows.COLUMNS`)
                 select(*COLUMNS).where(QuestionRow.run_id == run.id).order_by(QuestionRow.question_index)
@@ -177,39 +175,7 @@ class SqlStore:
                 done.setdefault(row[0], []).append(from_columns(row))
             return run.id, done
 
-    def _take_over(self, s: Session, run: Run, shard: Shard, output_dir: str | None, now: datetime) -> None:
-        """Claim `shard` of an unfinished `run` for this process (`start_or_resume`'s transaction);
-        `RunInProgress` while a live process holds the shard or finalizes the run."""
-        claim = s.get(RunShard, (run.id, shard.count, shard.index))
-        if claim is not None and claim.status == ShardStatus.RUNNING:
-            last = claim.heartbeat_at or run.created_at
-            if liveness(claim.owner, last, now, self.dead_after, claim.scheduler) is None:
-                which = "" if shard.count == 1 else f" ({shard})"
-                who = Owner.parse(claim.owner or "")
-                raise RunInProgress(
-                    f"run {run.id}{which} with these settings is being evaluated by process "
-                    f"{who.short if who else claim.owner} (last beat {last:%Y-%m-%d %H:%M:%S} UTC): "
-                    "wait for it, or stop it and run the same command again to resume; "
-                    "tracking.resume=false starts a separate run"
-                )
-        if (
-            run.status == RunStatus.FINALIZING
-            and liveness(run.owner, run.heartbeat_at, now, self.dead_after) is None
-        ):
-            who = Owner.parse(run.owner or "")
-            by = who.short if who else run.owner
-            raise RunInProgress(f"run {run.id} is being finalized by process {by}: wait for it")
-        if claim is None:
-            claim = RunShard(run_id=run.id, shards=shard.count, shard=shard.index)
-            s.add(claim)
-        claim.status, claim.owner, claim.heartbeat_at = ShardStatus.RUNNING, str(current_owner()), now
-        claim.scheduler = scheduler()
-        if run.status != RunStatus.RUNNING:  # failed, or a finalizer that died: this process takes it on
-            run.status, run.owner, run.heartbeat_at = RunStatus.RUNNING, str(current_owner()), now
-        if shard.count == 1:
-            run.output_dir = output_dir
-
-    def save_unit(self, run_id: str, results: Sequence[QuestionResult], shard: Shard = Shard()) -> None:
+    def save_unit(self, run_id: str, results: Sequence[QuestionResult], shard: Shard = WHOLE_RUN) -> None:
         """Commit one unit (questions of one subject) in one transaction, replacing any earlier try."""
         subject = results[0].subject
         if any(r.subject != subject for r in results):
@@ -278,7 +244,7 @@ class SqlStore:
         """The run this identity would resume, if any (or the newest in `statuses`), at `batching`."""
         with self._session() as s:
             query = select(Run).where(Run.identity == identity, Run.status.in_(tuple(statuses)))
-            row = next((r for r in s.scalars(_newest(query, batching)) if batched_as(r, batching)), None)
+            row = next((r for r in s.scalars(newest(query, batching)) if batched_as(r, batching)), None)
             return stored(row) if row is not None else None
 
     def committed_by_subject(self, run_id: str) -> dict[str, tuple[int, int]]:
