@@ -27,7 +27,16 @@ def test_relative_paths_are_anchored_at_the_launch_folder(
     }
     got = anchored(raw, tmp_path)
     assert got["tracking"]["db_url"] == f"sqlite:///{tmp_path}/runs/mmlu_track.db?timeout=5"
-    assert got["tracking"]["mlflow_uri"] == f"sqlite:///{tmp_path}/mlflow.db"  # MLflow's default, pinned
+    assert got["tracking"]["mlflow_uri"] is None  # unset, as asked: chosen as the command starts,
+    from mmlu_track.pipeline.resolve import resolve  # anchored at the same folder (a job's own may differ)
+    from mmlu_track.settings.checks import eval_config_from_dict
+
+    from .conftest import compose_raw
+
+    typed = eval_config_from_dict(anchored(compose_raw(["model=tiny"]), tmp_path))
+    assert resolve(typed, launch_dir=tmp_path).mlflow_uri == f"sqlite:///{tmp_path}/mlflow.db"  # pinned
+    relative = anchored({**raw, "tracking": {**raw["tracking"], "mlflow_uri": "sqlite:///ml/m.db"}}, tmp_path)
+    assert relative["tracking"]["mlflow_uri"] == f"sqlite:///{tmp_path}/ml/m.db"  # given: anchored as a path
     assert got["cache_dir"] == str(tmp_path / "cache")
     assert got["data"]["path"] == str(tmp_path / "mmlu_local")
     assert got["model"]["name_or_path"] == str(tmp_path / "models" / "mine")  # a folder there

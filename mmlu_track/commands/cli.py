@@ -193,6 +193,8 @@ def _eval_config(cfg: Any) -> EvalConfig:
 
 
 def main() -> None:
+    """`python -m mmlu_track` (`mmlu-track`): one evaluation, or a sweep with -m. Exits 0 done, 1 a
+    sequential gate's regression or inconclusive verdict, 2 unusable input (one line), 70 a bug."""
     if not (CONF_DIR / "eval.yaml").is_file():
         fail(f"config folder {CONF_DIR} is missing: reinstall mmlu_track (its wheel ships conf/)")
     import hydra
@@ -227,6 +229,29 @@ def main() -> None:
     # The sequential gate's verdict leaves only here (exit 1 from inside Hydra is a usage error).
     if codes:
         sys.exit(max(codes))
+    show_resolved(sys.argv[1:])
+
+
+_SHOWN = ("job", "all")  # `--cfg job|all`: Hydra printed the job's config, and ran nothing
+
+
+def show_resolved(argv: list[str]) -> None:
+    """After Hydra's `--cfg job` (or `all`), what the run would choose from those settings as it
+    starts (`settings.resolved`), as YAML comments: the config above stays as asked."""
+    from hydra import compose, initialize_config_dir
+
+    from mmlu_track.pipeline.resolve import resolve
+    from mmlu_track.settings.checks import eval_config_from_dict
+
+    flags = [(a, b) for a, b in zip(argv, [*argv[1:], ""], strict=True) if a in ("--cfg", "-c")]
+    asked = [b for _, b in flags] + [a.split("=", 1)[1] for a in argv if a.startswith("--cfg=")]
+    if not any(a in _SHOWN for a in asked) or "-m" in argv or "--multirun" in argv:
+        return
+    skip = {b for _, b in flags} | {a for a, _ in flags}
+    overrides = [a for a in argv if a not in skip and not a.startswith("-")]
+    with errors_as_exit_codes(), initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = eval_config_from_dict(plain(compose(config_name="eval", overrides=overrides)))
+        print("\n".join(resolve(cfg).lines()))
 
 
 def _eval_job(cfg: Any, codes: list[int]) -> float | None:
@@ -235,6 +260,7 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
 
     from mmlu_track.commands.launchers import host_share, job_command, job_folders, redact_hydra_files
     from mmlu_track.pipeline.evaluate import Origin, run
+    from mmlu_track.pipeline.resolve import resolve
 
     try:
         eval_cfg = _eval_config(cfg)
@@ -243,8 +269,11 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     # Jobs of one sweep share a tag in MLflow and a column in the SQL store.
     hydra_cfg = HydraConfig.get()
     sweep, output_dir = job_folders(hydra_cfg)
-    origin = Origin(sweep, job_command(hydra_cfg), host_share=host_share(hydra_cfg, eval_cfg.shards))
+    share = host_share(hydra_cfg, eval_cfg.shards)
     with errors_as_exit_codes():
+        # What the settings leave to the surroundings is chosen once, here; the config stays as asked.
+        chosen = resolve(eval_cfg, share, Path(hydra_cfg.runtime.cwd))
+        origin = Origin(sweep, job_command(hydra_cfg), host_share=share, resolved=chosen)
         if eval_cfg.gate is not None and eval_cfg.gate.sequential:
             from mmlu_track.eval.plan import question_docs
             from mmlu_track.gate.sequential_run import sequential_gate

@@ -23,11 +23,16 @@ class Unusable(SystemExit):
     """Exit 2 (or a bug's 70) with its one line (`fail`): a sweep's job passes the line on to the driver."""
 
     def __init__(self, line: str, code: int = EXIT_ERROR) -> None:
+        """`line`: the one line `fail` printed, kept for a sweep's driver; `code`: the exit status (2, or
+        a bug's 70)."""
         super().__init__(code)
         self.line = line
 
 
 def fail(message: str, *, refused: bool = False, code: int = EXIT_ERROR) -> NoReturn:
+    """Print `message` on stderr as one line (`mmlu_track: error: ...`, secrets masked) and exit with
+    `code` (2 unless given) by raising `Unusable`. `refused`: before any work, so a run's output folder
+    that holds only Hydra's files is removed (`launchers.discard_unused`)."""
     from mmlu_track.support.credentials import redact_text
 
     # Masked here too: the last place any message passes before it leaves the process.

@@ -36,15 +36,16 @@ from mmlu_track.store.locations import absolute_path, absolute_sqlite, mlflow_ur
 
 
 def anchored(raw: dict[str, Any], launch_dir: Path) -> dict[str, Any]:
-    """The composed config with its relative paths made absolute against the launch directory; the
-    MLflow URI set explicitly (`locations.mlflow_uri`: unset means the environment's or MLflow's
-    default), so that it too is anchored."""
+    """The composed config with its relative paths made absolute against the launch directory (an
+    MLflow URI given as a relative SQLite file or folder too). An unset MLflow URI stays unset, as
+    asked: the environment's or the default is chosen as the command starts (`pipeline.resolve`,
+    anchored at the same launch directory)."""
     out = {**raw}
     tracking = {**out.get("tracking", {})}
     if isinstance(tracking.get("db_url"), str):
         tracking["db_url"] = absolute_sqlite(tracking["db_url"], launch_dir)
-    if tracking.get("mlflow", True):
-        tracking["mlflow_uri"] = mlflow_uri(tracking.get("mlflow_uri"), launch_dir)
+    if isinstance(tracking.get("mlflow_uri"), str) and tracking["mlflow_uri"]:
+        tracking["mlflow_uri"] = mlflow_uri(tracking["mlflow_uri"], launch_dir)
     out["tracking"] = tracking
     if isinstance(out.get("cache_dir"), str):
         out["cache_dir"] = absolute_path(out["cache_dir"], launch_dir)
@@ -117,6 +118,8 @@ class SweepResults(Callback):
     `.submitit/<job>/*_log.out`); other launchers show their jobs' output as it comes."""
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        """After a submitit sweep, print each sharded run's results table and folder (a results.json
+        that cannot be read is skipped); after any other launcher's, nothing."""
         from mmlu_track.pipeline.outputs import RESULTS_FILE
         from mmlu_track.records.protocol import RecordError
         from mmlu_track.records.results import table
@@ -143,10 +146,12 @@ class NewFolders(Callback):
     only ones `discard_unused` may remove (a callback in conf/eval.yaml and conf/compare.yaml)."""
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        """Note which of the run's output folder and its parents do not exist yet."""
         folder = Path(os.path.abspath(str(config.hydra.run.dir)))  # as Hydra's run_job makes it
         _NEW[:] = [p for p in (folder, *folder.parents) if not p.exists()]
 
     def on_run_end(self, config: Any, **kwargs: Any) -> None:
+        """The run is over: forget the noted folders, so that nothing is removed after it."""
         _NEW.clear()
 
 

@@ -35,11 +35,13 @@ from typing import Any
 from mmlu_track.gate.stats import pts
 from mmlu_track.pipeline.evaluate import QUIET, run
 from mmlu_track.pipeline.prepare import Origin
+from mmlu_track.pipeline.resolve import resolve
 from mmlu_track.pipeline.session import RunOutput
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.records.stored import NoiseEntry
 from mmlu_track.settings.config import EvalConfig, GateConfig, NoiseConfig
+from mmlu_track.settings.resolved import Resolved
 from mmlu_track.stats.noise_margin import PairNoise, Recommendation, Spread, pair_noise, recommend
 from mmlu_track.store.mlflow import NoiseRun, Target
 from mmlu_track.store.recorder import StoreOnDemand
@@ -50,19 +52,25 @@ Echo = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Variant:
+    """One evaluation of the measurement: its name, its settings, whether a finished run of its
+    identity is taken as it is (`reuse`), and whether the gate would compare it with the reference
+    (`gated`: the same prompts)."""
+
     name: str
     cfg: EvalConfig
     reuse: bool  # a finished run of its identity is taken as it is (not: repeat, batching)
     gated: bool  # the gate would compare it with the reference (the same prompts)
 
-    @property
-    def origin(self) -> Origin:
+    def origin(self, resolved: Resolved) -> Origin:
+        """How the variant's evaluation starts: with the command's own choices (`resolved`)."""
         # The gated runs share the reference's identity: each takes or resumes only a run scored at
         # its own batching, so that no run stands in for another (a batch-1 run is never the repeat).
-        return Origin(reuse=self.reuse, own_batching=self.gated, label=f"noise {self.name}")
+        label = f"noise {self.name}"
+        return Origin(reuse=self.reuse, own_batching=self.gated, label=label, resolved=resolved)
 
     @property
     def batching(self) -> str:
+        """The batching it is scored at, as the reports print it: `batch_size 8, batch_tokens none`."""
         return f"batch_size {self.cfg.batch_size}, batch_tokens {self.cfg.batch_tokens or 'none'}"
 
 
@@ -82,6 +90,10 @@ def variants(cfg: EvalConfig, noise: NoiseConfig) -> list[Variant]:
 
 @dataclass(frozen=True)
 class NoiseReport:
+    """A finished noise measurement: the reference and each variant's run and batching, the pairs
+    measured against the reference, the shot seeds' spread (None without shot seeds) and the margin
+    recommended from the gated pairs. Written as noise.json."""
+
     reference_run: str
     runs: dict[str, str]  # variant name -> its run id
     batching: dict[str, str]  # variant name -> the batching it was scored at
@@ -94,6 +106,8 @@ class NoiseReport:
     spreads: dict[str, dict[str, Spread]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        """The report as noise.json (and the store's `report_json`) holds it: each pair with its flip rate
+        and Δ, the shot seeds' accuracies and spreads, the recommendation with its paragraph."""
         rec = self.recommendation
         return {
             "reference_run": self.reference_run,
@@ -134,12 +148,13 @@ def measure(cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo = 
         return _measure(store, cfg, noise, output_dir, echo)
 
 
-def _evaluated(v: Variant, store: StoreOnDemand, experiment: str, output_dir: Path, echo: Echo) -> RunOutput:
+def _evaluated(v: Variant, store: StoreOnDemand, noise: NoiseConfig, resolved: Resolved, output_dir: Path,
+               echo: Echo) -> RunOutput:  # fmt: skip
     """One variant's evaluation, in the measurement's own MLflow experiment: its runs never sit
     among the team's evaluations."""
     folder = output_dir / v.name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
-    own = replace(v.cfg, tracking=replace(v.cfg.tracking, experiment=experiment))
-    out = run(own, folder, display=QUIET, origin=v.origin, store=store)
+    own = replace(v.cfg, tracking=replace(v.cfg.tracking, experiment=noise.experiment))
+    out = run(own, folder, display=QUIET, origin=v.origin(resolved), store=store)
     if out.record is None or out.run_id is None:
         raise RuntimeError(f"the {v.name} evaluation did not finish (a bug: it runs unsharded)")
     accuracy = 100 * out.record.scores.micro.acc
@@ -151,7 +166,8 @@ def _measure(
     store: StoreOnDemand, cfg: EvalConfig, noise: NoiseConfig, output_dir: Path, echo: Echo
 ) -> NoiseReport:
     planned = variants(cfg, noise)
-    outs = {v.name: _evaluated(v, store, noise.experiment, output_dir, echo) for v in planned}
+    resolved = resolve(cfg)  # once for every variant: they differ in nothing it chooses from
+    outs = {v.name: _evaluated(v, store, noise, resolved, output_dir, echo) for v in planned}
     gated_names = [v.name for v in planned if v.gated and v.name != "reference"]
     ref = _outcomes(outs["reference"].results)
     pairs = [_pair(name, ref, _outcomes(out.results)) for name, out in outs.items() if name != "reference"]

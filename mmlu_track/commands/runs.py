@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from mmlu_track.records.protocol import RecordError
 from mmlu_track.records.stored import RunStatus, ambiguous
-from mmlu_track.settings.config import DB_URL_ENV, DEFAULT_ALPHA, DEFAULT_DB_URL
+from mmlu_track.settings.config import DEFAULT_ALPHA, TrackingConfig, env_default
 from mmlu_track.store.db import parse_url
 from mmlu_track.support.console import reader_gone
 from mmlu_track.support.credentials import redact, redact_text
@@ -200,10 +199,9 @@ def _sync(store: SqlStore, args: argparse.Namespace) -> int:
             raise RuntimeError(f"unsynced run {run.id} has no record (a bug: only finished runs are listed)")
         # Where the process that finished the run tried (its warning's hint names that URI), unless
         # the command says otherwise; a run recorded before URIs were resolved: MLflow's default.
-        tracking = record.start.config.tracking
-        experiment = args.experiment or tracking.experiment
+        experiment = args.experiment or record.start.config.tracking.experiment
         try:
-            uri = uri_for_sync(args.mlflow_uri or tracking.mlflow_uri)
+            uri = uri_for_sync(args.mlflow_uri or record.start.mlflow_uri)
             mlflow_id = log_run(
                 record, store.question_results(run.id), uri=uri, experiment=experiment,
                 existing=run.mlflow_run_id, docs=question_docs(record),
@@ -266,17 +264,22 @@ class OneLineParser(argparse.ArgumentParser):
     exit 2 (argparse printed its usage, then `python -m mmlu_track.runs: error: …`)."""
 
     def error(self, message: str) -> NoReturn:
+        """Print the usage error as one `mmlu_track: error:` line that points to --help, and exit 2."""
         print(f"mmlu_track: error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(EXIT_ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m mmlu_track.runs` on `argv` (default: the command line): its exit code, 0 done or 2
+    unusable input or a run that could not be synced (one line on stderr). A bug exits 70 (`exits.bug`);
+    a reader that stopped (BrokenPipeError) is raised on to `cli`."""
     parser = OneLineParser(
         prog="python -m mmlu_track.runs",
         description=__doc__.splitlines()[0],
         epilog="exit codes: 0 done, 2 unusable input (one line on stderr), 70 a bug in mmlu_track",
     )
-    parser.add_argument("--db", default=os.environ.get(DB_URL_ENV, DEFAULT_DB_URL), help="SQLAlchemy URL")
+    db_default = env_default(TrackingConfig, "db_url")  # tracking.db_url's, as every command's
+    parser.add_argument("--db", default=db_default, help=f"SQLAlchemy URL (default: {redact(db_default)})")
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="list runs, newest first")
     p_list.add_argument("--limit", type=int, default=50)

@@ -86,15 +86,16 @@ class InProcess:
 SCORED_BY = {"logprob": "logits", "generate": "greedy"}  # the model's own logits; its greedy decoding
 
 
-def load_backend(cfg: EvalConfig) -> InProcess:
-    """The configured model loaded in this process (torch's threads set, seeded with the run's seed),
-    ready to score with the run's `Batching`; `ModelError` when it cannot be loaded."""
-    _set_threads(cfg.threads)
+def load_backend(cfg: EvalConfig, threads: int | None = None) -> InProcess:
+    """The configured model loaded in this process (torch's threads set to `threads`, as resolved,
+    else to `threads=N`; seeded with the run's seed), ready to score with the run's `Batching`;
+    `ModelError` when it cannot be loaded."""
+    _set_threads(threads if threads is not None else cfg.threads)
     return InProcess(models.load_model(cfg), Batching.of(cfg))
 
 
 def _set_threads(count: int | str) -> None:
-    """Set torch's intra- and inter-op threads (`eval.threads`: prepare resolves `auto`); the inter-op
+    """Set torch's intra- and inter-op threads (`auto` is resolved before: `pipeline.resolve`); the inter-op
     pool only once per process: torch refuses a second setting once it has started."""
     import torch
 

@@ -12,19 +12,19 @@ from mmlu_track.eval.backend import Backend
 from mmlu_track.settings.config import EvalConfig, is_served
 
 
-def _in_process(cfg: EvalConfig) -> Backend:
+def _in_process(cfg: EvalConfig, threads: int | None) -> Backend:
     from mmlu_track.eval import in_process
 
-    return in_process.load_backend(cfg)
+    return in_process.load_backend(cfg, threads)
 
 
-def _served(cfg: EvalConfig) -> Backend:
+def _served(cfg: EvalConfig, threads: int | None) -> Backend:
     from mmlu_track.eval import openai_connect
 
     return openai_connect.connect(cfg)
 
 
-BACKENDS: dict[str, Callable[[EvalConfig], Backend]] = {
+BACKENDS: dict[str, Callable[[EvalConfig, int | None], Backend]] = {
     "hub": _in_process,  # a hub id or a local folder, loaded by transformers
     "gguf": _in_process,  # a GGUF file, converted once to a cached safetensors copy
     "tiny": _in_process,  # a tiny random Llama (tests, plumbing checks)
@@ -32,9 +32,11 @@ BACKENDS: dict[str, Callable[[EvalConfig], Backend]] = {
 }
 
 
-def load_backend(cfg: EvalConfig) -> Backend:
-    """The configured model's backend, loaded (or reached) and ready to score."""
-    return BACKENDS[cfg.model.source](cfg)
+def load_backend(cfg: EvalConfig, threads: int | None = None) -> Backend:
+    """The configured model's backend, loaded (or reached) and ready to score; `threads`: the CPU
+    threads in-process scoring uses, as resolved (`settings.resolved.Resolved.threads`; None: a
+    number in `threads=` itself, else torch's default)."""
+    return BACKENDS[cfg.model.source](cfg, threads)
 
 
 def in_process(cfg: EvalConfig) -> bool:

@@ -46,13 +46,25 @@ def fits_check(lm: Backend, reserve: int) -> Callable[[str], bool]:
     return fits
 
 
-def identity(cfg: EvalConfig, info: ModelInfo, protocol: EvalProtocol, *, fresh: bool = False) -> str:
+def identity(
+    cfg: EvalConfig,
+    info: ModelInfo,
+    protocol: EvalProtocol,
+    *,
+    fresh: bool = False,
+    annotations: str | None = None,
+) -> str:
     """Hash of everything that determines a run's results: the protocol (questions, prompts,
     scoring: what the gate compares), the weights and the dtype they ran in, and the settings.
-    `fresh` (tracking.resume=false): a new identity of the same length, which nothing resumes."""
+    `fresh` (tracking.resume=false): a new identity of the same length, which nothing resumes.
+    `annotations`: the MMLU-Redux set's content fingerprint, so that a changed file is another run
+    (hashed as `data.annotations: NAME@FINGERPRINT`, as before the config was left as asked)."""
+    settings = identity_dict(cfg)
+    if annotations is not None:
+        settings["data"]["annotations"] = f"{cfg.data.annotations}@{annotations}"
     # The dtype actually used: `auto` means fp32 on a CPU and bf16 on a GPU, different results.
     ident = {
-        "config": {**identity_dict(cfg), "dtype": info.dtype},
+        "config": {**settings, "dtype": info.dtype},
         "weights": [info.location, info.revision, info.weights_sha256],
         "protocol": protocol.to_json(),
         **({"fresh": time.time_ns()} if fresh else {}),

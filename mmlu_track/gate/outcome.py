@@ -39,6 +39,8 @@ class Outcome:
 
     @property
     def sequential(self) -> dict[str, Any] | None:
+        """The sequential gate's section of report.json (its look, the questions used and saved, the
+        anytime-valid interval), or None when the fixed-sample gate decided."""
         return self.extra[0]["sequential"] if self.extra else None
 
     @property

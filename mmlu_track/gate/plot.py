@@ -51,6 +51,8 @@ def changed_subjects(comp: Comparison) -> list[Delta]:
 
 
 def deltas_png(comp: Comparison, path: Path, figure: Figure) -> Path:
+    """Draw the comparison, with `figure`'s title and intervals, as a PNG at `path` (overwritten; 110
+    dpi, matplotlib's Agg backend, which it selects); `path` back."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -81,6 +81,8 @@ def flagged_drop(comp: Comparison, gate: GateConfig) -> str | None:
 
 
 def analysis(comp: Comparison) -> Verdict:
+    """The verdict of a few-shot gap (`mode=fewshot_gap`): no pass or fail, status `analysis`, exit 0;
+    its headline is Δ micro with its interval and how many subjects gain and lose significantly."""
     m = comp.micro
     headline = (
         f"few-shot gap Δ micro {pts(m.delta)} pts [{pts(m.ci_low)} pts, {pts(m.ci_high)} pts], "

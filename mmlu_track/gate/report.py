@@ -282,6 +282,8 @@ def _mark(d: Delta) -> str:
 
 
 def console(o: Outcome) -> str:
+    """The comparison as the console prints it: the verdict's line, the comparison in a line, the reasons,
+    every subject by Δ (`!` flagged, `+` improved), then the categories, macro and micro, then the method."""
     comp, verdict, base, cand, cfg = o.comp, o.verdict, o.base, o.cand, o.cfg
     width = max(len(d.name) for d in (*comp.subjects, *comp.categories)) + 4
     head = f"{'':<{width}}{'n':>6} {'base %':>7} {'cand %':>7} {'Δ pts':>7}  {'95% CI':<17} {'p adj':>8}"
@@ -305,6 +307,9 @@ def console(o: Outcome) -> str:
 
 
 def to_json(o: Outcome) -> dict[str, Any]:
+    """The comparison as report.json holds it: mode, policy, verdict, both runs, every statistic of the
+    `Comparison` and the non-inferiority test with its questions needed (searched now, on first use).
+    The sequential gate's section is added by `publish`."""
     comp, verdict, base, cand, cfg = o.comp, o.verdict, o.base, o.cand, o.cfg
 
     def run(r: StoredRun) -> dict[str, Any]:

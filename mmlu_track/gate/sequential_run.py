@@ -74,6 +74,9 @@ class SequentialLooks:
         echo: Callable[[str], None] = print,
         docs_for: DocsFor | None = None,
     ) -> None:
+        """The gate over `store` for the evaluation `cfg` (`echo`: a line per look; `docs_for`: the
+        questions' text); `ComparisonError` before the model loads when there is no gate, or its
+        baseline names no finished run."""
         self.echo, self.docs_for = echo, docs_for  # a line per look; the questions' text
         if cfg.gate is None:
             raise ComparisonError("the sequential gate needs gate.sequential=true gate.baseline=RUN")
@@ -139,6 +142,9 @@ class SequentialLooks:
         )
 
     def look(self, number: int, results: Sequence[QuestionResult]) -> EarlyStop | None:
+        """Pair look `number`'s committed questions with the baseline and decide: an `EarlyStop` when a
+        verdict is reached before the last look, else None (go on; after the last look the run finishes).
+        `ComparisonError` when the baseline was deleted, or asked a question with other prompts."""
         if self.store.get(self.base.id) is None:
             raise ComparisonError(
                 f"the baseline run {self.base.id[:12]} was deleted from the store during the evaluation "
@@ -242,6 +248,8 @@ def _can_pass(n: int, looks: int, gate: GateConfig) -> bool:
 
 
 def headline(res: SequentialResult, gate: GateConfig, looks: int) -> str:
+    """The sequential verdict in one line: pass or regression at its look of `looks`, or neither after
+    them all, with the anytime-valid interval of Δ micro in points."""
     delta = f"δ = {100 * gate.delta:.1f} pts"
     ci = f"anytime-valid interval [{pts(res.lower)}, {pts(res.upper)}] pts"  # the verdict's own
     if res.decision == "pass":

@@ -104,11 +104,17 @@ class NonInferiority:
         return decision.questions_needed(round(self.discordance, 3), self.margin, self.alpha)
 
     def to_json(self) -> dict[str, Any]:
+        """The test as report.json holds it: its fields and `questions_needed` (searched now, on first
+        use)."""
         return {**dataclasses.asdict(self), "questions_needed": self.questions_needed}
 
 
 @dataclass(frozen=True)
 class Comparison:
+    """The paired statistics of two runs over the same questions under one gate's `settings`: Δ micro
+    and macro, each category and subject, the non-inferiority test, and the bootstrap intervals where
+    sound (None elsewhere). Δs are fractions, candidate minus baseline."""
+
     settings: GateConfig  # its alpha, margin, min_effect, correction and bootstrap settings
     micro: Delta
     macro: Delta

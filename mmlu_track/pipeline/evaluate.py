@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 from mmlu_track.eval.plan import TruncationError
 from mmlu_track.pipeline.outputs import sigterm_as_exit
 from mmlu_track.pipeline.prepare import Origin, prepare
+from mmlu_track.pipeline.resolve import resolve
 from mmlu_track.pipeline.session import QUIET, Display, Echo, EvaluationSession, Looks, RunOutput
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.store.liveness import Shard
@@ -58,17 +58,19 @@ def run(
     process is a job of, the command line it records (default: this process's own) and whether a
     finished run of the same identity is taken from the store as it is, nothing scored. `store`: the
     command's own SQL store when it holds one (the sequential gate's, with `looks`; else the run
-    opens and closes its own)."""
+    opens and closes its own). `cfg` stays as asked: the choices made from it are `origin.resolved`,
+    made as the command started (`pipeline.resolve`), or here, once, when the caller made none."""
     store = store or (looks.store if looks is not None else None)
     origin = origin or Origin()
+    resolved = origin.resolved or resolve(cfg, origin.host_share)
     batching = (cfg.batch_size, cfg.batch_tokens) if origin.own_batching else None
     with _before_any_work():
-        recorder = RunRecorder(cfg.tracking, Shard(cfg.shard, cfg.shards), store, batching, origin.label)
-    cfg = replace(cfg, tracking=recorder.tracking)  # the MLflow URI it records, fixed from the start
+        shard, uri = Shard(cfg.shard, cfg.shards), resolved.mlflow_uri
+        recorder = RunRecorder(cfg.tracking, shard, store, batching, origin.label, uri)
     try:
         with sigterm_as_exit():
             with _before_any_work():
-                prep = prepare(cfg, origin)
+                prep = prepare(cfg, origin, resolved)
             kept = recorder.finished(prep.identity) if origin.reuse else None
             if kept is not None and (record := kept[0].record) is not None:  # taken as it is: nothing scored
                 prep.lm.close()

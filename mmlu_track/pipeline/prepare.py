@@ -5,13 +5,14 @@ never fit (`plan.TruncationError`) before anything is written."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from mmlu_track.eval import load, prompts, provenance, threads
+from mmlu_track.eval import load, prompts, provenance
 from mmlu_track.eval.backend import Backend
 from mmlu_track.eval.plan import Asked, Plan, fits_check, identity, plan, render, rotations, style
 from mmlu_track.records.run import DataInfo, HostInfo, RunStart
 from mmlu_track.settings.config import EvalConfig
+from mmlu_track.settings.resolved import Resolved
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class Origin:
     # Said before the run's MLflow name: the role a command gives it (`noise repeat`: the noise
     # command's repeat has the reference's very settings, and so its name).
     label: str | None = None
+    # The choices made from the settings as the command started (`pipeline.resolve`); None: the
+    # evaluation makes them itself, once, as it starts.
+    resolved: Resolved | None = None
 
 
 @dataclass(frozen=True)
@@ -51,14 +55,14 @@ class Prepared:
     answer_lead: str = " "  # what precedes an answer letter (`prompts.Style.answer_lead`)
 
 
-def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
-    """The run about to be scored; the caller closes its `lm`."""
+def prepare(cfg: EvalConfig, origin: Origin, resolved: Resolved) -> Prepared:
+    """The run about to be scored, with the choices made from its settings (`resolved`: the CPU
+    threads the backend sets); the caller closes its `lm`."""
     t0 = time.time()
     seeds = provenance.set_seeds(cfg.seed, torch=load.in_process(cfg))
-    cpu = threads.choose(cfg.threads, origin.host_share) if load.in_process(cfg) else None
     the_plan = plan(cfg)
     t1 = time.time()
-    lm = load.load_backend(replace(cfg, threads=cpu.count) if cpu else cfg)  # the backend sets them
+    lm = load.load_backend(cfg, resolved.threads)  # the backend sets them
     t2 = time.time()
     fits = fits_check(lm, cfg.scoring.max_new_tokens if cfg.scoring.method == "generate" else 1)
     try:
@@ -86,16 +90,10 @@ def prepare(cfg: EvalConfig, origin: Origin) -> Prepared:
         seeds=seeds,
         versions=provenance.versions(),
         git_commit=provenance.git_commit(),
-        host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"]), cpu.why if cpu else None),
+        host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"]), resolved.threads_why),
         sweep=origin.sweep,
+        resolved=resolved,
     )
-    named = cfg
-    if the_plan.annotated:  # the annotations' content, not only their name: a changed file is another run
-        named = replace(
-            cfg,
-            data=replace(
-                cfg.data, annotations=f"{cfg.data.annotations}@{the_plan.annotated.info.fingerprint}"
-            ),
-        )
-    ident = identity(named, lm.info, start.protocol, fresh=not cfg.tracking.resume)
+    annotated = the_plan.annotated.info.fingerprint if the_plan.annotated else None
+    ident = identity(cfg, lm.info, start.protocol, fresh=not cfg.tracking.resume, annotations=annotated)
     return Prepared(lm, the_plan, rendered, asked, start, ident, t0, t1 - t0, t2 - t1, how.answer_lead)

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from mmlu_track.records import codec
 from mmlu_track.records.results import Accuracies, QuestionResult, aggregate
 
 OK = "ok"
@@ -36,6 +37,7 @@ ERROR_TYPES = (
 NOT_ANNOTATED = "not annotated"  # a scored question no annotation matched (counts only)
 
 
+@codec.closed
 @dataclass(frozen=True)
 class AnnotationSet:
     """The annotations a run was evaluated with (`data.annotations`): where they came from, the
@@ -52,12 +54,13 @@ class AnnotationSet:
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict of its fields (`unmatched_examples` a list)."""
-        return {**asdict(self), "unmatched_examples": list(self.unmatched_examples)}
+        return {**codec.dump(self), "unmatched_examples": list(self.unmatched_examples)}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AnnotationSet:
-        """The record `to_json` wrote (`unmatched_examples` may be missing: none)."""
-        return cls(**{**doc, "unmatched_examples": tuple(doc.get("unmatched_examples") or ())})
+        """The record `to_json` wrote (`unmatched_examples` may be missing: none; a key it has no
+        field for is refused); `RecordError` naming the field that is missing or not of its type."""
+        return codec.load(cls, doc, "annotation set")
 
     def summary(self) -> str:
         """One line: what was read and how it matched."""
@@ -80,19 +83,17 @@ class AnnotatedScores:
     seen) and its accuracies on the questions annotated ok (None when no scored question is)."""
 
     counts: dict[str, int]  # scored questions per annotation (ERROR_TYPES, NOT_ANNOTATED)
-    clean: Accuracies | None  # on the questions annotated ok; None when no scored one is
+    clean: Accuracies | None = None  # on the questions annotated ok; None when no scored one is
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict: `counts`, and `clean` as `Accuracies.to_json` or None."""
-        return {"counts": dict(self.counts), "clean": self.clean.to_json() if self.clean else None}
+        return codec.dump(self)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AnnotatedScores:
-        """The record `to_json` wrote; a missing or empty `clean` reads as None."""
-        clean = doc.get("clean")
-        return cls(
-            {str(k): int(v) for k, v in doc["counts"].items()}, Accuracies.from_json(clean) if clean else None
-        )
+        """The record `to_json` wrote; a missing `clean` reads as None; `RecordError` naming
+        the field when `counts` is missing or a value is not of its type."""
+        return codec.load(cls, doc, "annotated scores")
 
     @property
     def flagged(self) -> int:

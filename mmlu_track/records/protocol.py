@@ -1,24 +1,22 @@
 """How a run asked and scored its questions: `EvalProtocol`, the one declaration of what makes two
 runs' answers comparable question by question (the run identity hashes it, the SQL store keeps it,
 the gate compares it field by field, a noise measurement is stored under its prompt part), and
-`RecordError`, what every typed record raises when a stored one cannot be read.
+`RecordError` (defined in `records.codec`), what every typed record raises when a stored one cannot
+be read.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
+from mmlu_track.records import codec
+from mmlu_track.records.codec import RecordError
 from mmlu_track.settings.config import EvalConfig
-from mmlu_track.support.errors import MmluTrackError
 
-
-class RecordError(MmluTrackError):
-    """A stored record this version cannot read (written by an incompatible mmlu_track)."""
-
+__all__ = ["EvalProtocol", "RecordError"]
 
 _QUESTION_SET = ("questions", "n_questions", "limit", "sample_seed")  # which questions, not how asked
 
@@ -103,7 +101,7 @@ class EvalProtocol:
     def to_json(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict; `choice_order` left out when `as_given`, so an as-given
         run's identity and keys are what they were before rotations."""
-        out = dataclasses.asdict(self)
+        out = codec.dump(self)
         if out["choice_order"] == "as_given":  # as before rotations: an as-given run's identity unchanged
             out.pop("choice_order")
         return out
@@ -111,12 +109,8 @@ class EvalProtocol:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> EvalProtocol:
         """The protocol `to_json` wrote (unknown keys ignored; a field added since takes its default);
-        `RecordError` when a required field is missing."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        try:
-            return cls(**{k: v for k, v in doc.items() if k in names})
-        except TypeError as err:
-            raise RecordError(f"unreadable protocol record: {err}") from err
+        `RecordError` naming the field when one is missing or not of its type."""
+        return codec.load(cls, doc, "protocol record")
 
     def differences(self, other: EvalProtocol, *, fewshot_gap: bool = False) -> list[str]:
         """Why runs of `self` (the baseline) and `other` (the candidate) are not comparable, each

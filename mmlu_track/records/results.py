@@ -13,10 +13,11 @@ import gzip
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmlu_track.records import codec
 from mmlu_track.settings.subjects import CATEGORIES, LETTERS, SUBCATEGORY, category
 
 
@@ -32,10 +33,9 @@ class RotatedAnswer:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RotatedAnswer:
-        """The answer as stored with its question (`QuestionResult.to_json`); `KeyError` without a
-        `prediction`."""
-        lp = doc.get("logprobs")
-        return cls(doc["prediction"], (lp[0], lp[1], lp[2], lp[3]) if lp else None, doc.get("generated"))
+        """The answer as stored with its question (`QuestionResult.to_json`); `RecordError` naming
+        the field when `prediction` is missing or a value is not of its type."""
+        return codec.load(cls, doc, "rotated answer")
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class QuestionResult:
     def to_json(self) -> dict[str, Any]:
         """Every field as JSON-ready values, plus the derived `correct`, `predicted_letter` (None when
         invalid) and `gold_letter`."""
-        rec = asdict(self)
+        rec = codec.dump(self)
         rec["correct"] = self.correct
         rec["predicted_letter"] = LETTERS[self.prediction] if self.prediction is not None else None
         rec["gold_letter"] = LETTERS[self.gold]
@@ -115,16 +115,13 @@ class QuestionResult:
 
     @classmethod
     def from_json(cls, rec: dict[str, Any]) -> QuestionResult:
-        """The result `to_json` wrote (derived and unknown keys ignored; `rotations` and `annotation`
-        may be absent, as in older files); `KeyError` when another field is missing."""
-        fields = {k: rec[k] for k in cls.__dataclass_fields__ if k not in ("rotations", "annotation")}
-        fields["annotation"] = rec.get("annotation")  # absent from files written before it was
-        if fields["logprobs"] is not None:
-            fields["logprobs"] = tuple(fields["logprobs"])
-        rotations = tuple(RotatedAnswer.from_json(a) for a in rec.get("rotations") or ())
-        return cls(**fields, rotations=rotations)
+        """The result `to_json` wrote (derived and unknown keys ignored; `scored_by`, `rotations` and
+        `annotation` may be absent, as in older files); `RecordError` naming the field when another
+        is missing or a value is not of its type."""
+        return codec.load(cls, rec, "question result")
 
 
+@codec.closed
 @dataclass(frozen=True)
 class Accuracy:
     """The accuracy of a group of n questions: `correct` of them, `acc` = correct / n as a fraction
@@ -166,23 +163,13 @@ class Accuracies:
 
     def to_json(self) -> dict[str, Any]:
         """The record as nested JSON-ready dicts, each `Accuracy` as its fields."""
-        return asdict(self)
+        return codec.dump(self)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Accuracies:
-        """The record `to_json` wrote; `KeyError` or `TypeError` when it is not that shape."""
-
-        def table(d: dict[str, Any]) -> dict[str, Accuracy]:
-            return {k: Accuracy(**v) for k, v in d.items()}
-
-        return cls(
-            subjects=table(raw["subjects"]),
-            subcategories=table(raw["subcategories"]),
-            categories=table(raw["categories"]),
-            macro=Accuracy(**raw["macro"]),
-            micro=Accuracy(**raw["micro"]),
-            invalid=raw["invalid"],
-        )
+        """The record `to_json` wrote (an `Accuracy` with a key it has no field for is refused);
+        `RecordError` naming the field when one is missing or not of its type."""
+        return codec.load(cls, raw, "accuracies")
 
 
 Outcomes = Callable[[QuestionResult], Sequence[bool]]

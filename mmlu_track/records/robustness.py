@@ -24,9 +24,10 @@ the text). The letter-bias figures are descriptive: no test is made of them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from mmlu_track.records import codec
 from mmlu_track.records.results import Accuracies, QuestionResult, aggregate
 from mmlu_track.settings.subjects import LETTERS
 
@@ -42,12 +43,13 @@ class CircularScores:
 
     def to_json(self) -> dict[str, Any]:
         """The three figures by field name, each as `Accuracies.to_json`."""
-        return {k: v.to_json() for k, v in vars(self).items()}
+        return codec.dump(self)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> CircularScores:
-        """The record `to_json` wrote; `KeyError` when a figure is missing."""
-        return cls(**{k: Accuracies.from_json(raw[k]) for k in ("accuracy", "mean_rotation", "consistency")})
+        """The record `to_json` wrote; `RecordError` naming the field when a figure is missing or a
+        value is not of its type."""
+        return codec.load(cls, raw, "circular scores")
 
 
 def circular_scores(results: Sequence[QuestionResult]) -> CircularScores | None:
@@ -79,19 +81,13 @@ class LetterBias:
 
     def to_json(self) -> dict[str, Any]:
         """The counts as JSON-ready values, plus the derived `recall`."""
-        return {**asdict(self), "recall": list(self.recall)}
+        return {**codec.dump(self), "recall": list(self.recall)}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> LetterBias:
-        """The record `to_json` wrote (`recall` recomputed, not read); `KeyError` when a field is missing."""
-
-        def four(key: str) -> tuple[int, int, int, int]:
-            a, b, c, d = (int(v) for v in raw[key])
-            return a, b, c, d
-
-        return cls(
-            four("predicted"), four("gold"), four("correct"), int(raw["invalid"]), raw["letter_following"]
-        )
+        """The record `to_json` wrote (`recall` recomputed, not read); `RecordError` naming the field
+        when one is missing or not of its type (four integers per letter count)."""
+        return codec.load(cls, raw, "letter bias")
 
     def line(self) -> str:
         """The console table's footer: one line."""

@@ -12,22 +12,25 @@ The JSON layout (schema_version 1) is stable: sections `config`, `model`, `data`
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from mmlu_track.records import codec
 from mmlu_track.records.annotations import AnnotatedScores, AnnotationSet
-from mmlu_track.records.protocol import EvalProtocol, RecordError
+from mmlu_track.records.codec import RecordError
+from mmlu_track.records.protocol import EvalProtocol
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.robustness import CircularScores, LetterBias
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.settings.config import DEFAULT_SEED, EvalConfig, to_dict
+from mmlu_track.settings.resolved import Resolved
 from mmlu_track.settings.subjects import SUBJECTS
 from mmlu_track.settings.typed import ConfigError
 
 SCHEMA_VERSION = 1
 
 
+@codec.closed
 @dataclass(frozen=True)
 class ModelInfo:
     """What identifies the loaded weights and how they ran (`dtype` is the resolved one)."""
@@ -46,6 +49,7 @@ class ModelInfo:
     server: str | None = None  # a served model: what the server says of it (JSON: /v1/models, version)
 
 
+@codec.closed
 @dataclass(frozen=True)
 class DataInfo:
     """The questions a run scored: where they were read from (`data.source`, `data.path`), the
@@ -57,11 +61,6 @@ class DataInfo:
     dev_fingerprint: str  # ... of the few-shot examples
     n_questions: int
     annotations: AnnotationSet | None = None  # data.annotations: what was read, how it matched
-
-
-def _data_info(doc: dict[str, Any]) -> DataInfo:
-    sets = doc.get("annotations")
-    return DataInfo(**{**doc, "annotations": AnnotationSet.from_json(sets) if sets else None})
 
 
 @dataclass(frozen=True)
@@ -91,6 +90,15 @@ class RunStart:
     git_commit: str | None
     host: HostInfo
     sweep: str | None = None  # the Hydra sweep folder of a -m job
+    # What was chosen from `config` as the command started (`settings.resolved`): the MLflow URI the
+    # run records into, the CPU threads. None: a run recorded before choices were kept apart (its
+    # config then holds the MLflow URI as chosen).
+    resolved: Resolved | None = None
+
+    @property
+    def mlflow_uri(self) -> str | None:
+        """The MLflow URI the run records into, as chosen when it started (a password as `***`)."""
+        return self.resolved.mlflow_uri if self.resolved else self.config.tracking.mlflow_uri
 
     @property
     def protocol(self) -> EvalProtocol:
@@ -141,6 +149,7 @@ class RunStart:
         return "-".join(parts)
 
 
+@codec.closed
 @dataclass(frozen=True)
 class Timing:
     """Seconds and counts of the work that made the run: a sharded run's are its shards' summed
@@ -184,8 +193,8 @@ class RunRecord:
             "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
             "config": to_dict(cfg),
-            "model": dataclasses.asdict(s.model),
-            "data": dataclasses.asdict(s.data),
+            "model": codec.dump(s.model),
+            "data": codec.dump(s.data),
             "prompt": {
                 "formulation": cfg.formulation,
                 "template_hash": s.template_hash,
@@ -203,9 +212,10 @@ class RunRecord:
             "seeds": s.seeds,
             "versions": s.versions,
             "git_commit": s.git_commit,
-            "host": {**dataclasses.asdict(s.host), "argv": list(s.host.argv)},
+            "host": {**codec.dump(s.host), "argv": list(s.host.argv)},
             "sweep": s.sweep,
-            "timing": dataclasses.asdict(self.timing),
+            **({"resolved": s.resolved.to_json()} if s.resolved else {}),  # absent: recorded before
+            "timing": codec.dump(self.timing),
             "scores": self.scores.to_json(),
             "circular": self.circular.to_json() if self.circular else None,
             "letter_bias": self.letter_bias.to_json() if self.letter_bias else None,
@@ -215,41 +225,89 @@ class RunRecord:
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> RunRecord:
         """The record `to_json` wrote; `RecordError` for another schema version or a document that
-        cannot be read (a missing field, a wrong type, settings this version refuses)."""
+        cannot be read (a missing field or a wrong type, named by its path in the document;
+        settings this version refuses)."""
         if raw.get("schema_version") != SCHEMA_VERSION:
             raise RecordError(f"record schema {raw.get('schema_version')!r}, this version reads 1")
+        doc = codec.load(_Document, raw, "run record")
         try:
-            host = raw["host"]
-            start = RunStart(
-                config=eval_config_from_dict(raw["config"]),
-                model=ModelInfo(**raw["model"]),
-                data=_data_info(raw["data"]),
-                template_hash=raw["prompt"]["template_hash"],
-                example_prompt=raw["prompt"]["example"],
-                seeds=dict(raw["seeds"]),
-                versions=dict(raw["versions"]),
-                git_commit=raw["git_commit"],
-                host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"]), host.get("threads")),
-                sweep=raw.get("sweep"),
-            )
-            scoring = raw["scoring"]
-            return cls(
-                run_id=raw["run_id"],
-                start=start,
-                shots_used={int(k): int(v) for k, v in raw["prompt"]["shots_used"].items()},
-                truncated=int(raw["prompt"]["truncated"]),
-                multi_pass=int(scoring["multi_pass"]),
-                prefix_fallbacks=int(scoring["prefix_fallbacks"]),
-                timing=Timing(**raw["timing"]),
-                scores=Accuracies.from_json(raw["scores"]),
-                circular=CircularScores.from_json(raw["circular"]) if raw.get("circular") else None,
-                letter_bias=LetterBias.from_json(raw["letter_bias"]) if raw.get("letter_bias") else None,
-                annotated=AnnotatedScores.from_json(raw["annotated"]) if raw.get("annotated") else None,
-            )
+            config = eval_config_from_dict(doc.config)
         except (KeyError, TypeError, ValueError, ConfigError) as err:
-            raise RecordError(f"unreadable run record ({type(err).__name__}: {err})") from err
+            raise RecordError(f"unreadable run record: config: {err}") from err
+        start = RunStart(
+            config=config,
+            model=doc.model,
+            data=doc.data,
+            template_hash=doc.prompt.template_hash,
+            example_prompt=doc.prompt.example,
+            seeds=doc.seeds,
+            versions=doc.versions,
+            git_commit=doc.git_commit,
+            host=doc.host,
+            sweep=doc.sweep,
+            resolved=doc.resolved,
+        )
+        return cls(
+            run_id=doc.run_id,
+            start=start,
+            shots_used=doc.prompt.shots_used,
+            truncated=doc.prompt.truncated,
+            multi_pass=doc.scoring.multi_pass,
+            prefix_fallbacks=doc.scoring.prefix_fallbacks,
+            timing=doc.timing,
+            scores=doc.scores,
+            circular=doc.circular,
+            letter_bias=doc.letter_bias,
+            annotated=doc.annotated,
+        )
 
 
+@dataclass(frozen=True)
+class _Prompt:
+    """`results.json`'s `prompt` section as read (`formulation` and `k` repeat the settings: ignored)."""
+
+    template_hash: str
+    example: str
+    shots_used: dict[int, int]  # keys written as strings: "5"
+    truncated: int
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """`results.json`'s `scoring` section as read (the settings it repeats and the derived `invalid`:
+    ignored)."""
+
+    multi_pass: int
+    prefix_fallbacks: int
+
+
+@dataclass(frozen=True)
+class _Document:
+    """`results.json` as `RunRecord.from_json` reads it: its layout (schema_version 1), each value
+    typed, checked by `codec.load` (a failure named by its path in the document); keys it does not
+    name are ignored, as the host's. `RunRecord.to_json` writes it."""
+
+    run_id: str
+    config: dict[str, Any]  # the settings: checked by `eval_config_from_dict`
+    model: ModelInfo
+    data: DataInfo
+    prompt: _Prompt
+    scoring: _Scoring
+    seeds: dict[str, int]
+    versions: dict[str, str | None]
+    git_commit: str | None
+    host: HostInfo
+    timing: Timing
+    scores: Accuracies
+    sweep: str | None = None
+    resolved: Resolved | None = None  # absent: recorded before the choices were kept apart
+    # absent or null: not recorded (a run before them, or not circular, or not annotated)
+    circular: CircularScores | None = None
+    letter_bias: LetterBias | None = None
+    annotated: AnnotatedScores | None = None
+
+
+@codec.closed
 @dataclass(frozen=True)
 class EarlyStop:
     """The sequential gate stopped the run's evaluation at a look (`runs.stop_json`): the run is
@@ -265,15 +323,13 @@ class EarlyStop:
 
     def to_json(self) -> dict[str, Any]:
         """The record's fields as a JSON-ready dict."""
-        return dataclasses.asdict(self)
+        return codec.dump(self)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> EarlyStop:
-        """The record `to_json` wrote; `RecordError` when its fields are not this record's."""
-        try:
-            return cls(**doc)
-        except TypeError as err:
-            raise RecordError(f"unreadable early-stop record: {err}") from err
+        """The record `to_json` wrote; `RecordError` naming the field that is missing, unknown or
+        not of its type."""
+        return codec.load(cls, doc, "early-stop record")
 
     def summary(self) -> str:
         """One line: the verdict, the look it stopped at and the questions scored of the total."""

@@ -16,6 +16,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar
 
+from mmlu_track.records import codec
 from mmlu_track.records.protocol import EvalProtocol, RecordError
 from mmlu_track.records.run import EarlyStop, RunRecord, Timing
 from mmlu_track.settings.checks import eval_config_from_dict
@@ -87,7 +88,7 @@ class StoredRun:
             if not isinstance(doc, dict):
                 raise RecordError(f"{column} is not a JSON object")
             return reader(doc)
-        except (ValueError, RecordError) as err:  # RecordError is a ValueError: re-raised naming the run
+        except (ValueError, RecordError) as err:  # bad JSON, or a bad record: re-raised naming the run
             raise RecordError(f"run {self.id}: {err}") from err
 
     @cached_property
@@ -193,6 +194,7 @@ class NoiseEntry:
         return tuple(found) if isinstance(found, list) else None
 
 
+@codec.closed
 @dataclass(frozen=True)
 class ShardWork:
     """The one work record, from the scores to `results.json`: what one process did for a run.
@@ -214,15 +216,13 @@ class ShardWork:
 
     def to_json(self) -> dict[str, Any]:
         """The work's fields as a JSON-ready dict."""
-        return dataclasses.asdict(self)
+        return codec.dump(self)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ShardWork:
-        """The record `to_json` wrote; `RecordError` when its fields are not this record's."""
-        try:
-            return cls(**doc)
-        except TypeError as err:
-            raise RecordError(f"unreadable shard work record: {err}") from err
+        """The record `to_json` wrote (a field added since takes its default); `RecordError` naming
+        the field that is unknown or not of its type."""
+        return codec.load(cls, doc, "shard work record")
 
     @classmethod
     def none(cls) -> ShardWork:

@@ -8,6 +8,7 @@ nothing else in the package imports hydra or omegaconf.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -175,6 +176,15 @@ class TrackingConfig:
     resume: bool = True
     heartbeat_s: float = 30.0
     dead_after_s: float = DEAD_AFTER_S  # see DEAD_AFTER_S
+
+
+def env_default(cls: type[Any], name: str) -> Any:
+    """A setting's default where its field names an environment variable (`metadata["env"]`): that
+    variable's value where set, else the field's default. The one reader of such a variable outside
+    Hydra, whose config node reads the same field's metadata (`commands.compose`): `runs --db`."""
+    found = {f.name: f for f in dataclasses.fields(cls)}[name]
+    env = found.metadata.get("env")
+    return os.environ.get(env, found.default) if env else found.default
 
 
 @dataclass(frozen=True)

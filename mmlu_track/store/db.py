@@ -139,6 +139,11 @@ def _wal(cursor: Any, busy: float) -> None:
 
 
 def make_engine(url: str) -> Engine:
+    """A new engine for the results database at `url`; its schema is neither checked nor made (`upgrade`).
+    SQLite: its folder must exist (`StoreError`), writers wait `busy_timeout()` for each other, WAL,
+    foreign keys on, a writer's transaction takes the write lock as it begins. A server's connections
+    are checked before use. A malformed URL is a `StoreError`; SQLAlchemy's and a missing driver's
+    errors are raised as they are (`open_engine` makes them one line)."""
     parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)

@@ -50,6 +50,7 @@ class Shard:
     count: int = 1
 
     def __str__(self) -> str:
+        """`shard INDEX of COUNT`, as messages name it."""
         return f"shard {self.index} of {self.count}"
 
 
@@ -103,10 +104,12 @@ class Owner:
     boot: str
 
     def __str__(self) -> str:
+        """`host:pid:started:boot`, as a run's or shard's `owner` column holds it (`parse` reads it)."""
         return f"{self.host}:{self.pid}:{self.started}:{self.boot}"
 
     @property
     def short(self) -> str:
+        """`host:pid`, as messages name the process."""
         return f"{self.host}:{self.pid}"
 
     @classmethod
@@ -120,6 +123,8 @@ class Owner:
 
 
 def current_owner() -> Owner:
+    """This process as an `Owner`: its host name, PID, start ticks (a per-process token where there is
+    no /proc) and boot id."""
     pid = os.getpid()
     return Owner(socket.gethostname(), pid, _start_ticks(pid) or _TOKEN, _boot_id())
 
@@ -204,6 +209,8 @@ class Heartbeat:
     commit to report."""
 
     def __init__(self, beat: Callable[[], None], every: float) -> None:
+        """`beat`: records one beat (a `StoreError` it raises is dropped); `every`: seconds between beats.
+        Nothing beats before `__enter__`."""
         self.beat, self.every = beat, every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="mmlu_track-heartbeat", daemon=True)
@@ -214,10 +221,12 @@ class Heartbeat:
                 self.beat()
 
     def __enter__(self) -> Heartbeat:
+        """Start beating, in a daemon thread; the heartbeat back."""
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Stop beating and wait for the thread to end; an exception from the block goes on."""
         self._stop.set()
         self._thread.join()
 

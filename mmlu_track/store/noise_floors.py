@@ -28,13 +28,16 @@ class NoiseFloors:
     """The noise measurements of one SQL store (through its sessions: one connection, its checks)."""
 
     def __init__(self, sessions: Sessions) -> None:
+        """`sessions`: the SQL store's own (`SqlStore._session`): its connection and its checks."""
         self._sessions = sessions
 
     def save(self, entry: NoiseEntry) -> None:
+        """Insert the measurement's row, in one transaction (its id must be new)."""
         with self._sessions(True) as s:
             s.add(NoiseRow(**dataclasses.asdict(entry)))
 
     def set_mlflow(self, noise_id: str, mlflow_run_id: str) -> None:
+        """Record `mlflow_run_id` as the MLflow run of the measurement `noise_id` (none: no change)."""
         with self._sessions(True) as s:
             s.execute(update(NoiseRow).where(NoiseRow.id == noise_id).values(mlflow_run_id=mlflow_run_id))
 

@@ -9,6 +9,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class Base(DeclarativeBase):
+    """The declarative base of the store's tables (its metadata: the schema the migrations make)."""
+
     pass
 
 
@@ -67,6 +69,9 @@ class RunShard(Base):
 
 
 class SubjectScore(Base):
+    """One subject's score in a finished run (`SqlStore.finish`): questions, correct, accuracy as a
+    fraction, and its standard error (None below two questions)."""
+
     __tablename__ = "subject_scores"
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +32,7 @@ from mmlu_track.records.stored import RunStatus, ShardStatus, ShardWork, StoredR
 from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.db import StoreError, check_folder, sqlite_file
 from mmlu_track.store.liveness import Heartbeat, Shard
-from mmlu_track.store.locations import missing_folder, mlflow_uri
+from mmlu_track.store.locations import missing_folder
 from mmlu_track.store.mirror import mirrored
 from mmlu_track.store.rows import Batched
 from mmlu_track.store.sql import SqlStore, open_store
@@ -46,14 +45,6 @@ if TYPE_CHECKING:
 Done = dict[str, list[QuestionResult]]  # committed questions by subject
 
 
-def resolved(tracking: TrackingConfig) -> TrackingConfig:
-    """The tracking settings a run records: its MLflow URI fixed from the start, so its hint and
-    `runs sync` name that server, not whatever MLflow's default is in the shell that syncs later."""
-    if not tracking.mlflow:
-        return tracking
-    return replace(tracking, mlflow_uri=mlflow_uri(tracking.mlflow_uri))
-
-
 class StoreOnDemand:
     """A command's SQL store: opened at once when it exists (an unusable one refused before any
     work), but a SQLite file still to be made only at first use, so that a command refused before
@@ -61,6 +52,9 @@ class StoreOnDemand:
     command's): one connection. `opened`: a store the caller holds (and closes) already."""
 
     def __init__(self, tracking: TrackingConfig, opened: SqlStore | None = None) -> None:
+        """`tracking`: the store's settings; `opened`: a store the caller holds (never closed here). An
+        existing store is opened now (`StoreError` when unusable); for a SQLite file still to be made,
+        only its folder is checked now (it exists and is writable)."""
         self.tracking = tracking
         self._store = opened
         self._owned = opened is None
@@ -71,11 +65,13 @@ class StoreOnDemand:
             self._store = open_store(tracking)
 
     def get(self) -> SqlStore:
+        """The SQL store, opened (a new SQLite file made) at the first call; the same one after."""
         if self._store is None:
             self._store = open_store(self.tracking)
         return self._store
 
     def close(self) -> None:
+        """Close the store if this object opened it; one the caller passed in stays open."""
         if self._owned and self._store is not None:
             self._store.close()
 
@@ -90,14 +86,18 @@ class RunRecorder:
         store: SqlStore | StoreOnDemand | None = None,
         batching: Batched | None = None,
         label: str | None = None,
+        mlflow_uri: str | None = None,
     ) -> None:
         """`store`: the command's own, when it already holds one (the sequential gate, the noise
         command): one connection per command, closed by whoever opened it. `batching`: take or
         resume only a run scored at this (batch_size, batch_tokens) (`Origin.own_batching`).
-        `label`: said before the MLflow run's name (`Origin.label`)."""
+        `label`: said before the MLflow run's name (`Origin.label`). `mlflow_uri`: where the run's
+        MLflow records go, as resolved when the command started (`settings.resolved`), so that its
+        hint and `runs sync` name that server, not whatever MLflow's default is in the shell that
+        syncs later; None with tracking.mlflow=false."""
         self.batching, self.label = batching, label
-        self.tracking = resolved(tracking)
-        uri = self.tracking.mlflow_uri if self.tracking.mlflow else None
+        self.tracking = tracking
+        self.mlflow_uri = uri = mlflow_uri if tracking.mlflow else None
         if uri and (why := missing_folder(uri)):  # before any work, not a run finished unmirrored
             raise StoreError(why)
         self.shard = shard or Shard()
@@ -114,6 +114,7 @@ class RunRecorder:
         return self._store.get()
 
     def close(self) -> None:
+        """Close the SQL store if the recorder made its own; one passed in stays open for its owner."""
         if self._owns_store:
             self._store.close()
 
@@ -126,6 +127,7 @@ class RunRecorder:
 
     @property
     def run_id(self) -> str:
+        """The id of the run `claim` started or resumed; `RuntimeError` before it."""
         if self._run_id is None:
             raise RuntimeError("the recorder has no run yet (a bug: claim comes first)")
         return self._run_id
@@ -137,6 +139,7 @@ class RunRecorder:
 
     @property
     def mlflow_id(self) -> str | None:
+        """The id of the MLflow run this process logs to; None without one (MLflow off, or none opened)."""
         return self.live.id if self.live is not None else None
 
     # -- claiming ---------------------------------------------------------------------------------
@@ -161,7 +164,7 @@ class RunRecorder:
             return
         from mmlu_track.store.mlflow import LiveRun
 
-        live = LiveRun(self.tracking.mlflow_uri, self.tracking.experiment, warn, label=self.label)
+        live = LiveRun(self.mlflow_uri, self.tracking.experiment, warn, label=self.label)
         self.live = live
         stored = self.store.get(self.run_id)
         if stored is None:
@@ -180,6 +183,8 @@ class RunRecorder:
     # -- while scoring ----------------------------------------------------------------------------
 
     def commit(self, results: Sequence[QuestionResult]) -> None:
+        """Commit one unit's questions (one subject's) in one transaction, replacing an earlier try's;
+        a failure is a `StoreError`."""
         self.store.save_unit(self.run_id, results, self.shard)
 
     def subject_done(self, subjects_done: int, so_far: Accuracy) -> None:
@@ -192,11 +197,13 @@ class RunRecorder:
         return self.store.committed_by_subject(self.run_id)
 
     def question_results(self, subject: str | None = None) -> list[QuestionResult]:
+        """The run's committed questions, every shard's (of `subject`, when given), by subject and index."""
         return self.store.question_results(self.run_id, subject)
 
     # -- ending -----------------------------------------------------------------------------------
 
     def end_shard(self, work: ShardWork) -> None:
+        """This process's shard is done, all its units committed; `work`: what its process did."""
         self.store.end_shard(self.run_id, self.shard, ShardStatus.DONE, work)
 
     def claim_finalization(self, n_questions: int) -> bool:
@@ -229,7 +236,7 @@ class RunRecorder:
         naming the command that logs it later. The SQL store has the run either way."""
         from mmlu_track.store.mlflow import Logged, log_run
 
-        uri, existing, experiment = self.tracking.mlflow_uri, self.mlflow_id, self.tracking.experiment
+        uri, existing, experiment = self.mlflow_uri, self.mlflow_id, self.tracking.experiment
         target = f" --mlflow-uri '{redact(uri)}'" if uri else ""
         command = f"python -m mmlu_track.runs --db '{redact(self.store.url)}' sync{target}"
         secret = " (with the password in place of ***)" if "***" in command else ""
@@ -275,4 +282,5 @@ class RunRecorder:
                 self.live.end("KILLED")
 
     def view_url(self) -> str | None:
+        """The address of the run's experiment view in MLflow; None without an open MLflow run."""
         return self.live.view_url() if self.live is not None else None

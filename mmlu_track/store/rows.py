@@ -22,10 +22,12 @@ from mmlu_track.store.orm import QuestionRow, Run
 
 
 def utc_now() -> datetime:
+    """Now in UTC, without a zone: the store's timestamps are naive UTC."""
     return datetime.now(UTC).replace(tzinfo=None)
 
 
 def to_row(run_id: str, r: QuestionResult) -> QuestionRow:
+    """The row of question result `r` in run `run_id` (not added to any session)."""
     lp = r.logprobs or (None, None, None, None)
     return QuestionRow(
         run_id=run_id, subject=r.subject, question_index=r.index, prompt_hash=r.prompt_hash,

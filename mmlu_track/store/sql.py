@@ -85,7 +85,14 @@ def open_existing_store(tracking: TrackingConfig) -> SqlStore:
 
 
 class SqlStore:
+    """The results store at one SQLAlchemy URL: runs, their shards' claims and their questions, the
+    noise measurements (`noise`) and the gate's verdicts (`comparisons`). Database failures are
+    one-line `StoreError`s."""
+
     def __init__(self, url: str, dead_after: timedelta = DEAD_AFTER) -> None:
+        """Open `url` and bring its schema up to date (`db.upgrade`), or `StoreError` (it cannot be
+        opened, or its schema is refused). `dead_after`: the silence after which a process claiming a
+        run counts as dead, for a run whose settings this version cannot read."""
         self.url = redact(url)  # for messages: the engine alone holds the password
         self.dead_after = dead_after
         self.engine = open_engine(url)
@@ -226,6 +233,8 @@ class SqlStore:
         return None if None in reasons else "; ".join(r for r in reasons if r)
 
     def shards(self, run_id: str) -> list[StoredShard]:
+        """Every shard claim recorded for the run, by shard index: status, owner, last beat, scheduler,
+        and what its process did (None until it is done)."""
         with self._session() as s:
             rows = s.scalars(select(RunShard).where(RunShard.run_id == run_id).order_by(RunShard.shard))
             return [
@@ -258,6 +267,7 @@ class SqlStore:
             return {subject: (int(n), int(k or 0)) for subject, n, k in s.execute(query)}
 
     def n_committed(self, run_id: str) -> int:
+        """How many of the run's questions are committed (0 for an unknown run)."""
         with self._session() as s:
             query = select(func.count()).select_from(QuestionRow).where(QuestionRow.run_id == run_id)
             return int(s.scalar(query) or 0)
@@ -348,6 +358,8 @@ class SqlStore:
             run.mlflow_synced_at = utc_now() if synced else None
 
     def runs(self, limit: int = 50, unsynced: bool = False) -> list[StoredRun]:
+        """At most `limit` runs, newest first; `unsynced`: only finished runs not completely logged to
+        MLflow yet (`runs sync`)."""
         query = select(Run).order_by(Run.created_at.desc()).limit(limit)
         if unsynced:
             query = query.where(Run.status == RunStatus.FINISHED, Run.mlflow_synced_at.is_(None))
@@ -371,6 +383,8 @@ class SqlStore:
         return found[0] if len(found) == 1 else None
 
     def question_results(self, run_id: str, subject: str | None = None) -> list[QuestionResult]:
+        """The run's committed questions (of `subject`, when given), by subject and index; [] for an
+        unknown run."""
         with self._session() as s:
             where = [QuestionRow.run_id == run_id] + ([QuestionRow.subject == subject] if subject else [])
             order = (QuestionRow.subject, QuestionRow.question_index)

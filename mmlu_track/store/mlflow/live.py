@@ -63,6 +63,8 @@ def metric_key(*parts: str) -> str:
 
 
 def subject_metrics(subject: str, acc: Accuracy) -> dict[str, float]:
+    """A subject's accuracy as MLflow metrics: `acc/<subject>`, and `stderr/<subject>` where its
+    standard error is known (keys cleaned by `metric_key`)."""
     out = {metric_key("acc", subject): acc.acc}
     if acc.stderr is not None:
         out[metric_key("stderr", subject)] = acc.stderr
@@ -154,6 +156,8 @@ def params(start: RunStart) -> dict[str, str]:
         "subjects": "all" if len(cfg.subjects) == 57 else ",".join(cfg.subjects),
         "prompt.template_hash": start.template_hash,
         **{f"version.{k}": v for k, v in start.versions.items()},
+        # what was chosen from the settings as the run started: the threads, the URI (no password)
+        **({f"resolved.{k}": v for k, v in start.resolved.to_json().items()} if start.resolved else {}),
     }
     out.pop("scoring.method")
     # Once each: the dtype and device it ran in (the settings `auto` resolved) are `dtype`, `device`.
@@ -165,6 +169,8 @@ def params(start: RunStart) -> dict[str, str]:
 
 
 def tags(run_id: str, start: RunStart) -> dict[str, str]:
+    """The MLflow tags of the evaluation `run_id` (the SQL store's id): kind, git commit (`unknown`
+    without one), host, device, model, its colour in the runs-table view, and its sweep, if any."""
     out = {
         RUN_ID_TAG: run_id,
         KIND_TAG: "evaluation",
@@ -385,5 +391,6 @@ class LiveRun:
         self._call("ending the stopped run", go)
 
     def end(self, status: Literal["FAILED", "KILLED"]) -> None:
+        """End the MLflow run as `status`; nothing before it is opened, and a failure is a warning."""
         if self.id is not None:
             self._call("ending the run", lambda: self.client.set_terminated(self.id, status=status))

@@ -32,6 +32,8 @@ def shown(key: str, value: float) -> float:
 
 
 def percent(a: Accuracy) -> str:
+    """An accuracy as the pages print it, in percent with its 95 % Wilson interval and its counts:
+    `21.05 % [20.4, 21.7] (2,956 / 14,042)`."""
     low, high = a.interval()
     return f"{100 * a.acc:.2f} % [{100 * low:.1f}, {100 * high:.1f}] ({a.correct:,} / {a.n:,})"
 

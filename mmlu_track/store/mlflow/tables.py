@@ -32,6 +32,10 @@ def _choices(choices: object) -> str:
 
 
 def question_columns(results: Sequence[QuestionResult], docs: Docs | None = None) -> Columns:
+    """An evaluation's questions as table columns, by subject and index: subject, index, the question
+    and its choices (with `docs`), gold, prediction ("": not a letter), correct, then, where any
+    question has them, the annotation, the letters' log-probs, the generated text and the rotations'
+    outcomes."""
     rows = sorted(results, key=lambda r: (r.subject, r.index))
     out: Columns = {"subject": [r.subject for r in rows], "index": [r.index for r in rows]}
     if docs:
@@ -71,6 +75,9 @@ def paired_columns(
     metric: str = "accuracy",
     docs: Docs | None = None,
 ) -> Columns:
+    """A comparison's paired questions as table columns, the changed ones first, then by subject and
+    index: what changed on `metric`, the question (with `docs`), gold, both runs' answers and outcomes,
+    and the annotation where given. Every candidate question must be in `baseline` (else KeyError)."""
     base = {(r.subject, r.index): r for r in baseline}
     rows = [(change(base[(c.subject, c.index)], c, metric), base[(c.subject, c.index)], c) for c in candidate]
     rows.sort(key=lambda row: (row[0] == "", row[2].subject, row[2].index))  # the changed first
