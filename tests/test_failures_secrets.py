@@ -286,7 +286,7 @@ def test_a_sweep_job_that_cannot_run_ends_the_sweep_with_one_line_and_no_passwor
     tmp_path: Path, cli: Cli
 ) -> None:
     """A job's unusable input leaves it as an exception Hydra's driver prints (under Ray a process
-    exit was retried as a crash, tests/test_clusters.py); the driver also prints the job's
+    exit was retried as a crash, tests/commands/test_launchers_clusters.py); the driver also prints the job's
     overrides, a Python list whose backslashes are doubled (`bob\\\\:pw@`): masked too."""
     url = f"postgresql+psycopg://bob:{DB_SECRET}@127.0.0.1:{_closed_port()}/x"
     got = cli("eval", "-m", "experiment=smoke", "device=cpu", "k=0,1", f"tracking.db_url={url}",

@@ -1,8 +1,10 @@
-"""The package's layout rules, checked on its source: seams, no import cycle, heavy imports where used."""
+"""The package's layout rules, checked on its source: seams, no import cycle, heavy imports where used;
+and the tests mirror it (every module imported by the tests of its own folder)."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import re
 import subprocess
@@ -218,6 +220,41 @@ def test_reading_runs_gating_and_planning_never_import_torch() -> None:
     code = f"import sys\nfor m in {modules!r}: __import__(m)\n{heavy}"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=99)
     assert out.stdout.strip() == "[]"
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+@functools.cache
+def _imported_by(path: Path) -> set[str]:
+    """The package's modules a test file imports, at module level or inside a test
+    (`from mmlu_track.eval import models` names mmlu_track.eval.models)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found & OWN
+
+
+def test_every_module_is_imported_by_the_tests_of_its_own_folder() -> None:
+    """The tests mirror the package: mmlu_track/<part>/[<sub>/]<module>.py is imported by a
+    test_*.py in tests/<part>/[<sub>/] (or, for a module of a subfolder, in a folder above it up to
+    tests/<part>/). The root's `python -m` shims and the packages' `__init__.py` aside."""
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if path.name == "__init__.py" or len(relative.parts) == 1:  # a package's face, a root shim
+            continue
+        module = _module(path)
+        folders = [TESTS.joinpath(*relative.parts[:i]) for i in range(len(relative.parts) - 1, 0, -1)]
+        tests = [t for folder in folders if folder.is_dir() for t in sorted(folder.glob("test_*.py"))]
+        if not any(module in _imported_by(t) for t in tests):
+            mirror = folders[0].relative_to(TESTS.parent)
+            missing.append(f"{module} (no test in {mirror}/ imports it: write {mirror}/test_{path.stem}.py)")
+    assert not missing, "modules no test of their own folder imports:\n" + "\n".join(missing)
 
 
 def test_no_module_is_much_over_400_lines() -> None:

@@ -56,7 +56,7 @@ def hydra_exit_codes(then: str) -> Iterator[None]:
         raise SystemExit(130) from None
 
 
-# What can set hydra.mode at launch, besides conf/ (which never does: tests/test_config.py).
+# What can set hydra.mode at launch, besides conf/ (which never does: tests/settings/test_config.py).
 _MODE_SETTERS = ("hydra.mode", "-cd", "--config-dir", "-cp", "--config-path", "-cn", "--config-name")
 
 

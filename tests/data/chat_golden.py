@@ -1,5 +1,5 @@
 """Makes `chat_golden.json`: lm-evaluation-harness 0.4.13's own chat rendering of MMLU prompts for
-the default model (its packaged tokenizer and chat template), the reference `tests/test_chat.py`
+the default model (its packaged tokenizer and chat template), the reference `tests/eval/test_chat_template.py`
 holds mmlu_track's rendering to.
 
     pip install lm-eval==0.4.13   # beside the project's own install; offline: pip's index only

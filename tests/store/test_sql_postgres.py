@@ -1,0 +1,71 @@
+"""The SQL store on a real PostgreSQL server (a throwaway cluster; skipped where none is installed).
+
+Set MMLU_TRACK_TEST_PG_URL to use an existing server instead (its database must be empty).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from mmlu_track.commands.runs import main as runs_main
+from mmlu_track.pipeline.evaluate import QUIET, Display, run
+from mmlu_track.store.db import StoreError
+from mmlu_track.store.orm import Base
+from mmlu_track.store.sql import SqlStore
+
+from .. import warm
+from ..conftest import tiny_run_cfg
+
+
+def test_store_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
+    from alembic import command
+
+    from mmlu_track.support.resources import MIGRATIONS_DIR
+
+    store = SqlStore(postgres_url)
+    with store.engine.connect() as conn:
+        assert store.engine.dialect.name == "postgresql"
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    out = run(tiny_run_cfg(postgres_url), tmp_path / "out", display=QUIET)
+    # resume=false makes a fresh identity that must still fit the column (PostgreSQL enforces lengths).
+    fresh = run(
+        tiny_run_cfg(postgres_url, "tracking.resume=false"),
+        tmp_path / "f",
+        display=Display(print, progress=False),
+    )
+    assert fresh.run_id != out.run_id
+    stored = store.get(out.run_id)
+    assert stored is not None
+    assert stored.status == "finished"
+    assert store.question_results(out.run_id) == sorted(out.results, key=lambda r: (r.subject, r.index))
+
+    from alembic.config import Config
+
+    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0002")  # a shared store left at an older schema by older clients
+    store.engine.dispose()
+    head = sorted(p.stem[:4] for p in (MIGRATIONS_DIR / "versions").glob("[0-9]*.py"))[-1]
+    older = f"has schema 0002, this mmlu_track needs {head}: upgrade it once with"
+    with pytest.raises(StoreError, match=older):
+        SqlStore(postgres_url)
+    assert runs_main(["--db", postgres_url, "db-upgrade"]) == 0
+    SqlStore(postgres_url).close()  # now at head: opens
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "base")
+    store.engine.dispose()
+
+
+def test_processes_opening_a_fresh_database_together_migrate_it_once(postgres_url: str) -> None:
+    """The shards of a run start together against an empty server database: one migrates it."""
+    code = f"from mmlu_track.store.sql import SqlStore; SqlStore({postgres_url!r}).close(); print('ok')"
+    procs = [warm.Popen(["-c", code]) for _ in range(6)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [out.strip() for out, _ in outs] == ["ok"] * 6, [err[-400:] for _, err in outs]
