@@ -35,9 +35,14 @@ def alias_run_id(uri: str | None, ref: str) -> str:
     return str(version.run_id)
 
 
+WEIGHTS_TAG = "mmlu_track.weights"  # on a promoted version: where the evaluated weights are
+
+
 def promote(promotion: Promotion) -> str:
     """Point `model@alias` at a new version referring to the evaluated run; the version. Raises
-    `MlflowUnavailable` on failure."""
+    `MlflowUnavailable` on failure. The version's source is the run (`runs:/ID`: a tracking server
+    refuses a hub id or a local path outside the run's artifacts as a source); where the weights
+    are (`Promotion.source`) is its `mmlu_track.weights` tag: registered by reference, nothing copied."""
     from mlflow.exceptions import MlflowException
 
     p = promotion
@@ -48,7 +53,9 @@ def promote(promotion: Promotion) -> str:
                 client.get_registered_model(p.model)
             except MlflowException:
                 client.create_registered_model(p.model)
-            version = client.create_model_version(p.model, p.source, run_id=p.run_id)
+            version = client.create_model_version(
+                p.model, f"runs:/{p.run_id}", run_id=p.run_id, tags={WEIGHTS_TAG: p.source}
+            )
             client.set_registered_model_alias(p.model, p.alias, version.version)
     except failures() as err:
         raise _unusable(p.uri, f"promoting {p.model}@{p.alias}", err) from err

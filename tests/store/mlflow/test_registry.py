@@ -41,12 +41,6 @@ def test_a_malformed_reference_or_a_dead_server_is_one_line() -> None:
         promote(Promotion(dead, "m", "champion", "r" * 32, "tiny"))
 
 
-@pytest.mark.xfail(
-    raises=MlflowUnavailable, strict=True,
-    reason="a bug, reported: a tracking server (MLflow >= 3.7) refuses a model version whose source is "
-    "a hub id or a local path outside the run's artifacts, which is what the gate's promotion passes "
-    "(`record.start.model.location`); only a file or SQLite store takes it",
-)  # fmt: skip
 def test_a_model_registered_by_its_hub_id_is_promoted_on_a_tracking_server(mlflow_server: str) -> None:
     """`Promotion`: the model registered by reference, `source` where its weights are (nothing copied)."""
     client = MlflowClient(tracking_uri=mlflow_server)
@@ -54,3 +48,6 @@ def test_a_model_registered_by_its_hub_id_is_promoted_on_a_tracking_server(mlflo
     model = f"model-{uuid.uuid4().hex[:8]}"
     promote(Promotion(mlflow_server, model, "champion", run, "HuggingFaceTB/SmolLM2-135M"))
     assert alias_run_id(mlflow_server, f"models:/{model}@champion") == run
+    version = client.get_model_version_by_alias(model, "champion")
+    assert version.source == f"runs:/{run}"  # a server refused the hub id as a source (an xfail before)
+    assert version.tags["mmlu_track.weights"] == "HuggingFaceTB/SmolLM2-135M"  # where the weights are
