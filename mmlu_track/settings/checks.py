@@ -15,6 +15,7 @@ from typing import Any
 
 from mmlu_track.settings.config import (
     DEV_EXAMPLES_PER_SUBJECT,
+    EVAL_ONLY_GATE,
     MAX_SEED,
     SERVED_ONLY,
     CompareConfig,
@@ -228,10 +229,12 @@ def compare_config_from_dict(raw: Mapping[str, Any]) -> CompareConfig:
     """Build and validate a `CompareConfig` from a resolved, plain mapping."""
     remember_urls(dict(raw))  # its URLs' passwords are masked wherever they appear from now on
     cfg: CompareConfig = from_mapping(CompareConfig, raw, parsers=PARSERS)
-    if cfg.gate.sequential or cfg.gate.baseline is not None:
+    defaults = GateConfig(name=cfg.gate.name)
+    if given := [k for k in EVAL_ONLY_GATE if getattr(cfg.gate, k) != getattr(defaults, k)]:
+        named = " and ".join(f"gate.{k}" for k in given)
         raise ConfigError(
-            "gate.sequential and gate.baseline belong to the evaluation: python -m mmlu_track model=... "
-            "gate.baseline=RUN gate.sequential=true"
+            f"{named} belong{'s' * (len(given) == 1)} to the evaluation's sequential gate: "
+            "python -m mmlu_track model=... gate.baseline=RUN gate.sequential=true"
         )
     _check_gate(cfg.gate)
     return cfg

@@ -252,10 +252,11 @@ class GateConfig:
     promote_alias: str | None = None  # e.g. champion
     registered_model: str | None = None  # None: the candidate's model name
     # The sequential gate (`python -m mmlu_track ... gate.baseline=RUN gate.sequential=true`): the
-    # evaluation is scored in `looks` looks and stops as soon as pass or regression is shown.
-    baseline: str | None = None  # id or prefix, MLflow run id, model name, models:/<name>@<alias>
-    sequential: bool = False
-    looks: int = 20  # looks over the questions (20 = every 5 %); each covers the subjects in proportion
+    # evaluation is scored in `looks` looks and stops as soon as pass or regression is shown. Read by
+    # the evaluation only (metadata `command`): the compare command refuses them (`EVAL_ONLY_GATE`).
+    baseline: str | None = field(default=None, metadata={"command": "eval"})  # a run, as compare names one
+    sequential: bool = field(default=False, metadata={"command": "eval"})
+    looks: int = field(default=20, metadata={"command": "eval"})  # 20 = a look every 5 % of the questions
 
     @property
     def delta(self) -> float:
@@ -268,6 +269,11 @@ class GateConfig:
         """This policy with a number for δ: `margin=auto`, not resolvable without a noise
         measurement (a command without one: the noise command itself), is the default margin."""
         return self if not isinstance(self.margin, str) else replace(self, margin=DEFAULT_MARGIN)
+
+
+# The gate settings only the evaluation reads (its sequential gate): the one list of which gate
+# setting belongs to which command (the compare command refuses these; its --help leaves them out).
+EVAL_ONLY_GATE = tuple(f.name for f in dataclasses.fields(GateConfig) if f.metadata.get("command") == "eval")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from mmlu_track.commands.cli import plain
+from mmlu_track.settings.config import EVAL_ONLY_GATE
 from mmlu_track.settings.subjects import SUBJECTS
 from mmlu_track.settings.typed import flatten
 from mmlu_track.store.sql import SqlStore
@@ -22,7 +23,7 @@ from ..conftest import CONF_DIR, ROOT, CliResult, synthetic_run
 Cli = Callable[..., CliResult]
 
 # The sequential gate's keys: the evaluation's, in compare's config only because GateConfig holds them.
-EVAL_ONLY = {"gate.baseline", "gate.sequential", "gate.looks"}
+EVAL_ONLY = {f"gate.{key}" for key in EVAL_ONLY_GATE}  # the one list: settings.config
 
 
 def _options(group: str) -> list[str]:

@@ -229,7 +229,9 @@ def test_every_gate_policy_composes(policy: str) -> None:
     ("overrides", "message"),
     [
         (["gate.alpha=1.5"], "gate.alpha=1.5 must be in (0, 0.5]"),
-        (["gate.sequential=true"], "gate.sequential and gate.baseline belong to the evaluation"),
+        (["gate.sequential=true"], "gate.sequential belongs to the evaluation's sequential gate"),
+        (["gate.baseline=r", "gate.looks=5"],  # looks was ignored before: one list says whose it is
+         "gate.baseline and gate.looks belong to the evaluation's sequential gate"),
         (["gate.margin=-0.01"], "gate.margin=-0.01"),
         (["gate.correction=bonferroni"], "choose one of: holm, fdr_bh"),
         (["mode=ab"], "choose one of: gate, fewshot_gap"),
