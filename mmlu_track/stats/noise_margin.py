@@ -112,11 +112,14 @@ class PairNoise:
 
 
 def pair_noise(name: str, reference: Sequence[bool], other: Sequence[bool], alpha: float = 0.05) -> PairNoise:
-    """`name`'s flips against the reference, question by question (aligned outcomes)."""
+    """`name`'s flips against the reference, question by question (aligned outcomes); over no
+    questions the widest intervals, flip rate in [0, 1] and Δ in [-1, 1]."""
     x, y = np.asarray(reference, dtype=bool), np.asarray(other, dtype=bool)
     if x.shape != y.shape:
         raise ValueError(f"{name}: {len(y)} questions against the reference's {len(x)}")
     n, lost, gained = len(x), int(np.sum(x & ~y)), int(np.sum(~x & y))
+    if n == 0:  # no question tells anything: every rate and difference is possible (no 0/0)
+        return PairNoise(name, 0, 0, 0, 0.0, 1.0, -1.0, 1.0)
     f_low, f_high = paired.wilson(lost + gained, n, alpha)
     d_low, d_high = paired.tango_interval(lost, gained, n, alpha)
     return PairNoise(name, n, lost, gained, f_low, f_high, float(d_low), float(d_high))
