@@ -30,7 +30,7 @@ from mmlu_track.commands.compose import (
 )
 from mmlu_track.commands.exits import Unusable, check_writable_cwd, errors_as_exit_codes, fail
 from mmlu_track.support.console import redacted_stderr
-from mmlu_track.support.errors import EXIT_BUG, EXIT_ERROR
+from mmlu_track.support.errors import EXIT_BUG, EXIT_ERROR, MmluTrackError
 from mmlu_track.support.resources import CONF_DIR
 
 if TYPE_CHECKING:
@@ -239,6 +239,7 @@ def show_resolved(argv: list[str]) -> None:
     """After Hydra's `--cfg job` (or `all`), what the run would choose from those settings as it
     starts (`settings.resolved`), as YAML comments: the config above stays as asked."""
     from hydra import compose, initialize_config_dir
+    from omegaconf.errors import OmegaConfBaseException
 
     from mmlu_track.pipeline.resolve import resolve
     from mmlu_track.settings.checks import eval_config_from_dict
@@ -249,9 +250,12 @@ def show_resolved(argv: list[str]) -> None:
         return
     skip = {b for _, b in flags} | {a for a, _ in flags}
     overrides = [a for a in argv if a not in skip and not a.startswith("-")]
-    with errors_as_exit_codes(), initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = eval_config_from_dict(plain(compose(config_name="eval", overrides=overrides)))
-        print("\n".join(resolve(cfg).lines()))
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = eval_config_from_dict(plain(compose(config_name="eval", overrides=overrides)))
+    except (MmluTrackError, OmegaConfBaseException) as err:  # the config shown holds a bad value
+        fail(config_message(err))  # no run, no folder: nothing to discard (Hydra made none for --cfg)
+    print("\n".join(resolve(cfg).lines()))
 
 
 def _eval_job(cfg: Any, codes: list[int]) -> float | None:

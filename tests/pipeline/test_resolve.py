@@ -86,3 +86,20 @@ def test_a_run_records_its_settings_as_asked_and_its_choices_beside_them(
     params = MlflowClient(tracking_uri=uri).get_run(str(run.mlflow_run_id)).data.params
     assert params["resolved.threads"] == str(doc["resolved"]["threads"])
     assert params["threads"] == "auto"
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [("threads=0", "threads=0 must be auto or a number"), ("threads=${oops}", "threads: Interpolation key")],
+)
+def test_cfg_job_with_a_bad_value_says_it_in_one_line(
+    cli: Callable[..., CliResult], tmp_path: Path, override: str, said: str
+) -> None:
+    """The choices cannot be made from a value the run would refuse: one line, exit 2 (it was a
+    traceback: the refusal looked for the run's folder, which --cfg never makes)."""
+    proc = cli("eval", "--cfg", "job", "model=tiny", override, cwd=tmp_path)
+    assert proc.code == 2
+    (line,) = proc.errors
+    assert said in line
+    assert "Traceback" not in proc.err
+    assert list(tmp_path.iterdir()) == []
