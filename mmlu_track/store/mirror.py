@@ -10,12 +10,11 @@ linked from the record's row. The evaluation (`RunRecorder.mirror_finished`), th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from mmlu_track.support.console import warn
 
-if TYPE_CHECKING:
-    from mmlu_track.store.mlflow import Logged
+Logged = TypeVar("Logged")  # what the MLflow side answers: a `store.mlflow.Logged`, a run id
 
 
 def save_then_mirror(

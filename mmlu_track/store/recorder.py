@@ -234,21 +234,18 @@ class RunRecorder:
     def _last_try(self, record: RunRecord, results: Sequence[QuestionResult], docs: Docs) -> str | None:
         """MLflow failed on the way: log the finished run in one go (it may be back), else a warning
         naming the command that logs it later. The SQL store has the run either way."""
-        from mmlu_track.store.mlflow import Logged, log_run
+        from mmlu_track.store.mlflow import log_run
 
         uri, existing, experiment = self.mlflow_uri, self.mlflow_id, self.tracking.experiment
         target = f" --mlflow-uri '{redact(uri)}'" if uri else ""
         command = f"python -m mmlu_track.runs --db '{redact(self.store.url)}' sync{target}"
         secret = " (with the password in place of ***)" if "***" in command else ""
-        logged = mirrored(
-            lambda: Logged(
-                log_run(record, results, uri=uri, experiment=experiment, existing=existing, docs=docs), None
-            ),
-            lambda logged: self.store.set_mlflow_run(record.run_id, logged.id, synced=True),
+        return mirrored(
+            lambda: log_run(record, results, uri=uri, experiment=experiment, existing=existing, docs=docs),
+            lambda mlflow_id: self.store.set_mlflow_run(record.run_id, mlflow_id, synced=True),
             f". The run is saved in the SQL store ({redact(self.store.url)}); log it to MLflow later with: "
             f"{command}{secret}",
         )
-        return logged.id if logged else None
 
     def stop(self, stop: EarlyStop, so_far: Accuracy, files: Sequence[Path]) -> None:
         """The sequential gate stopped the run: `stopped` (resumable), its MLflow run ended with why."""
