@@ -44,6 +44,15 @@ class Outcome:
         return self.extra[0]["sequential"] if self.extra else None
 
     @property
+    def server(self) -> str | None:
+        """The MLflow tracking server the runs' pages are on, for the report's links: the URI as
+        given, else `MLFLOW_TRACKING_URI` (`store.locations.mlflow_uri`); None for a local store."""
+        from mmlu_track.store.locations import mlflow_uri
+
+        uri = mlflow_uri(self.cfg.tracking.mlflow_uri)
+        return uri if uri.startswith(("http://", "https://")) else None
+
+    @property
     def mode(self) -> str:
         """How it was decided: `gate`, `fewshot_gap`, or `sequential`."""
         return "sequential" if self.extra else self.cfg.mode

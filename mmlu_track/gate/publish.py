@@ -119,8 +119,8 @@ def record_verdict(store: SqlStore, outcome: Outcome, reports: Reports) -> str |
 def _experiments(o: Outcome) -> dict[str, str]:
     """The two runs' MLflow experiments (run id → experiment id), for the report's links to their
     pages; empty where MLflow is off, not a server, or does not answer (the links fall back)."""
-    uri, ids = o.cfg.tracking.mlflow_uri, [r.mlflow_run_id for r in (o.base, o.cand) if r.mlflow_run_id]
-    if not (o.cfg.tracking.mlflow and ids and uri and uri.startswith(("http://", "https://"))):
+    uri, ids = o.server, [r.mlflow_run_id for r in (o.base, o.cand) if r.mlflow_run_id]
+    if not (o.cfg.tracking.mlflow and ids and uri):
         return {}
     from mmlu_track.store.mlflow import experiments_of
 

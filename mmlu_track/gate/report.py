@@ -171,8 +171,8 @@ def _mlflow_links(o: Outcome, experiments: Mapping[str, str]) -> list[str]:
     """Links from the report to the two runs in the MLflow UI (a tracking server only), on the
     machine-learning pages when their experiments (`experiments`: MLflow run id → experiment id)
     are known (a bare run link opens under MLflow 3's GenAI tabs)."""
-    uri = o.cfg.tracking.mlflow_uri
-    if not (uri and uri.startswith(("http://", "https://"))):
+    uri = o.server
+    if uri is None:
         return []
     from mmlu_track.store.mlflow import run_page
 

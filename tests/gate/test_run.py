@@ -510,3 +510,8 @@ def test_report_links_both_runs_in_the_mlflow_ui(cli: Cli, tmp_path: Path, db: s
         f"MLflow: [baseline run]({server}/#/runs/{'b' * 32}) · [candidate run]({server}/#/runs/{'c' * 32})"
         in md
     )
+    # A server named by MLFLOW_TRACKING_URI alone (the config left as asked) is linked the same way.
+    env = {"MLFLOW_TRACKING_URI": server}
+    again = _compare(cli, tmp_path, db, f"baseline={base}", f"candidate={cand}", env=env)
+    assert again.code == 0, again.err
+    assert f"[baseline run]({server}/#/runs/{'b' * 32})" in (tmp_path / "report-2" / "report.md").read_text()
