@@ -36,7 +36,7 @@ def tokenizer_dir() -> str:
 
     package, filename = models.PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
-    key_dir, gguf, _ = models._gguf_cache(
+    key_dir, gguf, _ = models.gguf_cache(
         gguf_cfg, Path(os.environ.get("MMLU_TRACK_CACHE", "~/.cache/mmlu_track")).expanduser()
     )
     return str(models._converted_tokenizer(key_dir, gguf))

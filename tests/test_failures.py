@@ -344,8 +344,8 @@ def test_a_damaged_converted_model_names_the_folder_to_delete(
 
     package, filename = models.PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
-    key_dir, gguf, _ = models._gguf_cache(gguf_cfg, tmp_path / "cache")
-    shared, _, _ = models._gguf_cache(gguf_cfg, cache_dir)
+    key_dir, gguf, _ = models.gguf_cache(gguf_cfg, tmp_path / "cache")
+    shared, _, _ = models.gguf_cache(gguf_cfg, cache_dir)
     shutil.copytree(models._converted_tokenizer(shared, gguf), key_dir / "tokenizer")  # a good tokenizer
     (key_dir / "model").mkdir()
     (key_dir / "model" / "config.json").write_text(json.dumps({"model_type": "llama"}))
@@ -420,7 +420,8 @@ def test_truncated_runs_are_named_in_the_comparison(tmp_path: Path, cli: Cli) ->
     db = tmp_path / "store.db"
     ids = []
     for batch in (1, 4):  # the same questions, scored twice
-        args = ("experiment=smoke", "max_length=16", "allow_truncation=true", f"batch_size={batch}")
+        args = ("experiment=smoke", "max_length=16", "allow_truncation=true", f"batch_size={batch}",
+                "tracking.rerun=true")  # fmt: skip
         got = _cli(cli, tmp_path, *args, "tracking=sql_only", f"hydra.run.dir={tmp_path / str(batch)}", db=db)
         assert got.code == 0, got.err
         ids.append(json.loads((tmp_path / str(batch) / "results.json").read_text())["run_id"])

@@ -102,7 +102,7 @@ def test_a_run_is_never_compared_with_itself(cli: Cli, tmp_path: Path) -> None:
     named = _compare(cli, tmp_path, "baseline=tiny-random-llama", f"candidate={first}")
     assert "has no finished run but the candidate run" in named.errors[0]
     # With a second run of the model, its name resolves to the other run, never the candidate's own.
-    _, second = _eval(cli, tmp_path, "b", *SMOKE, "batch_size=2")
+    _, second = _eval(cli, tmp_path, "b", *SMOKE, "batch_size=2", "tracking.rerun=true")
     assert second
     got = _compare(cli, tmp_path, "baseline=tiny-random-llama", f"candidate={second}")
     assert got.code != 2, got.err

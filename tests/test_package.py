@@ -47,8 +47,9 @@ def test_the_wheel_ships_its_configs_and_migrations_and_runs_anywhere(tmp_path: 
         str(site / "mmlu_track" / "migrations"),
     ]
 
-    # Two runs from one installed process (a sweep; each job its own run): one interpreter start less.
-    proc = run(str(site / "bin" / "mmlu-track"), "-m", "experiment=smoke", "batch_size=1,4",
+    # Two runs from one installed process (a sweep; each job its own run, the second scored again on
+    # purpose: the same settings would take the first): one interpreter start less.
+    proc = run(str(site / "bin" / "mmlu-track"), "-m", "experiment=smoke", "tracking.rerun=false,true",
                "tracking=sql_only", "hydra.sweep.dir=out")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     ids = [json.loads((work / "out" / job / "results.json").read_text())["run_id"] for job in ("0", "1")]

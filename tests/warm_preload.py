@@ -40,7 +40,7 @@ from mmlu_track.settings.config import ModelConfig
 
 if "MMLU_TRACK_CACHE" in os.environ:  # the test session's (conftest's `cache_dir`)
     _package, _filename = models.PACKAGED_SMOLLM2
-    _key_dir, _gguf, _ = models._gguf_cache(
+    _key_dir, _gguf, _ = models.gguf_cache(
         ModelConfig(name="tokenizer", source="gguf", package=_package, gguf_file=_filename),
         Path(os.environ["MMLU_TRACK_CACHE"]),
     )

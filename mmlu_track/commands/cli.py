@@ -288,6 +288,10 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
                 codes.append(gate.conclude(gated.run_id, output_dir))
             return None
         out = run(eval_cfg, output_dir, origin=origin)
+    if out.reused:  # nothing written: the folder Hydra made for this run goes (a sweep's stays)
+        from mmlu_track.commands.launchers import discard_unused
+
+        discard_unused()
     return out.scores.micro.acc if out.scores else None
 
 

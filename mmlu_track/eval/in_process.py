@@ -9,14 +9,18 @@ nothing in how prompts are scored.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from mmlu_track.eval import models
 from mmlu_track.eval.backend import GenerationRequest, LetterRequest, Progress, Score, Traffic
 from mmlu_track.eval.batching import Batching
 from mmlu_track.eval.chat_template import render as render_chat
 from mmlu_track.eval.chat_template import source as template_source
+from mmlu_track.eval.fingerprint import folder_sha256
+from mmlu_track.eval.pins import Pinned
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.eval.scoring import SCORERS
 from mmlu_track.records.run import ModelInfo
@@ -83,6 +87,7 @@ class InProcess:
         pass  # the weights go with the process (or with the last reference)
 
 
+_COMMIT = re.compile(r"[0-9a-f]{40}")  # a hub revision that is a commit, not a branch
 SCORED_BY = {"logprob": "logits", "generate": "greedy"}  # the model's own logits; its greedy decoding
 
 
@@ -92,6 +97,26 @@ def load_backend(cfg: EvalConfig, threads: int | None = None) -> InProcess:
     `ModelError` when it cannot be loaded."""
     _set_threads(threads if threads is not None else cfg.threads)
     return InProcess(models.load_model(cfg), Batching.of(cfg))
+
+
+def pinned(run: EvalConfig) -> Pinned | str:
+    """The weights `run` would load, without loading them (`eval.pins`); else a sentence saying why
+    they are known only once loaded (a hub model at a branch)."""
+    cfg = run.model
+    dtype = models.resolve_dtype(run.dtype, models.resolve_device(run.device))
+    cache = Path(run.cache_dir).expanduser()
+    if cfg.source == "tiny":
+        return Pinned(f"tiny(seed={cfg.tiny_seed})", None, None, dtype)
+    if cfg.source == "gguf":
+        _, path, sha = models.gguf_cache(cfg, cache)
+        return Pinned(str(path), None, sha, dtype)
+    where = str(cfg.name_or_path)
+    local = Path(where).expanduser()
+    if local.is_dir():
+        return Pinned(str(local), None, folder_sha256(local, cache), dtype)
+    if cfg.revision and _COMMIT.fullmatch(cfg.revision):
+        return Pinned(where, cfg.revision, None, dtype)
+    return f"a hub model at {cfg.revision or 'its default branch'}: its commit is known once loaded"
 
 
 def _set_threads(count: int | str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mmlu_track.eval import pins
 from mmlu_track.eval.backend import Backend
 from mmlu_track.settings.config import EvalConfig, is_served
 
@@ -42,3 +43,13 @@ def load_backend(cfg: EvalConfig, threads: int | None = None) -> Backend:
 def in_process(cfg: EvalConfig) -> bool:
     """Whether the configured model runs in this process (torch, seeded with the run's seed)."""
     return not is_served(cfg.model.source)
+
+
+def pinned(cfg: EvalConfig) -> pins.Pinned | str:
+    """The weights the configured model would load, known without loading them (`eval.pins`); else
+    a sentence saying why they are known only once loaded."""
+    if in_process(cfg):
+        from mmlu_track.eval import in_process as backend
+
+        return backend.pinned(cfg)
+    return pins.served(cfg)

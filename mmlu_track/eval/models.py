@@ -142,7 +142,7 @@ def _convert_once(out: Path, marker: str, build: Callable[[Path], None]) -> Path
     return out
 
 
-def _gguf_cache(cfg: ModelConfig, cache_dir: Path) -> tuple[Path, Path, str]:
+def gguf_cache(cfg: ModelConfig, cache_dir: Path) -> tuple[Path, Path, str]:
     """(folder holding the GGUF, the GGUF path, its sha256)."""
     gguf_file = _required(cfg.gguf_file, "gguf_file", "gguf")
     if cfg.package:
@@ -252,7 +252,7 @@ def _converted_model(key_dir: Path, gguf: Path) -> Path:
 def converted_dirs(cfg: ModelConfig, cache_dir: str) -> tuple[Path, Path]:
     """(tokenizer dir, model dir) of a GGUF model's cached safetensors copy, converting if needed.
     Other tools (lm-eval-harness in `benchmarks/`) can load these as a plain HF model."""
-    key_dir, gguf, _ = _gguf_cache(cfg, Path(cache_dir).expanduser())
+    key_dir, gguf, _ = gguf_cache(cfg, Path(cache_dir).expanduser())
     return _converted(key_dir, gguf)
 
 
@@ -261,7 +261,7 @@ def _load_gguf(
 ) -> tuple[Any, Any, str, str | None, str | None]:
     from transformers import AutoModelForCausalLM
 
-    key_dir, gguf, sha = _gguf_cache(cfg, Path(run.cache_dir).expanduser())
+    key_dir, gguf, sha = gguf_cache(cfg, Path(run.cache_dir).expanduser())
     tok_dir, model_dir = _converted(key_dir, gguf)
     try:  # only reading the cached copy: a failure here means the copy, not the GGUF, is bad
         tok = _converted_tokenizer_loaded(tok_dir)
@@ -315,7 +315,7 @@ def _load_tiny(
 
     package, filename = PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="tokenizer", source="gguf", package=package, gguf_file=filename)
-    key_dir, gguf, _ = _gguf_cache(gguf_cfg, Path(run.cache_dir).expanduser())
+    key_dir, gguf, _ = gguf_cache(gguf_cfg, Path(run.cache_dir).expanduser())
     tok = _converted_tokenizer_loaded(_converted_tokenizer(key_dir, gguf))
     config = LlamaConfig(
         vocab_size=len(tok),

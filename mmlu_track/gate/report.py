@@ -295,7 +295,12 @@ def console(o: Outcome) -> str:
             f"{pts(d.delta):>7}  {ci:<17} {_p(d.p_regression_adj):>8}"
         )
 
-    rows = [_first_line(verdict), f"  {title(base, cand, cfg.mode)}", *(f"  - {r}" for r in verdict.reasons)]
+    runs = f"candidate run {cand.id[:12]}, baseline run {base.id[:12]}"  # what a model name was taken as
+    rows = [
+        _first_line(verdict),
+        f"  {title(base, cand, cfg.mode)} ({runs})",
+        *(f"  - {r}" for r in verdict.reasons),
+    ]
     rows.append(head.replace("95% CI", f"{100 * (1 - comp.settings.alpha):.0f}% CI"))
     rows += [
         line(d, "! " if d.flagged else ("+ " if d.improved else "  "))

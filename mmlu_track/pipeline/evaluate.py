@@ -19,11 +19,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mmlu_track.eval.plan import TruncationError
+from mmlu_track.eval.plan import TruncationError, plan
 from mmlu_track.pipeline.outputs import sigterm_as_exit
 from mmlu_track.pipeline.prepare import Origin, prepare
 from mmlu_track.pipeline.resolve import resolve
+from mmlu_track.pipeline.reuse import finished_twin, reused_line
 from mmlu_track.pipeline.session import QUIET, Display, Echo, EvaluationSession, Looks, RunOutput
+from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.stored import StoredRun
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.store.liveness import Shard
 from mmlu_track.store.recorder import RunRecorder, StoreOnDemand
@@ -31,6 +34,30 @@ from mmlu_track.store.sql import SqlStore
 from mmlu_track.support.errors import MmluTrackError
 
 __all__ = ["QUIET", "Display", "Echo", "Looks", "Origin", "RunOutput", "TruncationError", "run"]
+
+
+def _kept(
+    cfg: EvalConfig, origin: Origin, looks: Looks | None, recorder: RunRecorder, identity: str
+) -> tuple[StoredRun, list[QuestionResult]] | None:
+    """The finished run of this identity taken as the result (`Origin.reuse`; by default, unless
+    tracking.rerun, tracking.resume=false, the sequential gate, which scores its own looks, or an
+    unfinished run of the identity, which resumes)."""
+    if origin.reuse is not None:
+        return recorder.finished(identity) if origin.reuse else None
+    if not cfg.tracking.resume or cfg.tracking.rerun or looks is not None:
+        return None
+    if recorder.store.unfinished(identity) is not None:
+        return None
+    return recorder.finished(identity)
+
+
+def _reused(stored: StoredRun, recorder: RunRecorder, output_dir: Path) -> RunOutput:
+    """A finished run taken as it is: nothing scored, nothing recorded."""
+    record = stored.record
+    where = Path(stored.output_dir) if stored.output_dir else output_dir
+    results = recorder.store.question_results(stored.id)
+    scores = record.scores if record is not None else None
+    return RunOutput(stored.id, results, scores, record, where, stored.mlflow_run_id, reused=True)
 
 
 @contextmanager
@@ -70,13 +97,22 @@ def run(
     try:
         with sigterm_as_exit():
             with _before_any_work():
-                prep = prepare(cfg, origin, resolved)
-            kept = recorder.finished(prep.identity) if origin.reuse else None
-            if kept is not None and (record := kept[0].record) is not None:  # taken as it is: nothing scored
+                planned = plan(cfg)
+                ours = origin.reuse is None and looks is None and cfg.tracking.resume  # the command's default
+                twin = finished_twin(cfg, planned, recorder) if ours else None
+            if twin is not None and not cfg.tracking.rerun:  # the same command again, the model never loaded
+                display.echo(reused_line(twin.stored))
+                return _reused(twin.stored, recorder, output_dir)
+            if twin is not None:  # scored again on purpose: told apart from the first in MLflow's list
+                recorder.label = origin.label or "rerun"
+            with _before_any_work():
+                prep = prepare(cfg, origin, resolved, planned)
+            kept = _kept(cfg, origin, looks, recorder, prep.identity)
+            if kept is not None:  # weights pinned only once loaded (a hub branch), or the noise command's
                 prep.lm.close()
-                stored, results = kept
-                where = Path(stored.output_dir) if stored.output_dir else output_dir
-                return RunOutput(stored.id, results, record.scores, record, where, stored.mlflow_run_id)
+                if origin.reuse is None:
+                    display.echo(reused_line(kept[0]))
+                return _reused(kept[0], recorder, output_dir)
             try:
                 return EvaluationSession(cfg, prep, recorder, output_dir, display=display, looks=looks).run()
             finally:

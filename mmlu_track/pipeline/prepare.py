@@ -18,11 +18,13 @@ from mmlu_track.settings.resolved import Resolved
 @dataclass(frozen=True)
 class Origin:
     """How this process was started: the sweep it is a job of, the command line it records, and
-    whether it takes a finished run of the same identity as it is (`python -m mmlu_track.noise`)."""
+    whether it takes a finished run of the same identity as it is."""
 
     sweep: str | None = None  # the sweep's folder (a launched job); None outside a sweep
     command: list[str] | None = None  # the command recorded (default: this process's own)
-    reuse: bool = False  # a finished run of this identity is the result, nothing scored
+    # A finished run of this identity is the result, nothing scored: None, unless tracking.rerun (found
+    # before the model loads, `pipeline.reuse`); the noise command says for each of its roles.
+    reuse: bool | None = None
     host_share: int = (
         1  # the processes this launch runs at once on this host (joblib's jobs): threads=auto divides
     )
@@ -55,12 +57,12 @@ class Prepared:
     answer_lead: str = " "  # what precedes an answer letter (`prompts.Style.answer_lead`)
 
 
-def prepare(cfg: EvalConfig, origin: Origin, resolved: Resolved) -> Prepared:
+def prepare(cfg: EvalConfig, origin: Origin, resolved: Resolved, planned: Plan | None = None) -> Prepared:
     """The run about to be scored, with the choices made from its settings (`resolved`: the CPU
-    threads the backend sets); the caller closes its `lm`."""
+    threads the backend sets) and its plan (`planned`, made here when None); the caller closes its `lm`."""
     t0 = time.time()
     seeds = provenance.set_seeds(cfg.seed, torch=load.in_process(cfg))
-    the_plan = plan(cfg)
+    the_plan = planned or plan(cfg)
     t1 = time.time()
     lm = load.load_backend(cfg, resolved.threads)  # the backend sets them
     t2 = time.time()

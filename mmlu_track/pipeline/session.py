@@ -96,6 +96,7 @@ class RunOutput:
     output_dir: Path
     mlflow_run_id: str | None
     stopped: EarlyStop | None = None  # the sequential gate stopped it (`results`: the questions scored)
+    reused: bool = False  # a finished run of the same identity, taken as it is: nothing scored now
 
 
 def acc(results: Sequence[QuestionResult]) -> Accuracy:

@@ -164,7 +164,9 @@ class TrackingConfig:
 
     `db_url`: the project's SQL store (any SQLAlchemy URL). `mlflow_uri`: None = MLflow's own
     default (`MLFLOW_TRACKING_URI`, else a local `mlflow.db`). `resume`: continue the newest
-    unfinished run with the same identity instead of starting over. `heartbeat_s`: how often a
+    unfinished run with the same identity instead of starting over, and take a finished one as it is
+    (the same command again scores nothing); `rerun`: score again a run whose identity has a finished
+    run, as a run of its own (labelled `rerun` in MLflow). `heartbeat_s`: how often a
     running process says it is alive; `dead_after_s`: a process silent that long counts as dead,
     wherever it ran (on the same machine a process that is gone counts as dead at once).
     """
@@ -174,6 +176,7 @@ class TrackingConfig:
     mlflow_uri: str | None = None
     experiment: str = "mmlu_track"
     resume: bool = True
+    rerun: bool = False
     heartbeat_s: float = 30.0
     dead_after_s: float = DEAD_AFTER_S  # see DEAD_AFTER_S
 

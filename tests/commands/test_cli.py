@@ -20,8 +20,9 @@ def _cli(cli: Cli, *args: str, cwd: Path) -> CliResult:
 
 def test_end_to_end_run_writes_results_and_is_reproducible(cli: Cli, tmp_path: Path) -> None:
     outs = []
-    for name in ("a", "b"):
-        proc = _cli(cli, "experiment=smoke", "device=cpu", f"hydra.run.dir={tmp_path / name}", cwd=tmp_path)
+    for name in ("a", "b"):  # scored again on purpose: the same command alone would take the first run
+        proc = _cli(cli, "experiment=smoke", "device=cpu", f"hydra.run.dir={tmp_path / name}",
+                    f"tracking.rerun={name == 'b'}", cwd=tmp_path)  # fmt: skip
         assert proc.code == 0, proc.err
         assert "micro average" in proc.out
         outs.append(tmp_path / name)

@@ -195,7 +195,7 @@ def test_a_run_and_a_comparison_leave_nothing_for_git_to_show(cli: Cli, tmp_path
     shutil.copy(ROOT / ".gitignore", tmp_path / ".gitignore")
     smoke = ("experiment=smoke", "device=cpu", "subjects=anatomy", "limit=2")
     for batch in (1, 2):  # two runs of one model, one compared with the other
-        run = cli("eval", *smoke, f"batch_size={batch}", cwd=tmp_path)
+        run = cli("eval", *smoke, f"batch_size={batch}", "tracking.rerun=true", cwd=tmp_path)
         assert run.code == 0, run.err
     compare = cli("compare", "baseline=tiny-random-llama", "candidate=tiny-random-llama", cwd=tmp_path)
     assert compare.code in (0, 1), compare.err

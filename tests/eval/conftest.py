@@ -101,7 +101,7 @@ def tokenizer_dir(cache_dir: Path) -> Path:
 
     package, filename = models.PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="SmolLM2", source="gguf", package=package, gguf_file=filename)
-    key_dir, gguf, _ = models._gguf_cache(gguf_cfg, cache_dir)
+    key_dir, gguf, _ = models.gguf_cache(gguf_cfg, cache_dir)
     return models._converted_tokenizer(key_dir, gguf)
 
 

@@ -76,8 +76,12 @@ def test_a_chat_run_is_scored_through_the_prefix_cache_and_resumes_as_itself(
     raw = run(tiny_run_cfg(db, *args, "chat=none"), tmp_path / "c", **quiet)
     assert len({cached.run_id, plain.run_id, raw.run_id}) == 3
     assert len(SqlStore(db).runs()) == 3
-    again = run(tiny_run_cfg(db, *args), tmp_path / "d", **quiet)  # finished: a new run, the same scores
-    assert [r.logprobs for r in again.results] == [r.logprobs for r in cached.results]
+    # Finished: the same command takes it, found before the model loads by its chat template's hash.
+    again = run(tiny_run_cfg(db, *args), tmp_path / "d", **quiet)
+    assert again.reused
+    assert again.run_id == cached.run_id
+    rerun = run(tiny_run_cfg(db, *args, "tracking.rerun=true"), tmp_path / "e", **quiet)  # the same scores
+    assert [r.logprobs for r in rerun.results] == [r.logprobs for r in cached.results]
     capsys.readouterr()
     assert runs.main(["--db", db, "list"]) == 0
     listed = capsys.readouterr().out

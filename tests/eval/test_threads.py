@@ -120,11 +120,15 @@ def test_threads_are_checked_recorded_printed_once_and_no_part_of_the_identity(
     assert first.out.count("scoring with threads=1") == 1
     host = json.loads((tmp_path / "one" / "results.json").read_text())["host"]
     assert host["threads"] == "threads=1"
-    # Another thread count is the same run (result-neutral): it is not scored again but resumed
-    # as finished, i.e. a second finished run of the same identity, never a different one.
+    # Another thread count is the same run (result-neutral): the finished run is taken as it is;
+    # scored again on purpose, a second finished run of the same identity, never a different one.
     from mmlu_track.store.sql import SqlStore
 
-    again = cli("eval", *args, "threads=auto", f"hydra.run.dir={tmp_path / 'auto'}", cwd=tmp_path)
+    same = cli("eval", *args, "threads=2", f"hydra.run.dir={tmp_path / 'two'}", cwd=tmp_path)
+    assert same.code == 0, same.err
+    assert same.out.startswith("already evaluated: run ")
+    rerun = ["threads=auto", "tracking.rerun=true"]
+    again = cli("eval", *args, *rerun, f"hydra.run.dir={tmp_path / 'auto'}", cwd=tmp_path)
     assert again.code == 0, again.err
     assert "scoring with threads=auto: " in again.out
     store = SqlStore(db.split("=", 1)[1])

@@ -106,8 +106,9 @@ def test_a_run_has_one_row_per_question(sqlite_url: str, tmp_path: Path) -> None
             s.scalar(select(func.count()).select_from(SubjectScore).where(SubjectScore.run_id == out.run_id))
             == 2
         )
-    # A finished run is never resumed: the same config again is a new run.
-    again = run(tiny_run_cfg(sqlite_url), tmp_path / "again", display=QUIET)
+    # A finished run is never resumed: the same config again takes it as it is; rerun is a new run.
+    assert run(tiny_run_cfg(sqlite_url), tmp_path / "same", display=QUIET).run_id == out.run_id
+    again = run(tiny_run_cfg(sqlite_url, "tracking.rerun=true"), tmp_path / "again", display=QUIET)
     assert again.run_id != out.run_id
     by_prefix = store.get(out.run_id[:12])  # what `runs list` prints
     assert by_prefix is not None

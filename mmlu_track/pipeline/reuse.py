@@ -1,0 +1,79 @@
+"""The same command run again takes its finished run (`finished_twin`): a re-run CI job, a sweep
+launched twice. Found before the model is loaded, from the run's identity as loading would make it
+(`plan.identity` over the settings, the weights pinned (`eval.pins`), the planned questions and the
+prompts' template); nothing is scored, no run is recorded, the command ends as the first did.
+
+`tracking.rerun=true` scores again on purpose: a run of its own, labelled `rerun` in MLflow. A
+hub model at a branch, whose commit is known only once it is loaded, is reused after loading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mmlu_track.eval import prompts
+from mmlu_track.eval.load import pinned
+from mmlu_track.eval.pins import Pinned
+from mmlu_track.eval.plan import Plan, identity
+from mmlu_track.records.protocol import EvalProtocol
+from mmlu_track.records.run import ModelInfo
+from mmlu_track.records.stored import StoredRun
+from mmlu_track.settings.config import EvalConfig
+from mmlu_track.store.db import sqlite_file
+from mmlu_track.store.recorder import RunRecorder
+
+
+@dataclass(frozen=True)
+class Twin:
+    """A finished run of the identity this command would score, found before loading the model."""
+
+    stored: StoredRun
+
+
+def _identity(cfg: EvalConfig, the_plan: Plan, weights: Pinned, template_hash: str) -> str:
+    info = ModelInfo(cfg.model.name, cfg.model.source, weights.location, weights.revision,
+                     weights.weights_sha256, weights.dtype, "", 0, False, 0, 0)  # fmt: skip
+    protocol = EvalProtocol.of(
+        cfg,
+        questions=the_plan.fingerprint,
+        n_questions=len(the_plan.all_questions),
+        dev_fingerprint=the_plan.dev_fingerprint,
+        template_hash=template_hash,
+    )
+    annotated = the_plan.annotated.info.fingerprint if the_plan.annotated else None
+    return identity(cfg, info, protocol, annotations=annotated)
+
+
+def finished_twin(cfg: EvalConfig, the_plan: Plan, recorder: RunRecorder) -> Twin | None:
+    """The newest finished run this command would score again, else None (also where the weights
+    are known only once loaded: `evaluate.run` looks again then)."""
+    where = sqlite_file(cfg.tracking.db_url)
+    if where is not None and not where.exists():  # no store yet: nothing to reuse, and none made to look
+        return None
+    weights = pinned(cfg)
+    if isinstance(weights, str):
+        return None
+    if cfg.chat.style == "none":
+        hashes = [prompts.template_hash(cfg.formulation)]
+    else:  # the chat template is the pinned weights' own: a finished run of theirs recorded its hash
+        hashes = list(dict.fromkeys(r.template_hash for r in recorder.store.finished_runs(cfg.model.name)))
+    for template_hash in hashes:
+        ident = _identity(cfg, the_plan, weights, template_hash)
+        if recorder.store.unfinished(ident) is not None:  # a run still going or interrupted resumes
+            return None
+        kept = recorder.finished(ident)
+        if kept is not None:
+            return Twin(kept[0])
+    return None
+
+
+def reused_line(stored: StoredRun) -> str:
+    """What the command says of the finished run it took instead of scoring again."""
+    record = stored.record
+    accuracy = f"{100 * record.scores.micro.acc:.2f} %" if record is not None else "?"
+    name = record.start.name if record is not None else stored.model_name
+    where = f"; results in {stored.output_dir}" if stored.output_dir else ""
+    return (
+        f"already evaluated: run {stored.id} ({name}), micro accuracy {accuracy}{where}; "
+        "nothing scored again (tracking.rerun=true scores it again as a run of its own)"
+    )
