@@ -182,7 +182,7 @@ CASES: list[tuple[str, Setup, int, str]] = [
     ),
     ("unknown config option", lambda _: ["model=gpt5"], 2, "Could not find 'model/gpt5'"),
     ("weights that are not a model", _garbage_model, 2, "could not load model"),
-    ("unknown key", lambda _: ["experiment=smoke", "margin=0.02"], 2, "Key 'margin' is not in struct"),
+    ("unknown key", lambda _: ["experiment=smoke", "margin=0.02"], 2, "did you mean gate.margin?"),
 ]
 
 

@@ -144,11 +144,43 @@ def _hydra_line(err: Exception) -> str:
         return f"cannot parse the override {err.override!r}: {first}"
     rest = rest[: rest.index("Config search path:")] if "Config search path:" in rest else rest
     cause = err.__cause__
+    if (unknown := _unknown_key(cause)) is not None:
+        return unknown
     said = [first, *([config_message(cause)] if isinstance(cause, Exception) else [])]
     if rest:
         hint = f"{rest[0][:1].lower()}{rest[0][1:]}"
         said.append(f"({hint} {', '.join(rest[1:])})" if rest[1:] else f"({hint})")
     return " ".join(said)
+
+
+def _unknown_key(cause: BaseException | None) -> str | None:
+    """A key the config does not have, said with the keys it may have meant (never Hydra's hint to
+    append it with `+`, which would only move the typo into the run's config)."""
+    import difflib
+
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    if not isinstance(cause, ConfigAttributeError | ConfigKeyError):
+        return None
+    parent, full = getattr(cause, "parent_node", None), getattr(cause, "full_key", None)
+    if not isinstance(parent, DictConfig) or not full:
+        return None
+    root = OmegaConf.to_container(parent._get_root(), resolve=False)
+
+    def dotted(node: object, prefix: str = "") -> list[str]:
+        if not isinstance(node, dict):
+            return [prefix[:-1]]
+        return [k for key, v in node.items() if key != "hydra" for k in dotted(v, f"{prefix}{key}.")]
+
+    keys = dotted(root)
+    close = difflib.get_close_matches(full, keys, n=3, cutoff=0.75)
+    if "." not in full:  # a group's key typed without its group: `margin` for gate.margin
+        last = {k.rpartition(".")[2]: k for k in keys}
+        close += [last[k] for k in difflib.get_close_matches(full, list(last), n=3, cutoff=0.75)]
+    guess = list(dict.fromkeys(close))[:3]
+    meant = f": did you mean {' or '.join(guess)}?" if guess else ""
+    return f"unknown key {full!r}{meant} (--help lists every key)"
 
 
 def validate_sweep(argv: list[str], config_name: str, check: Callable[[dict[str, Any]], object]) -> None:

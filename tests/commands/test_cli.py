@@ -64,8 +64,8 @@ def test_end_to_end_run_writes_results_and_is_reproducible(cli: Cli, tmp_path: P
         (["model=hf_hub"], 2, "Missing mandatory value: model.name_or_path"),
         # Hydra's own composition errors exit 2 as well: only a release gate exits 1.
         (["model=gpt5"], 2, "Could not find 'model/gpt5'"),
-        (["model=tiny", "margin=0.02"], 2, "Key 'margin' is not in struct"),
-        (["model=tiny", "scoring.methd=logprob"], 2, "Key 'methd' is not in struct"),
+        (["model=tiny", "margin=0.02"], 2, "unknown key 'margin': did you mean gate.margin?"),
+        (["model=tiny", "scoring.methd=logprob"], 2, "did you mean scoring.method?"),
         # {missing}: a path under the test's own folder, never there (a machine may have /nonexistent)
         (["model=tiny", "data=local", "data.path={missing}"], 2, "MMLU folder {missing} does not exist"),
         (["model=hf_hub", "model.name_or_path={missing}/model"], 2, "could not load model"),

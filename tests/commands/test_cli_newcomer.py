@@ -106,7 +106,7 @@ def test_compare_help_lists_only_its_own_groups_and_keys(cli: Cli, tmp_path: Pat
         ("eval", ["model=hf_hub", "model.name_or_path=/nonexistent/m"], "'/nonexistent/m': no such folder"),
         # Hydra's own refusals come before it makes a folder
         ("compare", ["baseline=a", "candidate=b", "gate=lenient"], "Could not find 'gate/lenient'"),
-        ("eval", ["model=tiny", "margn=1"], "Key 'margn' is not in struct"),
+        ("eval", ["model=tiny", "margn=1"], "unknown key 'margn': did you mean gate.margin?"),
     ],
 )
 def test_a_refused_command_leaves_no_folder(

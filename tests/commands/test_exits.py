@@ -117,12 +117,14 @@ def test_hydras_refusal_of_an_override_is_one_line_in_every_command(
     # Hydra re-raises its own errors under a tracer (coverage, a debugger): print as the command line does.
     monkeypatch.setattr("hydra._internal.utils.is_under_debugger", lambda: False)
     models = "(available options in 'model': hf_hub, openai_api, smollm2_135m, tiny)"
-    append = "(to append to your config use +{})"
     cases = [  # before: five to eight lines each, ending in a hint about HYDRA_FULL_ERROR
-        ("eval", ["foo=1"], "Could not override 'foo'. Key 'foo' is not in struct " + append.format("foo=1")),
-        ("noise", ["noise.variant=foo"],
-         "Could not override 'noise.variant'. Key 'variant' is not in struct "
-         + append.format("noise.variant=foo")),
+        ("eval", ["foo=1"], "unknown key 'foo' (--help lists every key)"),  # never "use +foo=1"
+        ("eval", ["limt=10"], "unknown key 'limt': did you mean limit? (--help lists every key)"),
+        ("noise", ["noise.shot_seed=[1]"],
+         "unknown key 'noise.shot_seed': did you mean noise.shot_seeds or shot_seed? "
+         "(--help lists every key)"),
+        ("compare", ["baseline=a", "candidate=b", "margin=0.1"],
+         "unknown key 'margin': did you mean gate.margin? (--help lists every key)"),
         ("eval", ["model=gpt5"], f"In 'eval': Could not find 'model/gpt5' {models}"),
         ("compare", ["baseline=a", "candidate=b", "gate=lenient"],
          "In 'compare': Could not find 'gate/lenient' "

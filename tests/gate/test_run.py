@@ -391,8 +391,8 @@ def test_intervals_stay_inside_minus_100_to_100_at_two_questions(cli: Cli, tmp_p
     ("args", "message"),
     [
         (["gate=nonsense"], "Could not find 'gate/nonsense'"),
-        (["gate.marging=0.02"], "Key 'marging' is not in struct"),
-        (["margin=0.02"], "Key 'margin' is not in struct"),
+        (["gate.marging=0.02"], "unknown key 'gate.marging': did you mean gate.margin?"),
+        (["margin=0.02"], "unknown key 'margin': did you mean gate.margin?"),
         (["gate.margin=2"], "gate.margin=2.0 must be in [0, 1)"),
         (["mode=gap"], "mode='gap' is not allowed"),
     ],
