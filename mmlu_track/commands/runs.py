@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
-_ROW = "{:<12} {:<9} {:<28} {:<14} {:<16} {:<20} {:>2} {:<8} {:>5} {:>6} {:>6} {:>6}  {:<19}  {}"
+_ROW = "{:<12} {:<9} {:<28} {:<14} {:<16} {:<20} {:>2} {:<8} {:>5} {:>6} {:>7} {:>7}  {:<19}  {}"
 
 
 def _prompt(run: StoredRun) -> str:
@@ -90,15 +90,15 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
             "dtype",
             "limit",
             "n",
-            "micro",
-            "macro",
+            "micro %",  # percent, as the run's own summary and the gate's report say it
+            "macro %",
             "created (UTC)",
             "mlflow",
         )
     )
     for r in runs:
-        micro = f"{r.acc_micro:.4f}" if r.acc_micro is not None else "-"
-        macro = f"{r.acc_macro:.4f}" if r.acc_macro is not None else "-"
+        micro = f"{100 * r.acc_micro:.2f}" if r.acc_micro is not None else "-"
+        macro = f"{100 * r.acc_macro:.2f}" if r.acc_macro is not None else "-"
         created = f"{r.created_at:%Y-%m-%d %H:%M:%S}"
         facts = _facts(r)
         cells = (
@@ -292,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     p_sync.add_argument("--experiment", default=None, help="(default: each run's own, else mmlu_track)")
     p_noise = sub.add_parser("noise", help="list the noise measurements, newest first")
     p_noise.add_argument("--limit", type=int, default=20)
-    sub.add_parser("db-upgrade", help="upgrade a shared (server) results database to this version's schema")
+    p_upgrade = sub.add_parser(
+        "db-upgrade", help="upgrade a shared (server) results database to this version's schema"
+    )
+    for each in (p_list, p_show, p_sync, p_noise, p_upgrade):  # `runs list --db URL` as `runs --db URL list`
+        each.add_argument("--db", default=argparse.SUPPRESS, help="SQLAlchemy URL (as before the command)")
     args = parser.parse_args(argv)
 
     from mmlu_track.store.sql import SqlStore
