@@ -295,7 +295,7 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     from mmlu_track.commands.launchers import host_share, job_command, job_folders, redact_hydra_files
-    from mmlu_track.pipeline.evaluate import Origin, run
+    from mmlu_track.pipeline.evaluate import Origin
     from mmlu_track.pipeline.resolve import resolve
 
     try:
@@ -310,6 +310,28 @@ def _eval_job(cfg: Any, codes: list[int]) -> float | None:
         # What the settings leave to the surroundings is chosen once, here; the config stays as asked.
         chosen = resolve(eval_cfg, share, Path(hydra_cfg.runtime.cwd))
         origin = Origin(sweep, job_command(hydra_cfg), host_share=share, resolved=chosen)
+    with _discarded_if_interrupted_before_any_work():
+        return _evaluate(eval_cfg, output_dir, origin, codes)
+
+
+@contextmanager
+def _discarded_if_interrupted_before_any_work() -> Iterator[None]:
+    """Ctrl-C before anything was recorded (while the model loads) leaves no output folder."""
+    try:
+        yield
+    except KeyboardInterrupt as err:
+        if getattr(err, "before_any_work", False):
+            from mmlu_track.commands.launchers import discard_unused
+
+            discard_unused()
+        raise
+
+
+def _evaluate(eval_cfg: Any, output_dir: Path, origin: Any, codes: list[int]) -> float | None:
+    """The evaluation of one job, gated or not (`_eval_job`)."""
+    from mmlu_track.pipeline.evaluate import run
+
+    with errors_as_exit_codes():
         if eval_cfg.gate is not None and eval_cfg.gate.sequential:
             from mmlu_track.eval.plan import question_docs
             from mmlu_track.gate.sequential_run import sequential_gate

@@ -66,8 +66,8 @@ def _before_any_work() -> Iterator[None]:
     of it is recorded, and the command leaves no output folder."""
     try:
         yield
-    except MmluTrackError as err:
-        err.before_any_work = True
+    except (MmluTrackError, KeyboardInterrupt) as err:  # Ctrl-C while the model loads: nothing recorded
+        err.before_any_work = True  # type: ignore[union-attr]
         raise
 
 

@@ -121,6 +121,24 @@ def test_a_refused_command_leaves_no_folder(
     assert list((tmp_path / "outputs").iterdir()) == []
 
 
+def test_ctrl_c_while_the_model_loads_leaves_no_folder(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted before anything was recorded (the model loading: Ctrl-C raised where it would
+    land): exit 130, one line, and neither an output folder nor a store left behind."""
+    from mmlu_track.eval import load
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(load, "load_backend", interrupted)
+    db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"
+    got = cli("eval", db, "tracking.mlflow=false", "model=tiny", cwd=tmp_path)
+    assert got.code == 130
+    assert got.err.strip().splitlines() == ["mmlu_track: interrupted; run the same command to resume"]
+    assert list(tmp_path.iterdir()) == []  # before: outputs/<date>/<time>/.hydra
+
+
 def test_an_unreachable_store_or_a_run_folder_that_cannot_be_made_is_one_line_and_leaves_nothing(
     cli: Cli, tmp_path: Path
 ) -> None:
