@@ -44,7 +44,8 @@ def _is_group(override: str) -> bool:
     """Whether Hydra takes `override` as a config group choice (`model=tiny`, `+experiment=x`,
     `hydra/launcher=joblib`), as its repository decides it: a key naming a folder of a config source."""
     key = override.split("=", 1)[0].lstrip("+~").split("@", 1)[0]
-    return "/" in key or key == "hydra" or (CONF_DIR / key).is_dir()
+    # hydra.* goes to Hydra's own node, which compose() then drops: composed with the groups
+    return "/" in key or key.split(".")[0] == "hydra" or (CONF_DIR / key).is_dir()
 
 
 @functools.cache

@@ -101,8 +101,8 @@ def run(
                 ours = origin.reuse is None and looks is None and cfg.tracking.resume  # the command's default
                 twin = finished_twin(cfg, planned, recorder) if ours else None
             if twin is not None and not cfg.tracking.rerun:  # the same command again, the model never loaded
-                display.echo(reused_line(twin.stored))
-                return _reused(twin.stored, recorder, output_dir)
+                display.echo(reused_line(twin))
+                return _reused(twin, recorder, output_dir)
             if twin is not None:  # scored again on purpose: told apart from the first in MLflow's list
                 recorder.label = origin.label or "rerun"
             with _before_any_work():

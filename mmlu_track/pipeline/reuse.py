@@ -9,8 +9,6 @@ hub model at a branch, whose commit is known only once it is loaded, is reused a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mmlu_track.eval import prompts
 from mmlu_track.eval.load import pinned
 from mmlu_track.eval.pins import Pinned
@@ -21,13 +19,6 @@ from mmlu_track.records.stored import StoredRun
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.store.db import sqlite_file
 from mmlu_track.store.recorder import RunRecorder
-
-
-@dataclass(frozen=True)
-class Twin:
-    """A finished run of the identity this command would score, found before loading the model."""
-
-    stored: StoredRun
 
 
 def _identity(cfg: EvalConfig, the_plan: Plan, weights: Pinned, template_hash: str) -> str:
@@ -44,7 +35,7 @@ def _identity(cfg: EvalConfig, the_plan: Plan, weights: Pinned, template_hash: s
     return identity(cfg, info, protocol, annotations=annotated)
 
 
-def finished_twin(cfg: EvalConfig, the_plan: Plan, recorder: RunRecorder) -> Twin | None:
+def finished_twin(cfg: EvalConfig, the_plan: Plan, recorder: RunRecorder) -> StoredRun | None:
     """The newest finished run this command would score again, else None (also where the weights
     are known only once loaded: `evaluate.run` looks again then)."""
     where = sqlite_file(cfg.tracking.db_url)
@@ -63,7 +54,7 @@ def finished_twin(cfg: EvalConfig, the_plan: Plan, recorder: RunRecorder) -> Twi
             return None
         kept = recorder.finished(ident)
         if kept is not None:
-            return Twin(kept[0])
+            return kept[0]
     return None
 
 

@@ -61,7 +61,7 @@ VALUES = ["k=0", "limit=7", "subjects=[anatomy,virology]", "tracking.db_url=sqli
     + [
         ["experiment=smoke", "tracking.experiment=mine", "model.tiny_hidden_size=32"],  # after the preset
         ["k=1", "+experiment=quick", "k=2"],  # the last value wins, the group from anywhere
-        ["gate=strict", "gate.margin=0.03", "hydra/launcher=basic"],
+        ["gate=strict", "gate.margin=0.03", "hydra/launcher=basic", "hydra.run.dir=elsewhere"],
         ["kk=0"],  # refused: not a key
         ["model.nope=1"],
         ["model=nope"],
