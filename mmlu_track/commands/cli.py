@@ -331,22 +331,23 @@ def _evaluate(eval_cfg: Any, output_dir: Path, origin: Any, codes: list[int]) ->
     """The evaluation of one job, gated or not (`_eval_job`)."""
     from mmlu_track.pipeline.evaluate import run
 
+    gated = eval_cfg.gate is not None and eval_cfg.gate.sequential
     with errors_as_exit_codes():
-        if eval_cfg.gate is not None and eval_cfg.gate.sequential:
+        if gated:
             from mmlu_track.eval.plan import question_docs
             from mmlu_track.gate.sequential_run import sequential_gate
 
             # the gate observes the evaluation's committed looks, then gives its verdict
             with sequential_gate(eval_cfg, docs_for=question_docs) as gate:
-                gated = run(eval_cfg, output_dir, looks=gate, origin=origin)
-                codes.append(gate.conclude(gated.run_id, output_dir))
-            return None
-        out = run(eval_cfg, output_dir, origin=origin)
+                out = run(eval_cfg, output_dir, looks=gate, origin=origin)
+                codes.append(gate.conclude(out.run_id, output_dir))
+        else:
+            out = run(eval_cfg, output_dir, origin=origin)
     if out.reused:  # nothing written: the folder Hydra made for this run goes (a sweep's stays)
         from mmlu_track.commands.launchers import discard_unused
 
         discard_unused()
-    return out.scores.micro.acc if out.scores else None
+    return out.scores.micro.acc if out.scores and not gated else None
 
 
 def compare_main() -> None:

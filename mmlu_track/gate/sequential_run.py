@@ -39,7 +39,7 @@ from mmlu_track.gate.run import resolve
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair, pts
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop
-from mmlu_track.records.stored import RunStatus
+from mmlu_track.records.stored import RecordedVerdict, RunStatus
 from mmlu_track.settings.config import CompareConfig, EvalConfig, GateConfig
 from mmlu_track.stats.sequential import LookCounts, SequentialResult, decide_looks, look_sizes
 from mmlu_track.store.sql import open_existing_store
@@ -92,6 +92,7 @@ class SequentialLooks:
         self.counts: list[LookCounts] = []
         self.used: list[QuestionResult] = []
         self.result: SequentialResult | None = None
+        self.kept: RecordedVerdict | None = None  # the verdict a re-run of the command takes back
 
     def begin(self, cand: StoredRun) -> None:
         """Pick the baseline comparable with the candidate (a model name: its newest such run), and
@@ -115,6 +116,33 @@ class SequentialLooks:
                 f"{cand.n_questions:,} questions even if no answer changes: it will end undecided unless a "
                 "drop is shown (raise limit, or gate.margin)"
             )
+
+    def recorded(self, candidate: StoredRun) -> bool:
+        """True, keeping it for `conclude`, when the gate's verdict on `candidate` is recorded, the
+        run was gated with these settings, and the baseline it took is the one the reference names
+        now (a model name with a newer comparable run: scored and gated again)."""
+        found = self.store.comparisons.latest(candidate.id, "sequential")
+        was = candidate.config.gate
+        if found is None or was is None or not was.sequential:
+            return False
+        if (was.margin, was.alpha, was.looks, was.baseline) != (
+            self.gate.margin, self.gate.alpha, self.gate.looks, self.gate.baseline,
+        ):  # fmt: skip
+            return False
+        try:
+            now = resolve(
+                self.store, self.reference, (candidate, "candidate"), "gate", self.uri, self.gate.metric
+            )
+        except ComparisonError:
+            return False  # the scoring path says why, as before
+        if now.id != found.baseline_run_id:
+            self.echo(
+                f"run {candidate.id[:12]} was gated against {found.baseline_run_id[:12]}; "
+                f"{self.reference} now names {now.id[:12]}: scoring and gating again"
+            )
+            return False
+        self.kept = found
+        return True
 
     def _same_settings(self, earlier: StoredRun) -> None:
         """δ, α, the looks and the baseline are fixed for the life of a run: choosing them after
@@ -192,6 +220,13 @@ class SequentialLooks:
     def conclude(self, run_id: str | None, output_dir: Path, echo: Any = print) -> int:
         """The evaluation recorded `run_id` in looks: report the verdict; its exit code."""
         gate, store = self.gate, self.store
+        if (kept := self.kept) is not None:  # the same command again: its recorded verdict, nothing new
+            self.echo(
+                f"the sequential gate's recorded verdict ({kept.status}, comparison "
+                f"{kept.comparison_id[:12]} against run {kept.baseline_run_id[:12]}): {kept.headline} "
+                f"(exit {kept.exit_code})"
+            )
+            return kept.exit_code
         if run_id is None or self.result is None:
             raise RuntimeError("the gated evaluation scored no look (a bug: an unsharded run has units)")
         cand = store.get(run_id)

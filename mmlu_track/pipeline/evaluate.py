@@ -98,8 +98,10 @@ def run(
         with sigterm_as_exit():
             with _before_any_work():
                 planned = plan(cfg)
-                ours = origin.reuse is None and looks is None and cfg.tracking.resume  # the command's default
-                twin = finished_twin(cfg, planned, recorder) if ours else None
+                ours = origin.reuse is None and cfg.tracking.resume  # the command's default
+                twin = finished_twin(cfg, planned, recorder, stopped=looks is not None) if ours else None
+                if twin and looks and (cfg.tracking.rerun or not looks.recorded(twin)):
+                    twin = None  # gated, and no verdict on it to take back: scored and gated as before
             if twin is not None and not cfg.tracking.rerun:  # the same command again, the model never loaded
                 display.echo(reused_line(twin))
                 return _reused(twin, recorder, output_dir)

@@ -15,7 +15,7 @@ from mmlu_track.eval.pins import Pinned
 from mmlu_track.eval.plan import Plan, identity
 from mmlu_track.records.protocol import EvalProtocol
 from mmlu_track.records.run import ModelInfo
-from mmlu_track.records.stored import StoredRun
+from mmlu_track.records.stored import RunStatus, StoredRun
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.store.db import sqlite_file
 from mmlu_track.store.recorder import RunRecorder
@@ -35,9 +35,12 @@ def _identity(cfg: EvalConfig, the_plan: Plan, weights: Pinned, template_hash: s
     return identity(cfg, info, protocol, annotations=annotated)
 
 
-def finished_twin(cfg: EvalConfig, the_plan: Plan, recorder: RunRecorder) -> StoredRun | None:
+def finished_twin(
+    cfg: EvalConfig, the_plan: Plan, recorder: RunRecorder, *, stopped: bool = False
+) -> StoredRun | None:
     """The newest finished run this command would score again, else None (also where the weights
-    are known only once loaded: `evaluate.run` looks again then)."""
+    are known only once loaded: `evaluate.run` looks again then). `stopped`: a run the sequential
+    gate stopped counts too (the gated command, whose verdict on it is recorded)."""
     where = sqlite_file(cfg.tracking.db_url)
     if where is not None and not where.exists():  # no store yet: nothing to reuse, and none made to look
         return None
@@ -50,8 +53,8 @@ def finished_twin(cfg: EvalConfig, the_plan: Plan, recorder: RunRecorder) -> Sto
         hashes = list(dict.fromkeys(r.template_hash for r in recorder.store.finished_runs(cfg.model.name)))
     for template_hash in hashes:
         ident = _identity(cfg, the_plan, weights, template_hash)
-        if recorder.store.unfinished(ident) is not None:  # a run still going or interrupted resumes
-            return None
+        if (going := recorder.store.unfinished(ident)) is not None:  # still going or interrupted: resumes
+            return going if stopped and going.status == RunStatus.STOPPED else None
         kept = recorder.finished(ident)
         if kept is not None:
             return kept[0]
@@ -61,10 +64,14 @@ def finished_twin(cfg: EvalConfig, the_plan: Plan, recorder: RunRecorder) -> Sto
 def reused_line(stored: StoredRun) -> str:
     """What the command says of the finished run it took instead of scoring again."""
     record = stored.record
-    accuracy = f"{100 * record.scores.micro.acc:.2f} %" if record is not None else "?"
     name = record.start.name if record is not None else stored.model_name
     where = f"; results in {stored.output_dir}" if stored.output_dir else ""
-    return (
-        f"already evaluated: run {stored.id} ({name}), micro accuracy {accuracy}{where}; "
-        "nothing scored again (tracking.rerun=true scores it again as a run of its own)"
-    )
+    if (stop := stored.early_stop) is not None and stored.status == RunStatus.STOPPED:
+        what = (
+            f"already gated: run {stored.id} ({name}), stopped by the sequential gate ({stop.verdict}) at "
+            f"look {stop.look} of {stop.looks}, {stop.questions_scored} of {stop.questions_total} questions"
+        )
+    else:
+        accuracy = f"{100 * record.scores.micro.acc:.2f} %" if record is not None else "?"
+        what = f"already evaluated: run {stored.id} ({name}), micro accuracy {accuracy}"
+    return f"{what}{where}; nothing scored again (tracking.rerun=true scores it again as a run of its own)"

@@ -72,6 +72,11 @@ class Looks(Protocol):
     def look(self, number: int, results: Sequence[QuestionResult]) -> EarlyStop | None:
         """Look `number` (1-based) is committed, with these results; an EarlyStop ends the run."""
 
+    def recorded(self, candidate: StoredRun) -> bool:
+        """Whether the gate already gave its verdict on `candidate` (a finished or stopped run of
+        this command's identity) under these settings, against the baseline it would take now: then
+        nothing is scored and the gate concludes with that verdict."""
+
 
 @dataclass(frozen=True)
 class Display:

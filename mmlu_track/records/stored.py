@@ -155,6 +155,29 @@ class ComparisonEntry:
 
 
 @dataclass(frozen=True)
+class RecordedVerdict:
+    """A verdict the gate recorded (`comparisons`), as a re-run of its command takes it back."""
+
+    comparison_id: str
+    baseline_run_id: str
+    candidate_run_id: str
+    status: str  # pass | regression | inconclusive | analysis
+    headline: str
+    exit_code: int
+
+    @classmethod
+    def of(cls, entry: ComparisonEntry) -> RecordedVerdict:
+        """The verdict of `entry`, from its report (a report that lacks it: `RecordError`)."""
+        try:
+            said = json.loads(entry.report_json)["verdict"]
+            headline, code = str(said["headline"]), int(said["exit_code"])
+        except (ValueError, KeyError, TypeError) as err:
+            why = f"comparison {entry.id} was recorded without a readable verdict: {err}"
+            raise RecordError(why) from err
+        return cls(entry.id, entry.baseline_run_id, entry.candidate_run_id, entry.verdict, headline, code)
+
+
+@dataclass(frozen=True)
 class NoiseEntry:
     """One measurement of an evaluation's own noise, as the store keeps it (`noise_floors`): the
     gate finds it by the prompt protocol of the runs it compares (`EvalProtocol.prompt_key`; a

@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from mmlu_track.records.stored import ComparisonEntry
+from sqlalchemy import select
+
+from mmlu_track.records.stored import ComparisonEntry, RecordedVerdict
 from mmlu_track.store.db import Sessions
 from mmlu_track.store.mirror import save_then_mirror
 from mmlu_track.store.orm import ComparisonRow
@@ -27,6 +29,21 @@ class Comparisons:
         """Add the comparison's row (its id is new: a verdict is never overwritten)."""
         with self._sessions(True) as s:
             s.add(ComparisonRow(**dataclasses.asdict(entry)))
+
+    def latest(self, candidate_run_id: str, mode: str) -> RecordedVerdict | None:
+        """The newest verdict of `mode` recorded with `candidate_run_id` as its candidate, if any."""
+        query = (
+            select(ComparisonRow)
+            .where(ComparisonRow.candidate_run_id == candidate_run_id, ComparisonRow.mode == mode)
+            .order_by(ComparisonRow.created_at.desc())
+            .limit(1)
+        )
+        with self._sessions(False) as s:
+            row = s.scalars(query).first()
+            if row is None:
+                return None
+            fields = {f.name: getattr(row, f.name) for f in dataclasses.fields(ComparisonEntry)}
+        return RecordedVerdict.of(ComparisonEntry(**fields))
 
     def set_mlflow(self, comparison_id: str, mlflow_run_id: str) -> None:
         """Link the comparison's row to the MLflow run that mirrors it."""

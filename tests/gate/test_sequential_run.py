@@ -105,6 +105,16 @@ def test_stops_early_reports_and_resumes_to_completion(
         counts = Counter(s.scalars(select(QuestionRow.subject).where(QuestionRow.run_id == stopped)))
         assert set(counts.values()) == {30}
 
+    # The same gated command again (a re-run CI job): the recorded verdict, nothing scored or recorded.
+    again = _cli(cli, tmp_path, *cand_cmd, f"hydra.run.dir={tmp_path / 'again'}")
+    assert again.code == 0, again.err
+    said = f"already gated: run {stopped} (tiny-random-llama), stopped by the sequential gate (pass) at look"
+    assert said in again.out
+    assert "recorded verdict (pass, comparison " in again.out
+    assert "non-inferiority shown at δ = 5.0 pts at look 6 of 10" in again.out
+    assert set(_runs(db)) == {baseline, stopped}
+    assert not (tmp_path / "again").exists()  # nothing written: Hydra's folder for it is gone
+
     assert runs_main(["--db", db, "show", stopped]) == 0
     shown = capsys.readouterr().out
     assert "stopped early by the sequential gate (pass) at look 6 of 10, 120 of 200 questions scored" in shown
@@ -194,6 +204,20 @@ def test_no_decision_says_how_many_questions_would_be_needed(
     assert text.count(": no decision: the run is over") == 1  # the last look's state is final
     report = json.loads(next((tmp_path / "c").rglob("report.json")).read_text())
     assert report["sequential"]["decision"] == "undecided"
+    # Run again: the finished run's recorded verdict and its exit code, nothing scored or recorded.
+    n_runs, again = len(_runs(db)), []
+    same = compose_eval([*over, f"gate.baseline={base.run_id}", *GATE])
+    assert _sequential(same, tmp_path / "d", again) == 1
+    assert again[0].startswith("already evaluated: run "), again
+    assert "recorded verdict (inconclusive" in again[1]
+    assert again[1].endswith("(exit 1)")
+    assert len(_runs(db)) == n_runs
+    with Session(SqlStore(db).engine) as s:
+        assert len(list(s.scalars(select(ComparisonRow)))) == 1
+    # Gate settings other than the recorded verdict's: scored and gated as a run of its own.
+    wider = [*over, f"gate.baseline={base.run_id}", *GATE[:2], "gate.looks=5"]
+    assert _sequential(compose_eval(wider), tmp_path / "e", again) == 1
+    assert len(_runs(db)) == n_runs + 1
 
 
 def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from mmlu_track.records.stored import ComparisonEntry
+from mmlu_track.records.protocol import RecordError
+from mmlu_track.records.stored import ComparisonEntry, RecordedVerdict
 from mmlu_track.store.comparisons import Comparisons
 from mmlu_track.store.db import StoreError
 from mmlu_track.store.sql import SqlStore
@@ -45,5 +46,27 @@ def test_a_verdict_is_saved_once_and_linked_to_its_mlflow_run(tmp_path: Path) ->
         store.comparisons.save(replace(entry, id="d" * 32, verdict="regression", p_regression=0.0))
         store.comparisons.set_mlflow("c" * 32, "mlflow-9")
         assert _rows(url) == [("c" * 32, "pass", None, "mlflow-9"), ("d" * 32, "regression", 0.0, None)]
+    finally:
+        store.close()
+
+
+def test_the_latest_verdict_of_a_candidate_is_read_back_and_an_unreadable_one_refused(tmp_path: Path) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        base, cand = (synthetic_run(store, "m", {"anatomy": [True]}) for _ in "bc")
+        said = '{"verdict": {"headline": "%s", "exit_code": %d}}'
+        older = replace(_entry(base, cand), mode="sequential", report_json=said % ("old", 0))
+        store.comparisons.save(older)
+        newer = replace(older, id="d" * 32, verdict="regression", report_json=said % ("a drop", 1),
+                        created_at=datetime(2025, 6, 1))  # fmt: skip
+        store.comparisons.save(newer)
+        store.comparisons.save(replace(newer, id="e" * 32, mode="gate", created_at=datetime(2026, 1, 1)))
+        kept = store.comparisons.latest(cand, "sequential")
+        assert kept == RecordedVerdict("d" * 32, base, cand, "regression", "a drop", 1)
+        assert store.comparisons.latest(base, "sequential") is None  # only as the candidate
+        store.comparisons.save(replace(newer, id="f" * 32, report_json="{}", created_at=datetime(2027, 1, 1)))
+        unreadable = f"comparison {'f' * 32} was recorded without a readable verdict"
+        with pytest.raises(RecordError, match=unreadable):
+            store.comparisons.latest(cand, "sequential")
     finally:
         store.close()
