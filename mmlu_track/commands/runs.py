@@ -29,7 +29,11 @@ if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
-_ROW = "{:<12} {:<9} {:<28} {:<14} {:<16} {:<20} {:>2} {:<8} {:>5} {:>6} {:>7} {:>7}  {:<19}  {}"
+_ROW = "{:<12} {:<9} {:<28} {:<14} {:<16} {:<20} {:>2} {:<8} {:>5} {:>6} {:>7} {:>7} {:>10}  {:<19}  {}"
+CIRCULAR_NOTE = (
+    "circular runs (scoring …/circular): micro % and macro % are circular accuracy (right in all 4 "
+    "rotations of the choices); as given %: the micro accuracy with the choices as published"
+)
 
 
 def _prompt(run: StoredRun) -> str:
@@ -73,6 +77,22 @@ def _facts(run: StoredRun) -> _Facts:
     return _Facts(version, f"{run.scoring}{circular}", dtype, "all" if limit is None else str(limit))
 
 
+def _pct(x: float | None) -> str:
+    return f"{100 * x:.2f}" if x is not None else "-"
+
+
+def _accuracies(run: StoredRun, circular: bool) -> tuple[str, str, str]:
+    """Micro %, macro % and as given %: a circular run's headline is its circular accuracy, its
+    accuracy as given beside it; any other run's is its accuracy, nothing beside."""
+    try:
+        scores = run.record.circular if circular and run.record else None
+    except RecordError:
+        scores = None  # recorded by an incompatible version: listed as its columns say
+    if scores is None:
+        return _pct(run.acc_micro), _pct(run.acc_macro), "-"
+    return _pct(scores.accuracy.micro.acc), _pct(scores.accuracy.macro.acc), _pct(run.acc_micro)
+
+
 def _list(store: SqlStore, args: argparse.Namespace) -> int:
     runs = store.runs(limit=args.limit)
     if not runs:
@@ -92,15 +112,17 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
             "n",
             "micro %",  # percent, as the run's own summary and the gate's report say it
             "macro %",
+            "as given %",  # a circular run's: its headline is circular accuracy
             "created (UTC)",
             "mlflow",
         )
     )
+    circular = False
     for r in runs:
-        micro = f"{100 * r.acc_micro:.2f}" if r.acc_micro is not None else "-"
-        macro = f"{100 * r.acc_macro:.2f}" if r.acc_macro is not None else "-"
         created = f"{r.created_at:%Y-%m-%d %H:%M:%S}"
         facts = _facts(r)
+        accuracies = _accuracies(r, facts.scoring.endswith("/circular"))
+        circular |= accuracies[2] != "-"
         cells = (
             r.id[:12],
             "dead" if store.dead(r) else r.status,
@@ -113,7 +135,9 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
             facts.limit,
             r.n_questions,
         )
-        print(_ROW.format(*cells, micro, macro, created, r.mlflow_run_id or "-"))
+        print(_ROW.format(*cells, *accuracies, created, r.mlflow_run_id or "-"))
+    if circular:
+        print(CIRCULAR_NOTE)
     if measured := store.noise.entries(1000):
         references = {e.reference_run_id[:12] for e in measured}
         print(
@@ -172,9 +196,18 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     if stop := run.early_stop:
         resumed = "" if run.status == RunStatus.STOPPED else " (since resumed)"
         print(f"{stop.summary()}{resumed}: {stop.reason}; baseline {stop.baseline_run_id}")
+    _scores(store, run)
+    return 0
+
+
+def _scores(store: SqlStore, run: StoredRun) -> None:
+    """A finished run's tables (a circular run's circular accuracy first), else what is committed."""
     if record := run.record:
         from mmlu_track.records.results import table
+        from mmlu_track.records.robustness import circular_table
 
+        if record.circular:  # its headline first: circular accuracy, the accuracy as given beside it
+            print(circular_table(record.scores, record.circular))
         print(table(record.scores))
         if record.annotated and record.start.data.annotations:  # MMLU-Redux: as the run said it
             print(record.start.data.annotations.summary())
@@ -183,7 +216,6 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
         committed = store.question_results(run.id)
         subjects = len({r.subject for r in committed})
         print(f"unfinished: {len(committed)} of {run.n_questions} questions committed ({subjects} subjects)")
-    return 0
 
 
 def _sync(store: SqlStore, args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from mmlu_track.eval.fingerprint import folder_sha256
 from mmlu_track.eval.pins import Pinned
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.eval.scoring import SCORERS
+from mmlu_track.eval.threads import Governor
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.settings.config import EvalConfig, ScoringMethod
 
@@ -36,6 +37,7 @@ class InProcess:
 
     lm: models.LoadedModel
     batching: Batching | None = None  # None: a backend that only tokenizes and renders (tests)
+    governor: Governor | None = None  # threads=auto: fewer threads while other work is busy
 
     def _batching(self) -> Batching:
         if self.batching is None:
@@ -75,8 +77,13 @@ class InProcess:
         requests: Sequence[LetterRequest] | Sequence[GenerationRequest],
         progress: Progress,
     ) -> list[Score]:
+        governor = self.governor
+        if governor is not None:  # between batches: a change of threads never splits one
+            governor.check()
+            progress = _checking(progress, governor)
         scores = SCORERS[method](self.lm, requests, self._batching(), progress)
         return [replace(s, scored_by=SCORED_BY[method]) for s in scores]
+
 
     def traffic(self) -> Traffic:
         """Always an empty `Traffic`: no server, no requests."""
@@ -87,6 +94,14 @@ class InProcess:
         pass  # the weights go with the process (or with the last reference)
 
 
+def _checking(progress: Progress, governor: Governor) -> Progress:
+    def advanced(n: int) -> None:
+        progress(n)
+        governor.check()
+
+    return advanced
+
+
 _COMMIT = re.compile(r"[0-9a-f]{40}")  # a hub revision that is a commit, not a branch
 SCORED_BY = {"logprob": "logits", "generate": "greedy"}  # the model's own logits; its greedy decoding
 
@@ -95,8 +110,11 @@ def load_backend(cfg: EvalConfig, threads: int | None = None) -> InProcess:
     """The configured model loaded in this process (torch's threads set to `threads`, as resolved,
     else to `threads=N`; seeded with the run's seed), ready to score with the run's `Batching`;
     `ModelError` when it cannot be loaded."""
-    _set_threads(threads if threads is not None else cfg.threads)
-    return InProcess(models.load_model(cfg), Batching.of(cfg))
+    count = threads if threads is not None else cfg.threads
+    _set_threads(count)
+    # `auto` is a ceiling: watched from before the load, so the first batches already see the others
+    governor = Governor(count, _set_intra_op) if cfg.threads == "auto" and isinstance(count, int) else None
+    return InProcess(models.load_model(cfg), Batching.of(cfg), governor)
 
 
 def pinned(run: EvalConfig) -> Pinned | str:
@@ -117,6 +135,13 @@ def pinned(run: EvalConfig) -> Pinned | str:
     if cfg.revision and _COMMIT.fullmatch(cfg.revision):
         return Pinned(where, cfg.revision, None, dtype)
     return f"a hub model at {cfg.revision or 'its default branch'}: its commit is known once loaded"
+
+
+def _set_intra_op(count: int) -> None:
+    """Set torch's intra-op threads (the inter-op pool is fixed once started)."""
+    import torch
+
+    torch.set_num_threads(count)
 
 
 def _set_threads(count: int | str) -> None:

@@ -16,17 +16,27 @@ joblib's jobs). An explicit `threads=N` wins. The run's preparation resolves it 
 in-process backend sets torch's intra- and inter-op threads to it as it loads (this module never
 imports torch). The choice and its reason are recorded in the run (`host.threads`, result-neutral:
 scores do not depend on it) and printed once. Served runs compute on the server: nothing is set.
+
+Those limits say what the process may use, not what is free: beside one process spinning on a
+core of a 2-core machine, 2 threads ran 2.2x slower than 1 (a parallel region waits for the thread
+the other process preempts). So `auto` is also a ceiling that a `Governor` lowers while the run
+goes: every half second of scoring it reads how busy this process's CPUs were (`/proc/stat`'s
+per-CPU lines) less what this process itself used (`time.process_time`), and sets the threads to
+the CPUs left free, rounded, between 1 and the ceiling — up again when the other work ends.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")  # which cgroup this process is in
+PROC_STAT = Path("/proc/stat")  # each CPU's time since boot, busy and idle, in clock ticks
 
 
 @dataclass(frozen=True)
@@ -114,4 +124,79 @@ def choose(setting: int | str, host_share: int = 1, root: Path = CGROUP, proc: P
     cpus, limits = available(root, proc)
     count = max(1, cpus // max(1, host_share))
     shared = f", shared by {host_share} shards on this host" if host_share > 1 else ""
-    return Threads(count, f"threads=auto: {count} ({', '.join(limits)}{shared})")
+    fewer = "; fewer while other work keeps these CPUs busy" if count > 1 else ""
+    return Threads(count, f"threads=auto: {count} ({', '.join(limits)}{shared}){fewer}")
+
+
+def busy_ticks(cpus: frozenset[int], stat: Path = PROC_STAT) -> int | None:
+    """Clock ticks the CPUs `cpus` have been busy since boot (all but idle and iowait), from
+    `/proc/stat`'s per-CPU lines; None where that is unreadable or lists none of them."""
+    try:
+        lines = stat.read_text().splitlines()
+    except OSError:
+        return None
+    total, seen = 0, 0
+    for line in lines:
+        name, *fields = line.split()
+        if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
+            continue
+        ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+        total += sum(ticks) - ticks[3] - ticks[4]
+        seen += 1
+    return total if seen else None
+
+
+@dataclass(frozen=True)
+class Readings:
+    """Where a `Governor` reads its figures: the kernel's per-CPU counts (`stat`, in ticks of
+    `hz`), wall time (`clock`) and this process's CPU time, every thread's (`own`)."""
+
+    stat: Path = PROC_STAT
+    clock: Callable[[], float] = time.monotonic
+    own: Callable[[], float] = time.process_time
+    hz: int = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class Governor:
+    """`threads=auto` while the run goes (module docstring): `check` between batches sets the
+    threads (through `apply`) to the CPUs other work leaves free, between 1 and `ceiling`."""
+
+    def __init__(
+        self,
+        ceiling: int,
+        apply: Callable[[int], None],
+        cpus: frozenset[int] | None = None,
+        readings: Readings | None = None,
+        every_s: float = 0.5,
+    ) -> None:
+        """Start watching `cpus` (default: this process's affinity) at `ceiling` threads (already
+        set), checking at most every `every_s` seconds; `readings`: where the figures come from."""
+        self.ceiling, self.current, self._apply = ceiling, ceiling, apply
+        self._cpus = cpus if cpus is not None else frozenset(os.sched_getaffinity(0))
+        self._read, self._every = readings or Readings(), every_s
+        self._since = self._sample()
+
+    def _sample(self) -> tuple[float, int, float] | None:
+        busy = busy_ticks(self._cpus, self._read.stat)
+        return None if busy is None else (self._read.clock(), busy, self._read.own())
+
+    def check(self) -> int:
+        """The threads to score with now: changed (and applied) after at least `every_s` of wall
+        time, from what other processes used of these CPUs in that time."""
+        if self._since is None or self.ceiling <= 1:
+            return self.current  # nothing to read (not Linux), or nothing to lower
+        wall0, busy0, own0 = self._since
+        if self._read.clock() - wall0 < self._every:
+            return self.current
+        now = self._sample()
+        if now is None:
+            return self.current
+        wall, busy, own = now
+        others = ((busy - busy0) / self._read.hz - (own - own0)) / (wall - wall0)
+        free = len(self._cpus) - max(0.0, others)
+        want = max(1, min(self.ceiling, int(free + 0.5)))
+        self._since = now
+        if want != self.current:
+            self._apply(want)
+            self.current = want
+        return self.current

@@ -327,9 +327,9 @@ class EvaluationSession:
         write_jsonl(output_dir / PREDICTIONS_FILE, results, docs)
         write_json(output_dir / RESULTS_FILE, record.to_json())
         recorder.finish(record, output_dir)
-        self.echo(table(agg))
-        if record.circular:
+        if record.circular:  # its headline first: circular accuracy, the accuracy as given beside it
             self.echo(circular_table(agg, record.circular))
+        self.echo(table(agg))
         if record.letter_bias:
             self.echo(record.letter_bias.line())
         if record.annotated and start.data.annotations:

@@ -131,17 +131,17 @@ def letter_bias(results: Sequence[QuestionResult]) -> LetterBias:
 
 
 def circular_table(scores: Accuracies, circular: CircularScores) -> str:
-    """The console's circular lines: per category, macro and micro, the accuracy as given beside
-    circular accuracy, the mean over rotations and consistency (per subject: results.json)."""
-    rows = [
-        (c, scores.categories[c], *(getattr(circular, f).categories[c] for f in _FIGURES))
-        for c in scores.categories
-    ]
-    rows.append(("macro average", scores.macro, *(getattr(circular, f).macro for f in _FIGURES)))
-    rows.append(("micro average", scores.micro, *(getattr(circular, f).micro for f in _FIGURES)))
+    """The console's circular lines: per category, macro and micro, circular accuracy first (a
+    circular run's headline), the accuracy as given beside it, the mean over rotations and
+    consistency (per subject: results.json)."""
+    circ, mean, same = (getattr(circular, f) for f in _FIGURES)
+    rows = [(c, circ.categories[c], scores.categories[c], mean.categories[c], same.categories[c])
+            for c in scores.categories]  # fmt: skip
+    rows.append(("macro average", circ.macro, scores.macro, mean.macro, same.macro))
+    rows.append(("micro average", circ.micro, scores.micro, mean.micro, same.micro))
     width = max(len(r[0]) for r in rows) + 2
     lines = [
-        f"{'circular, acc %':<{width}}{'as given':>9}{'circular':>10}{'mean of 4':>11}{'consistent':>12}"
+        f"{'circular, acc %':<{width}}{'circular':>9}{'as given':>10}{'mean of 4':>11}{'consistent':>12}"
     ]
     lines += [
         f"{name:<{width}}"

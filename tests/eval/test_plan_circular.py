@@ -11,10 +11,14 @@ from typing import Any
 
 import pytest
 
+from mmlu_track.commands.runs import CIRCULAR_NOTE
 from mmlu_track.eval.data import Question
 from mmlu_track.eval.prompts import Prompt, rotate, rotated, shared_prefix
 from mmlu_track.records.results import QuestionResult, RotatedAnswer
 from mmlu_track.records.robustness import circular_scores, letter_bias
+from mmlu_track.records.run import RunRecord
+from mmlu_track.store.mlflow.live import metrics
+from mmlu_track.store.mlflow.pages import description
 from mmlu_track.store.sql import SqlStore
 
 from ..conftest import CliResult
@@ -88,6 +92,34 @@ def test_circular_figures_and_letter_bias_by_hand() -> None:
     assert letter_bias([_result(2, ())]).letter_following is None
 
 
+def _headline_is_circular(cli: Cli, tmp_path: Path, said: str, circ: RunRecord, given: RunRecord) -> None:
+    """Wherever a person reads a circular run (its console, `runs list`, `runs show`, MLflow's
+    description and metrics), circular accuracy comes first, the accuracy as given beside it."""
+    assert circ.circular is not None
+    c, pct = circ.circular.accuracy, lambda a: f"{100 * a.acc:.2f}"
+    assert said.index("circular, acc %") < said.index("subject ")  # before the accuracy as given
+    circular_line = next(line for line in said.splitlines() if line.startswith("micro average") and
+                         len(line.split()) == 6)  # fmt: skip
+    assert circular_line.split()[2:4] == [pct(c.micro), pct(circ.scores.micro)]
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    listed = cli("runs", "--db", db, "list", cwd=tmp_path)
+    assert listed.code == 0, listed.err
+    rows = {line[:12]: line.split() for line in listed.out.splitlines()}
+    c_row, g_row = rows[circ.run_id[:12]], rows[given.run_id[:12]]
+    assert c_row[10:13] == [pct(c.micro), pct(c.macro), pct(circ.scores.micro)]  # micro, macro, as given
+    assert g_row[10:13] == [pct(given.scores.micro), pct(given.scores.macro), "-"]
+    assert CIRCULAR_NOTE in listed.out
+    shown = cli("runs", "--db", db, "show", circ.run_id, cwd=tmp_path)
+    assert shown.out.index("circular, acc %") < shown.out.index("subject ")
+    # MLflow: the description's first line (the runs table's Description column) and the metrics'
+    # order (the run page lists them as logged)
+    assert description(circ).startswith(f"Circular accuracy {pct(c.micro)} % [")
+    assert f", as given {pct(circ.scores.micro)} %, macro circular {pct(c.macro)} %" in description(circ)
+    assert list(metrics(circ))[:4] == ["circular_micro", "circular_macro", "acc_micro", "acc_macro"]
+    assert description(given).startswith("Micro accuracy ")
+    assert next(iter(metrics(given))) == "acc_micro"
+
+
 def _run(
     cli: Cli, tmp_path: Path, name: str, *extra: str
 ) -> tuple[CliResult, dict[str, object], list[dict[str, object]]]:
@@ -123,6 +155,7 @@ def test_a_circular_run_reports_and_records_the_rotations_and_rotation_0_is_the_
     assert sum(circ["letter_bias"]["gold"]) == 4 * len(rows)  # type: ignore[index]
     assert "circular, acc %" in out.out
     assert "letters predicted A" in out.out
+    _headline_is_circular(cli, tmp_path, out.out, RunRecord.from_json(circ), RunRecord.from_json(given))
     store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
     stored = store.question_results(str(circ["run_id"]))
     store.close()

@@ -55,7 +55,10 @@ def test_auto_takes_the_smallest_limit_and_shares_it_among_the_shards_on_this_ho
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
     six = choose("auto", 2, tmp_path / "none")  # two joblib shards share SLURM's 6
     assert six.count == 3
-    assert six.why == "threads=auto: 3 (affinity 16, SLURM_CPUS_PER_TASK=6, shared by 2 shards on this host)"
+    assert six.why == (
+        "threads=auto: 3 (affinity 16, SLURM_CPUS_PER_TASK=6, shared by 2 shards on this host); fewer "
+        "while other work keeps these CPUs busy"
+    )
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a launcher's (Ray's, joblib's) or the user's word
     assert choose("auto", 1, tmp_path / "none").count == 1
     assert choose("auto", 8, tmp_path / "none").count == 1  # never 0
@@ -135,3 +138,92 @@ def test_threads_are_checked_recorded_printed_once_and_no_part_of_the_identity(
     identities = {r.identity for r in store.runs()}
     store.close()
     assert len(identities) == 1
+
+
+def _stat(path: Path, *cpus: tuple[int, int]) -> Path:
+    """A /proc/stat with one line per CPU: (busy, idle) ticks, busy spread as the kernel's fields are."""
+    lines = ["cpu  1 2 3 4 5 6 7 8 0 0"]  # the machine's total: never read as a CPU
+    for i, (busy, idle) in enumerate(cpus):
+        lines.append(f"cpu{i} {busy - 3} 1 1 {idle - 5} 5 1 0 0 0 0")  # user nice system idle iowait irq…
+    path.write_text("\n".join([*lines, "intr 12345", "procs_running 3"]) + "\n")
+    return path
+
+
+class _Clock:
+    """Wall time and this process's CPU time, moved by hand."""
+
+    def __init__(self) -> None:
+        self.wall = self.own = 0.0
+
+    def tick(self, wall: float, own: float) -> None:
+        self.wall += wall
+        self.own += own
+
+
+def test_busy_ticks_count_only_this_processs_cpus_and_leave_out_idle_and_iowait(tmp_path: Path) -> None:
+    from mmlu_track.eval.threads import busy_ticks
+
+    stat = _stat(tmp_path / "stat", (100, 50), (30, 500), (7, 7))
+    assert busy_ticks(frozenset({0, 1}), stat) == 130
+    assert busy_ticks(frozenset({2}), stat) == 7
+    assert busy_ticks(frozenset({9}), stat) is None  # none of its CPUs listed
+    assert busy_ticks(frozenset({0}), tmp_path / "missing") is None  # not Linux: the ceiling stays
+
+
+def test_auto_lowers_its_threads_while_another_process_is_busy_and_takes_them_back(tmp_path: Path) -> None:
+    from mmlu_track.eval.threads import Governor, Readings
+
+    stat, clock, applied = tmp_path / "stat", _Clock(), []
+    readings = Readings(stat, lambda: clock.wall, lambda: clock.own, hz=100)
+    _stat(stat, (0, 0), (0, 0))
+    gov = Governor(2, applied.append, frozenset({0, 1}), readings, every_s=0.5)
+    # Quiet: this process used both CPUs for a second (its own 2 s of CPU time): 2 stay.
+    clock.tick(1.0, 2.0)
+    _stat(stat, (100, 0), (100, 0))
+    assert gov.check() == 2
+    assert applied == []
+    # Another process spins on a core: of 2 busy CPU-seconds, 1.3 were this process's (2 threads
+    # preempted in turn): 0.7 CPU is the other's, 1.3 free, rounded: 1 thread.
+    clock.tick(1.0, 1.3)
+    _stat(stat, (200, 0), (200, 0))
+    assert gov.check() == 1
+    assert applied == [1]
+    clock.tick(0.2, 0.2)  # within every_s: not read again
+    _stat(stat, (220, 0), (220, 0))
+    assert gov.check() == 1
+    # One thread beside it: each busy a whole CPU; still 1.
+    clock.tick(1.0, 1.0)
+    _stat(stat, (320, 0), (320, 0))
+    assert gov.check() == 1
+    # It ended: one CPU idle for the last second: both again.
+    clock.tick(1.0, 1.0)
+    _stat(stat, (420, 0), (320, 100))
+    assert gov.check() == 2
+    assert applied == [1, 2]
+    # Two busy beside one thread: never fewer than 1.
+    clock.tick(1.0, 0.7)
+    _stat(stat, (520, 0), (420, 100))
+    assert gov.check() == 1
+    # A ceiling of 1 (or no /proc/stat) has nothing to lower: never read.
+    assert Governor(1, applied.append, frozenset({0}), readings).check() == 1
+    nothing = Readings(tmp_path / "missing", lambda: clock.wall, lambda: clock.own)
+    assert Governor(4, applied.append, frozenset({0}), nothing).check() == 4
+
+
+def test_only_auto_is_governed_and_the_threads_it_starts_with_are_what_was_resolved() -> None:
+    import torch
+
+    from mmlu_track.eval.in_process import load_backend
+
+    from ..conftest import compose_eval
+
+    before = torch.get_num_threads()
+    try:
+        auto = load_backend(compose_eval(["model=tiny", "device=cpu", "threads=auto"]), 2)
+        assert auto.governor is not None
+        assert auto.governor.ceiling == 2
+        assert torch.get_num_threads() == 2
+        fixed = load_backend(compose_eval(["model=tiny", "device=cpu", "threads=2"]), 2)
+        assert fixed.governor is None  # a number is what the user asked for
+    finally:
+        torch.set_num_threads(before)

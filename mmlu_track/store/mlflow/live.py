@@ -74,8 +74,11 @@ def subject_metrics(subject: str, acc: Accuracy) -> dict[str, float]:
 def metrics(record: RunRecord) -> dict[str, float]:
     """The run's metrics in the order its MLflow page lists them (the order logged): the headline
     accuracies and categories first, then counts, robustness and timing, then the 57 subjects."""
-    scores = record.scores
-    out: dict[str, float] = {"acc_micro": scores.micro.acc, "acc_macro": scores.macro.acc}
+    scores, circular = record.scores, record.circular
+    out: dict[str, float] = {}
+    if circular:  # a circular run's headline first, its accuracy as given next
+        out |= {"circular_micro": circular.accuracy.micro.acc, "circular_macro": circular.accuracy.macro.acc}
+    out |= {"acc_micro": scores.micro.acc, "acc_macro": scores.macro.acc}
     for name, a in (("micro", scores.micro), ("macro", scores.macro)):
         if a.stderr is not None:
             out[f"stderr_{name}"] = a.stderr

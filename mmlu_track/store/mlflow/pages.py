@@ -47,10 +47,18 @@ def description(record: RunRecord) -> str:
     limit = "all questions" if cfg.limit is None else f"limit={cfg.limit} per subject (seed {cfg.seed})"
     if cfg.shards > 1:
         limit += f" · {cfg.shards} shards"
-    lines = [
-        # Plain text: the runs table's Description column shows this first line as written
+    headline = (
         f"Micro accuracy {percent(scores.micro)}, macro {100 * scores.macro.acc:.2f} % "
-        "(MMLU, 95 % Wilson intervals)",
+        "(MMLU, 95 % Wilson intervals)"
+    )
+    if c := record.circular:  # its headline: circular accuracy, the accuracy as given beside it
+        headline = (
+            f"Circular accuracy {percent(c.accuracy.micro)}, as given {100 * scores.micro.acc:.2f} %, "
+            f"macro circular {100 * c.accuracy.macro.acc:.2f} % (MMLU, right in all 4 rotations, 95 % "
+            "Wilson interval)"
+        )
+    lines = [
+        headline,  # plain text: the runs table's Description column shows this first line as written
         "",
         f"{start.model.name} ({start.model.dtype}, {start.model.device}) · {prompt}, k={cfg.k}, "
         f"{cfg.scoring.method} scoring · {limit} · data {start.data.fingerprint[:12]}",

@@ -7,9 +7,10 @@ one from `#/experiments/<id>/runs?viewStateShareKey=<id>`; `workflowType=machine
 MLflow 3's GenAI overview. Ours, `mmlu_track`, shows what tells runs apart and how they scored:
 
 - evaluations: the full run name (the settings that differ sit after the model name, which the
-  default column width cuts off), the description's first line (micro accuracy with its interval),
-  `acc_micro`, the dataset, the latest gate's verdict, k / dtype / formulation / scoring; the charts
-  narrowed to the micro/macro and category accuracies (not 165 per-subject bars).
+  default column width cuts off), the description's first line (micro accuracy with its interval;
+  a circular run's circular accuracy, the accuracy as given beside it), `acc_micro`, the dataset,
+  the latest gate's verdict, k / dtype / formulation / scoring; the charts narrowed to the
+  micro/macro (and circular) and category accuracies (not 165 per-subject bars).
 - comparisons: the name (verdict, then what differs), the verdict, Δ, the lower bound that decides
   PASS beside the margin, then the description's first line (verdict, Δ with its interval), both
   accuracies, the p-value of the drop test, the mode.
@@ -31,7 +32,7 @@ from mmlu_track.support.credentials import strip_userinfo
 
 VIEW_ID = "mmlu_track"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
-VERSION = 5  # raise when the layout changes: experiments holding an older one get the new one
+VERSION = 6  # raise when the layout changes: experiments holding an older one get the new one
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
 SERVED_BY_MLFLOW_UI = ("file", "sqlite", "postgresql", "mysql", "mssql")  # `mlflow ui --backend-store-uri`
 Kind = Literal["evaluations", "comparisons"]
@@ -81,7 +82,7 @@ COLUMNS: dict[Kind, tuple[tuple[str, int], ...]] = {
 }
 # The charts view's search (a regular expression over metric names)
 CHARTS: dict[Kind, str] = {
-    "evaluations": r"^acc_m(icro|acro)$|^acc/category/",
+    "evaluations": r"^(acc|circular)_m(icro|acro)$|^acc/category/",
     "comparisons": r"^(gate|gap)/delta_micro_pts$|^gate/lower_bound_pts$"
     r"|^(baseline|candidate)/acc_micro$",
 }
