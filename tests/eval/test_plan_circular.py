@@ -287,12 +287,13 @@ def test_the_sequential_gate_on_circular_accuracy(tmp_path: Path) -> None:
         run(cfg, tmp_path / "refused", display=Display(lines.append, progress=False), looks=looks)
 
 
-def test_a_served_model_answers_each_rotation(any_server: LlamaServer, cli: Cli, tmp_path: Path) -> None:
-    """Four requests per question (or more: echo), the first rotation's the as-given run's; on
-    llama-cpp-python's server and on llama.cpp's own."""
+def test_a_served_model_answers_each_rotation(cpp_server: LlamaServer, cli: Cli, tmp_path: Path) -> None:
+    """Four requests per question, the first rotation's the as-given run's (on llama.cpp's own
+    server: the rotations are prompts like any other to an engine, and llama-cpp-python's computes
+    every prompt token's logits, 10 s of CPU here for the same five prompts)."""
     from .test_openai_api import _eval, _served
 
-    args = _served(any_server.base_url, "k=0", "tracking.mlflow=false", subjects="[anatomy]", limit=1)
+    args = _served(cpp_server.base_url, "k=0", "tracking.mlflow=false", subjects="[anatomy]", limit=1)
     docs = {}
     for name, extra in (("given", []), ("circ", ["scoring.choice_order=circular"])):
         got = _eval(cli, tmp_path, *args, *extra, out=name)

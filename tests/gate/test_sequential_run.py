@@ -284,11 +284,11 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
 
 def test_the_default_model_stops_early_against_its_stored_run(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    over = ["device=cpu", "k=0", "limit=5", SUBJECTS, "tracking=sql_only", f"tracking.db_url={db}"]
+    over = ["device=cpu", "k=0", "limit=3", SUBJECTS, "tracking=sql_only", f"tracking.db_url={db}"]
     base = run(compose_eval(over), tmp_path / "base", display=QUIET)
     lines: list[str] = []
-    cfg = compose_eval([*over, f"gate.baseline={base.run_id}", "gate.sequential=true", "gate.margin=0.4",
-                        "gate.looks=5"])  # fmt: skip
+    cfg = compose_eval([*over, f"gate.baseline={base.run_id}", "gate.sequential=true", "gate.margin=0.5",
+                        "gate.looks=4"])  # fmt: skip
     assert _sequential(cfg, tmp_path / "cand", lines) == 0
-    assert any("decided at look 3 of 5 on 12 of 20 questions" in line for line in lines), "\n".join(lines)
+    assert any("decided at look 3 of 4 on 10 of 12 questions" in line for line in lines), "\n".join(lines)
     assert sorted(r.status for r in _runs(db).values()) == ["finished", "stopped"]
