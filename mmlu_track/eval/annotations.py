@@ -4,14 +4,18 @@ Where from:
 - a hub id (`edinburgh-dawg/mmlu-redux-2.0`: one config per subject, split `test`; fields
   `question`, `choices`, `answer`, `error_type`, …), loaded with `datasets` for each evaluated
   subject the set has (needs the hub);
-- a local file or folder: CSV (MMLU-Redux 1.0's `mmlu_<subject>.csv`, `;`- or `,`-separated with a
-  header; `choices` a list or its Python/JSON text), JSONL, JSON (a list of rows) or Parquet (a
-  download of the hub's files). A row's subject is its `subject` field, else the file's name
-  (`<subject>` or `mmlu_<subject>`), else the nearest folder named for a subject.
+- a local file or folder: CSV (MMLU-Redux 1.0's `mmlu_<subject>.csv` as its authors publish it:
+  `,`- or `;`-separated, found from the header; columns by name, in any order, empty ones ignored;
+  UTF-8, else cp1252/Latin-1 with a warning naming the file; `choices` a list or its Python/JSON
+  text), JSONL, JSON (a list of rows) or Parquet (a download of the hub's files). A row's subject
+  is its `subject` field, else the file's name (`<subject>` or `mmlu_<subject>`), else the nearest
+  folder named for a subject.
 
 Matching is by the question's text and its four choices (whitespace collapsed) within its
 subject, never by row position: a row no test question of its (evaluated) subject has is counted
-unmatched and shown. An error type outside `ERROR_TYPES` (case aside) refuses the file in one line.
+unmatched and shown. An error type is read whatever its case, spaces, hyphens or underscores
+(`OK `, `Wrong Groundtruth`, `bad-question-clarity`); one that still spells none of `ERROR_TYPES`
+is `UNKNOWN`: counted, named in one warning with examples, never clean.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from mmlu_track.eval.data import DataError, Question, SubjectData, _read_jsonl, _read_parquet
-from mmlu_track.records.annotations import ERROR_TYPES, OK, AnnotationSet
+from mmlu_track.records.annotations import ERROR_TYPES, LABELS, OK, UNKNOWN, AnnotationSet
 from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.support.console import warn
 
 Key = tuple[str, str, tuple[str, ...]]  # subject, question, choices (whitespace collapsed)
 EXAMPLES = 3
@@ -78,23 +83,44 @@ def _choices(raw: object, at: str) -> tuple[str, ...]:
     return tuple(raw)
 
 
-def _error_type(raw: object, at: str) -> str:
-    label = str(raw).strip().lower() if raw is not None else ""
-    if label not in ERROR_TYPES:
-        raise DataError(f"{at}: error_type {raw!r} is not one of {', '.join(ERROR_TYPES)}")
-    return label
+def error_type(raw: object) -> str:
+    """The label `raw` spells, its case, spaces, hyphens and underscores aside (`Wrong Groundtruth`,
+    `OK `, `bad-options_clarity`); `UNKNOWN` when it spells none of `ERROR_TYPES`."""
+    label = re.sub(r"[\s_-]+", "_", str(raw).strip().lower()).strip("_") if raw is not None else ""
+    return label if label in ERROR_TYPES else UNKNOWN
+
+
+def _decoded(path: Path) -> str:
+    """The file's text: UTF-8 (a byte-order mark dropped), else cp1252/Latin-1 with a warning."""
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise DataError(f"{path}: a binary file, not CSV text")
+    try:
+        return data.decode("utf-8-sig")  # a spreadsheet's byte-order mark is no header
+    except UnicodeDecodeError:
+        pass
+    try:
+        text = data.decode("cp1252")  # Latin-1's printable letters, and Windows' quotes and dashes
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: neither UTF-8 nor cp1252/Latin-1 text: save the file as UTF-8") from err
+    warn(f"{path} is not UTF-8: read as cp1252/Latin-1 (Windows' Western encoding)")
+    return text
+
+
+NEEDED = ("question", "choices", "error_type")
 
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is no header
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text: save the file as UTF-8") from err
+    """Rows by header name (`,`, `;` or tab, whichever splits the header into the names needed)."""
+    text = _decoded(path)
     first = text.split("\n", 1)[0]
-    delimiter = ";" if first.count(";") > first.count(",") else ","
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)  # quoted newlines kept
+    delimiter = max(",;\t", key=lambda d: sum(h.strip().lower() in NEEDED for h in first.split(d)))
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)  # quoted newlines kept
     try:
-        return [dict(row) for row in reader]
+        header = [h.strip().lower() for h in next(reader, [])]
+        if missing := [n for n in NEEDED if n not in header]:
+            raise DataError(f"{path}: the header names no {', '.join(missing)} column (it has {header[:8]})")
+        return [{h: v for h, v in zip(header, row, strict=False) if h} for row in reader if any(row)]
     except csv.Error as err:
         raise DataError(f"{path}: line {reader.line_num}: {err}") from None
 
@@ -168,6 +194,19 @@ class _Read:
     rows: int
     conflicts: int
     fingerprint: str
+    per_label: dict[str, int]
+
+
+def _say_unknown(unknown: list[tuple[str, object]]) -> None:
+    """One warning for every row whose label spells none of `ERROR_TYPES`, with examples."""
+    if unknown:
+        spelled = list(dict.fromkeys(repr(raw) for _, raw in unknown))
+        shown = ", ".join(spelled[:EXAMPLES]) + (" …" if len(spelled) > EXAMPLES else "")
+        warn(
+            f"data.annotations: {len(unknown):,} {'row has' if len(unknown) == 1 else 'rows have'} an "
+            f"error_type that is none of "
+            f"{', '.join(ERROR_TYPES)} ({shown}; first at {unknown[0][0]}): counted as {UNKNOWN}, never clean"
+        )
 
 
 def read(source: str, subjects: Iterable[str]) -> _Read:
@@ -178,6 +217,8 @@ def read(source: str, subjects: Iterable[str]) -> _Read:
         raise DataError(f"data.annotations={source} holds no annotations (no rows)")
     labels: dict[Key, str] = {}
     conflicts: set[Key] = set()
+    per_label = dict.fromkeys(LABELS, 0)
+    unknown: list[tuple[str, object]] = []
     for at, from_path, row in rows:
         given = row.get("subject")
         subject = given or from_path
@@ -189,15 +230,20 @@ def read(source: str, subjects: Iterable[str]) -> _Read:
         if not isinstance(question, str) or not question.strip():
             raise DataError(f"{at}: question is empty or not text")
         key = _key(str(subject), question, _choices(row.get("choices"), at))
-        label = _error_type(row.get("error_type"), at)
+        label = error_type(raw := row.get("error_type"))
+        per_label[label] += 1
+        if label == UNKNOWN:
+            unknown.append((at, raw))
         old = labels.setdefault(key, label)
         if old != label:
             conflicts.add(key)  # counted once per question, however many rows disagree
             labels[key] = label if old == OK else old
+    _say_unknown(unknown)
     digest = hashlib.sha256()
     for key in sorted(labels):
         digest.update(json.dumps([*key[:2], list(key[2]), labels[key]], ensure_ascii=False).encode() + b"\n")
-    return _Read(labels, len(rows), len(conflicts), digest.hexdigest())
+    counted = {k: n for k, n in per_label.items() if n}
+    return _Read(labels, len(rows), len(conflicts), digest.hexdigest(), counted)
 
 
 def annotate(
@@ -224,5 +270,6 @@ def annotate(
         other_subjects=len(got.labels) - len(evaluated),
         conflicts=got.conflicts,
         unmatched_examples=tuple(f"{k[0]}: {k[1][:60]}" for k in unmatched[:EXAMPLES]),
+        per_label=got.per_label,
     )
     return Annotated(labels, info)

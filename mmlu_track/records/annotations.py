@@ -2,7 +2,8 @@
 re-annotated MMLU questions by hand: about 6.5 % have a wrong key, no correct option, several,
 or an unclear question or options).
 
-- `ERROR_TYPES`: the annotation of one question, `ok` or the kind of error (the paper's names).
+- `ERROR_TYPES`: the annotation of one question, `ok` or the kind of error (the paper's names);
+  `UNKNOWN`: a label that spells none of them (counted, never clean).
 - `AnnotationSet` (in the run's `DataInfo`): what `data.annotations` named, the fingerprint of its
   content (two runs gated on `gate.questions=clean` must share it), and how its rows matched the
   evaluated subjects' test questions (by text and choices, never by row position): matched,
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mmlu_track.records import codec
@@ -34,7 +35,9 @@ ERROR_TYPES = (
     "bad_options_clarity",
     "expert",
 )
+UNKNOWN = "unknown"  # an error_type that spells none of `ERROR_TYPES`: never clean
 NOT_ANNOTATED = "not annotated"  # a scored question no annotation matched (counts only)
+LABELS = (*ERROR_TYPES, UNKNOWN)  # what a question's annotation may be
 
 
 @codec.closed
@@ -51,6 +54,7 @@ class AnnotationSet:
     other_subjects: int  # of subjects this run does not evaluate
     conflicts: int = 0  # questions annotated twice, differently: taken as the error (never as ok)
     unmatched_examples: tuple[str, ...] = ()  # the first few unmatched: "subject: question…"
+    per_label: dict[str, int] = field(default_factory=dict)  # rows read per label (`LABELS` order)
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict of its fields (`unmatched_examples` a list)."""
@@ -74,15 +78,17 @@ class AnnotationSet:
             line += f", {self.other_subjects:,} of subjects not evaluated"
         if self.conflicts:
             line += f", {self.conflicts:,} question(s) annotated twice differently (taken as errors)"
+        if self.per_label:
+            line += "; rows per label: " + ", ".join(f"{k} {n:,}" for k, n in self.per_label.items())
         return line
 
 
 @dataclass(frozen=True)
 class AnnotatedScores:
-    """A run's scored questions counted per annotation (`ERROR_TYPES`, `NOT_ANNOTATED`; only those
+    """A run's scored questions counted per annotation (`LABELS`, `NOT_ANNOTATED`; only those
     seen) and its accuracies on the questions annotated ok (None when no scored question is)."""
 
-    counts: dict[str, int]  # scored questions per annotation (ERROR_TYPES, NOT_ANNOTATED)
+    counts: dict[str, int]  # scored questions per annotation (LABELS, NOT_ANNOTATED)
     clean: Accuracies | None = None  # on the questions annotated ok; None when no scored one is
 
     def to_json(self) -> dict[str, Any]:
@@ -97,7 +103,7 @@ class AnnotatedScores:
 
     @property
     def flagged(self) -> int:
-        """Scored questions annotated with an error."""
+        """Scored questions annotated with an error, or with a label that says none of them (`UNKNOWN`)."""
         return sum(n for k, n in self.counts.items() if k not in (OK, NOT_ANNOTATED))
 
     def summary(self) -> str:
@@ -116,6 +122,6 @@ class AnnotatedScores:
 def annotated_scores(results: Sequence[QuestionResult]) -> AnnotatedScores:
     """The counts per annotation (in `ERROR_TYPES` order) and the accuracies on the `ok` questions."""
     seen = Counter(r.annotation or NOT_ANNOTATED for r in results)
-    counts = {k: seen[k] for k in (*ERROR_TYPES, NOT_ANNOTATED) if seen[k]}
+    counts = {k: seen[k] for k in (*LABELS, NOT_ANNOTATED) if seen[k]}
     ok = [r for r in results if r.annotation == OK]
     return AnnotatedScores(counts, aggregate(ok) if ok else None)

