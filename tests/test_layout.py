@@ -77,10 +77,12 @@ MAY_IMPORT |= {
     "mmlu_track.eval": FLOOR,
     "mmlu_track.store": FLOOR,
     "mmlu_track.gate": (*FLOOR, "mmlu_track.store"),
-    "mmlu_track.pipeline": (*FLOOR, "mmlu_track.eval", "mmlu_track.store"),
+    "mmlu_track.imports": (*FLOOR, "mmlu_track.eval"),  # other tools' runs, read as this tool's
+    "mmlu_track.pipeline": (*FLOOR, "mmlu_track.eval", "mmlu_track.imports", "mmlu_track.store"),
     "mmlu_track.commands": (
         *FLOOR,
         "mmlu_track.eval",
+        "mmlu_track.imports",
         "mmlu_track.store",
         "mmlu_track.gate",
         "mmlu_track.pipeline",

