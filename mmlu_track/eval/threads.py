@@ -172,7 +172,9 @@ class Governor:
         """Start watching `cpus` (default: this process's affinity) at `ceiling` threads (already
         set), checking at most every `every_s` seconds; `readings`: where the figures come from."""
         self.ceiling, self.current, self._apply = ceiling, ceiling, apply
-        self._cpus = cpus if cpus is not None else frozenset(os.sched_getaffinity(0))
+        if cpus is None:  # none where the OS has no affinity call (macOS): nothing read, the ceiling kept
+            cpus = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
+        self._cpus = cpus
         self._read, self._every = readings or Readings(), every_s
         self._since = self._sample()
 

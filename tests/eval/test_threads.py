@@ -208,6 +208,7 @@ def test_auto_lowers_its_threads_while_another_process_is_busy_and_takes_them_ba
     assert Governor(1, applied.append, frozenset({0}), readings).check() == 1
     nothing = Readings(tmp_path / "missing", lambda: clock.wall, lambda: clock.own)
     assert Governor(4, applied.append, frozenset({0}), nothing).check() == 4
+    assert Governor(4, applied.append, frozenset(), readings).check() == 4  # no affinity call (macOS)
 
 
 def test_only_auto_is_governed_and_the_threads_it_starts_with_are_what_was_resolved() -> None:
