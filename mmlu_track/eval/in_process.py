@@ -84,7 +84,6 @@ class InProcess:
         scores = SCORERS[method](self.lm, requests, self._batching(), progress)
         return [replace(s, scored_by=SCORED_BY[method]) for s in scores]
 
-
     def traffic(self) -> Traffic:
         """Always an empty `Traffic`: no server, no requests."""
         return Traffic()  # no server, no requests

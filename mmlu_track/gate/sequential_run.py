@@ -125,9 +125,7 @@ class SequentialLooks:
         was = candidate.config.gate
         if found is None or was is None or not was.sequential:
             return False
-        if (was.margin, was.alpha, was.looks, was.baseline) != (
-            self.gate.margin, self.gate.alpha, self.gate.looks, self.gate.baseline,
-        ):  # fmt: skip
+        if _fixed(was) != _fixed(self.gate):
             return False
         try:
             now = resolve(
@@ -152,7 +150,7 @@ class SequentialLooks:
         was, g = earlier.config.gate, self.gate
         if was is None or not was.sequential:
             why = "without the sequential gate"
-        elif (was.margin, was.alpha, was.looks, was.baseline) != (g.margin, g.alpha, g.looks, g.baseline):
+        elif _fixed(was) != _fixed(g):
             why = (
                 f"with gate.margin={was.margin} gate.alpha={was.alpha} gate.looks={was.looks} "
                 f"gate.baseline={was.baseline}"
@@ -268,6 +266,11 @@ class SequentialLooks:
         )
         publish(store, outcome, output_dir / "gate", echo)
         return verdict.exit_code
+
+
+def _fixed(gate: GateConfig) -> tuple[object, ...]:
+    """What a sequential gate fixes for the life of its run: δ, α, the looks, the baseline."""
+    return gate.margin, gate.alpha, gate.looks, gate.baseline
 
 
 def _baseline(gate: GateConfig) -> str:

@@ -22,7 +22,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,16 +189,17 @@ def _sample(line: object, subject: str, tests: Mapping[Key, Question], where: st
 def _read_samples(path: Path, subject: str, data: SubjectData) -> list[LmEvalSample]:
     tests = {_key(q.question, q.choices): q for q in data.test}
     out = []
-    with path.open(encoding="utf-8") as f:
-        for n, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            where = f"{path}: line {n}"
-            try:
-                line = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{where}: not a JSON line ({err.msg}; truncated?)") from None
-            out.append(_sample(line, subject, tests, where))
+    for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+        if not raw.strip():
+            continue
+        where = f"{path}: line {n}"
+        try:
+            line = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise DataError(f"{where}: not UTF-8 text (lm-eval writes its samples as UTF-8)") from None
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where}: not a JSON line ({err.msg}; truncated?)") from None
+        out.append(_sample(line, subject, tests, where))
     return out
 
 
@@ -212,7 +213,10 @@ def _results(path: Path) -> dict[str, Any]:
     return doc
 
 
-def read_run(path: Path, data_for: Any) -> LmEvalRun:
+DataFor = Callable[[Sequence[str]], Mapping[str, SubjectData]]  # subjects -> their questions
+
+
+def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
     """The run of results file `path`; `data_for(subjects)` loads MMLU's questions (`load_subjects`)."""
     doc = _results(path)
     tasks = {t: _subject(t, path) for t in doc["configs"]}
@@ -220,7 +224,7 @@ def read_run(path: Path, data_for: Any) -> LmEvalRun:
     if len(shots) != 1:
         raise DataError(f"{path}: tasks run with different shot counts ({sorted(shots)}): import them apart")
     files = _samples_files(path, tasks)
-    data: Mapping[str, SubjectData] = data_for(sorted(set(tasks.values())))
+    data = data_for(sorted(set(tasks.values())))
     samples = [s for t, subject in tasks.items() for s in _read_samples(files[t], subject, data[subject])]
     config = doc.get("config") or {}
     args = config.get("model_args") or {}

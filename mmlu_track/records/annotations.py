@@ -120,7 +120,7 @@ class AnnotatedScores:
 
 
 def annotated_scores(results: Sequence[QuestionResult]) -> AnnotatedScores:
-    """The counts per annotation (in `ERROR_TYPES` order) and the accuracies on the `ok` questions."""
+    """The counts per annotation (in `LABELS` order) and the accuracies on the `ok` questions."""
     seen = Counter(r.annotation or NOT_ANNOTATED for r in results)
     counts = {k: seen[k] for k in (*LABELS, NOT_ANNOTATED) if seen[k]}
     ok = [r for r in results if r.annotation == OK]

@@ -83,6 +83,7 @@ def test_a_tie_is_won_by_the_first_maximum_as_lm_eval_takes_it(tmp_path: Path) -
         ("extra_task", "a samples file for task 'mmlu_astronomy', which results_"),
         ("unknown_doc", ": line 2: the doc 'Not a question MMLU asks' matches no MMLU test question of "
          "anatomy"),
+        ("latin1", ": line 2: not UTF-8 text"),
         ("nan", ": line 1: log-likelihood 'nan' cannot be one (NaN, infinite or positive)"),
         ("positive", ": line 1: log-likelihood '0.5' cannot be one (NaN, infinite or positive)"),
         ("variant", "task 'mmlu_flan_n_shot_generative_anatomy' is one of lm-eval's MMLU variants"),
@@ -104,6 +105,10 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, breaks: str, mess
         shutil.copy(samples, samples.with_name(samples.name.replace("anatomy", "astronomy")))
     elif breaks == "unknown_doc":
         _edit_line(samples, 2, lambda d: d["doc"].update(question="Not a question MMLU asks"))
+    elif breaks == "latin1":
+        lines = samples.read_bytes().splitlines()
+        lines[1] = lines[1].replace(b"dished face", b"dish\xe9d face")  # a Latin-1 byte
+        samples.write_bytes(b"\n".join(lines))
     elif breaks in ("nan", "positive"):
         value = "nan" if breaks == "nan" else "0.5"
         _edit_line(samples, 1, lambda d: d.update(filtered_resps=[[[value, "False"]]] * 4))
