@@ -342,3 +342,22 @@ def postgres_url(postgres_server: str, request: pytest.FixtureRequest) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     return url.set(database=name).render_as_string(hide_password=False)
+
+
+LM_EVAL_DATA = Path(__file__).resolve().parent / "data" / "lm_eval"  # real lm-eval output (its make.py)
+
+
+def import_lm_eval(cli: Callable[..., CliResult], cwd: Path, db: str, *args: str) -> CliResult:
+    """`python -m mmlu_track.runs --db DB import ARGS --no-mlflow`, in-process."""
+    return cli("runs", "--db", db, "import", *args, "--no-mlflow", cwd=cwd)
+
+
+def stored_runs(db: str) -> list[Any]:
+    """Every run in the store at `db` (`StoredRun`s), newest first."""
+    from mmlu_track.store.sql import SqlStore
+
+    store = SqlStore(db)
+    try:
+        return store.runs(limit=1000)
+    finally:
+        store.close()

@@ -185,6 +185,11 @@ IN_PROCESS = {
 ALLOWED_HEAVY = {
     "mmlu_track.eval.load": {"mmlu_track.eval.in_process"},
     "mmlu_track.eval.openai_connect": {"transformers", "transformers.AutoTokenizer"},
+    # lm-eval's recorded chat template, rendered as `tokenizer.apply_chat_template` renders it
+    "mmlu_track.imports.lm_eval": {
+        "transformers.utils.chat_template_utils",
+        "transformers.utils.chat_template_utils.render_jinja_template",
+    },
 }
 
 

@@ -3,6 +3,7 @@
 python -m mmlu_track.runs list                # newest first, with MLflow run ids
 python -m mmlu_track.runs show RUN            # one run: settings and per-subject scores
 python -m mmlu_track.runs sync                # log finished runs that MLflow missed
+python -m mmlu_track.runs import PATH         # lm-eval's --log_samples output, stored as runs
 python -m mmlu_track.runs noise               # the noise measurements (python -m mmlu_track.noise)
 python -m mmlu_track.runs --db URL db-upgrade # migrate a shared server database (explicitly, once)
 
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
+from mmlu_track.commands import import_runs
 from mmlu_track.records.protocol import RecordError
 from mmlu_track.records.stored import RunStatus, ambiguous
 from mmlu_track.settings.config import DEFAULT_ALPHA, TrackingConfig, env_default
@@ -173,6 +175,8 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     print(
         f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC  finished {finished}  output {run.output_dir or '-'}"
     )
+    if (record := run.record) is not None and (imported := record.start.imported) is not None:
+        print(imported.summary())
 
     for claim in store.shards(run.id):
         beat = f"last beat {claim.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC" if claim.heartbeat_at else "no beat"
@@ -301,10 +305,8 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(EXIT_ERROR)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m mmlu_track.runs` on `argv` (default: the command line): its exit code, 0 done or 2
-    unusable input or a run that could not be synced (one line on stderr). A bug exits 70 (`exits.bug`);
-    a reader that stopped (BrokenPipeError) is raised on to `cli`."""
+def _parser() -> OneLineParser:
+    """The command's parser: `--db`, then one subcommand (each also taking `--db` after it)."""
     parser = OneLineParser(
         prog="python -m mmlu_track.runs",
         description=__doc__.splitlines()[0],
@@ -327,9 +329,18 @@ def main(argv: list[str] | None = None) -> int:
     p_upgrade = sub.add_parser(
         "db-upgrade", help="upgrade a shared (server) results database to this version's schema"
     )
-    for each in (p_list, p_show, p_sync, p_noise, p_upgrade):  # `runs list --db URL` as `runs --db URL list`
+    p_import = import_runs.add_parser(sub)
+    # `runs list --db URL` as `runs --db URL list`
+    for each in (p_list, p_show, p_sync, p_noise, p_upgrade, p_import):
         each.add_argument("--db", default=argparse.SUPPRESS, help="SQLAlchemy URL (as before the command)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m mmlu_track.runs` on `argv` (default: the command line): its exit code, 0 done or 2
+    unusable input or a run that could not be synced (one line on stderr). A bug exits 70 (`exits.bug`);
+    a reader that stopped (BrokenPipeError) is raised on to `cli`."""
+    args = _parser().parse_args(argv)
 
     from mmlu_track.store.sql import SqlStore
 
@@ -337,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "db-upgrade":
             _db_upgrade(args.db)
             return 0
+        if args.command == "import":  # makes the store where there is none yet
+            return import_runs.run(args)
         url = parse_url(args.db)
         local = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
         if local and not Path(str(url.database)).expanduser().exists():  # reading must not create a store

@@ -18,6 +18,7 @@ Everything refused is one line naming the file (and line): `DataError`, exit 2.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -29,6 +30,7 @@ from typing import Any
 
 from mmlu_track.eval import prompts
 from mmlu_track.eval.data import DataError, Question, SubjectData
+from mmlu_track.records.imported import OWN_PROMPTS
 from mmlu_track.settings.subjects import SUBJECTS
 
 TASK = re.compile(r"mmlu_(?P<subject>[a-z_]+)")
@@ -57,12 +59,19 @@ class LmEvalRun:
     model_name: str  # the results' `model_name` (a hub id or a path)
     model_args: Mapping[str, Any]  # `config.model_args`: pretrained, revision, dtype, …
     shots: int  # `n-shot`: the same for every task (else refused)
-    chat_template: str | None
+    chat_template: str | None  # the chat template's source lm-eval applied (None: raw prompts)
+    chat_template_sha: str | None
     fewshot_as_multiturn: bool
     system_instruction: str | None
     limit: float | None  # lm-eval's `--limit`: the first N docs of each task
     versions: Mapping[str, str]  # lm-eval's version and git hash, transformers', the model's sha
     samples: tuple[LmEvalSample, ...]
+    sha256: str  # of the results file and each samples file, in task order: what identifies the run
+    date: str | None  # when lm-eval ran (its `date`, a Unix time), UTC ISO 8601
+    seeds: Mapping[str, int]  # lm-eval's random, numpy, torch and few-shot seeds, as recorded
+    # The tokenizer's special tokens lm-eval recorded (bos_token, eos_token, pad_token): what a chat
+    # template is rendered with (`tokenizer.apply_chat_template` passes them)
+    special_tokens: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def subjects(self) -> list[str]:
@@ -98,7 +107,7 @@ def results_files(path: Path) -> list[Path]:
 
 def _subject(task: str, where: Path) -> str:
     """The subject of task `task` (`mmlu_<subject>`), or one line refusing it by name."""
-    if task.startswith(VARIANTS):
+    if any(task == v or task.startswith(f"{v}_") for v in VARIANTS):  # mmlu_pro, not mmlu_professional_law
         raise DataError(
             f"{where}: task {task!r} is one of lm-eval's MMLU variants, whose prompts are not the "
             "default task's: import runs of the default `mmlu` group (mmlu_<subject>)"
@@ -226,6 +235,9 @@ def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
     files = _samples_files(path, tasks)
     data = data_for(sorted(set(tasks.values())))
     samples = [s for t, subject in tasks.items() for s in _read_samples(files[t], subject, data[subject])]
+    digest = hashlib.sha256(path.read_bytes())
+    for task in tasks:
+        digest.update(files[task].read_bytes())
     config = doc.get("config") or {}
     args = config.get("model_args") or {}
     model_args = args if isinstance(args, dict) else {"raw": str(args)}  # lm-eval may keep the string
@@ -242,30 +254,102 @@ def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
         model_args=model_args,
         shots=shots.pop(),
         chat_template=doc.get("chat_template") or None,
+        chat_template_sha=doc.get("chat_template_sha") or None,
         fewshot_as_multiturn=bool(doc.get("fewshot_as_multiturn")),
         system_instruction=doc.get("system_instruction") or None,
         limit=config.get("limit"),
         versions={k: str(v) for k, v in said.items() if v},
         samples=tuple(samples),
+        sha256=digest.hexdigest(),
+        date=_date(doc.get("date")),
+        seeds={k: v for k in SEEDS if isinstance(v := config.get(f"{k}_seed"), int)},
+        special_tokens=_special_tokens(doc),
     )
 
 
-def _ours(formulation: str, sample: LmEvalSample, shots: tuple[Question, ...]) -> bool:
+SEEDS = ("random", "numpy", "torch", "fewshot")  # lm-eval's `--seed` (config.<name>_seed)
+
+
+def _date(raw: object) -> str | None:
+    """lm-eval's `date` (a Unix time) as UTC ISO 8601; None when absent or not a time."""
+    if not isinstance(raw, int | float) or isinstance(raw, bool):
+        return None
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(raw, UTC).isoformat(timespec="seconds")
+
+
+def _special_tokens(doc: Mapping[str, Any]) -> dict[str, str]:
+    """The tokenizer's special tokens as lm-eval recorded them (`tokenizer_bos_token`: [text, id])."""
+    out = {}
+    for name in ("bos_token", "eos_token", "pad_token"):
+        said = doc.get(f"tokenizer_{name}")
+        if isinstance(said, list) and said and isinstance(said[0], str):
+            out[name] = said[0]
+    return out
+
+
+@dataclass(frozen=True)
+class Matched:
+    """How an import's questions were asked: one of this tool's formulations in `style`, byte for
+    byte (`formulation`), or lm-eval's own prompts (`formulation` None)."""
+
+    protocol: str  # the formulation, or `lm-eval:<hash of every context and continuation>`
+    formulation: str | None
+    style: prompts.Style
+    template_hash: str  # the formulation's in `style` (`prompts.template_hash`), else `protocol`
+
+
+def chat_style(run: LmEvalRun) -> prompts.Style:
+    """The run's prompt style as this tool names it: raw, or its chat settings (`--apply_chat_template`:
+    the shots as turns with `--fewshot_as_multiturn`, `--system_instruction` the system text) with the
+    chat template lm-eval recorded, rendered with the special tokens it recorded."""
+    if run.chat_template is None:
+        return prompts.RAW
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    source, tokens = run.chat_template, dict(run.special_tokens)
+
+    def apply(messages: prompts.Messages) -> str:
+        # transformers' renderer, as `tokenizer.apply_chat_template` calls it (special tokens as variables)
+        render: Any = render_jinja_template
+        rendered, _ = render(
+            conversations=[list(messages)], chat_template=source, add_generation_prompt=True, **tokens
+        )
+        return str(rendered[0])
+
+    chat = "multiturn" if run.fewshot_as_multiturn else "single_turn"
+    return prompts.Style(chat, run.system_instruction, apply, source)
+
+
+def _ours(formulation: str, sample: LmEvalSample, shots: tuple[Question, ...], style: prompts.Style) -> bool:
     """Whether `sample` was asked exactly as this tool asks it in `formulation` with `shots`."""
-    letters = tuple(f" {c}" for c in "ABCD")
-    ours = prompts.render(formulation, sample.question.subject, shots, sample.question)
-    return sample.continuations == letters and sample.context == ours
+    letters = tuple(f"{style.answer_lead}{c}" for c in "ABCD")
+    if sample.continuations != letters:
+        return False
+    return sample.context == prompts.render(
+        formulation, sample.question.subject, shots, sample.question, style
+    )
 
 
-def protocol_of(run: LmEvalRun, data: Mapping[str, SubjectData]) -> str:
-    """The formulation whose raw prompt equals every context of `run` byte for byte (shots: the
-    first `n-shot` dev rows, as lm-eval takes them), else `lm-eval:<hash of its contexts>`: its own
-    protocol, comparable only with imports of the same prompts."""
-    if run.chat_template is None and run.system_instruction is None:
-        for formulation in prompts.FORMULATIONS:
-            if all(_ours(formulation, s, data[s.question.subject].dev[: run.shots]) for s in run.samples):
-                return formulation
+def protocol_of(run: LmEvalRun, data: Mapping[str, SubjectData]) -> Matched:
+    """The formulation whose prompt, in the run's chat style (`chat_style`), equals every context of
+    `run` byte for byte (shots: the first `n-shot` dev rows, as lm-eval takes them); else
+    lm-eval's own prompts, `lm-eval:<hash of its contexts>`, comparable only with imports of the
+    same prompts (a chat template that cannot render this tool's messages is lm-eval's own too)."""
+    import jinja2
+
+    style = chat_style(run)
+    for formulation in prompts.FORMULATIONS:
+        try:
+            if all(
+                _ours(formulation, s, data[s.question.subject].dev[: run.shots], style) for s in run.samples
+            ):
+                return Matched(formulation, formulation, style, prompts.template_hash(formulation, style))
+        except jinja2.TemplateError:
+            break  # the template refuses this tool's messages (a system turn): lm-eval rendered others
     digest = hashlib.sha256()
     for s in sorted(run.samples, key=lambda s: (s.question.subject, s.question.index)):
         digest.update(json.dumps([s.question.subject, s.question.index, s.context, s.continuations]).encode())
-    return f"lm-eval:{digest.hexdigest()[:16]}"
+    own = f"{OWN_PROMPTS}:{digest.hexdigest()[:16]}"
+    return Matched(own, None, style, own)

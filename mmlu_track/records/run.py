@@ -12,12 +12,14 @@ The JSON layout (schema_version 1) is stable: sections `config`, `model`, `data`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from mmlu_track.records import codec
 from mmlu_track.records.annotations import AnnotatedScores, AnnotationSet
 from mmlu_track.records.codec import RecordError
+from mmlu_track.records.imported import OWN_PROMPTS, Imported
 from mmlu_track.records.protocol import EvalProtocol
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.robustness import CircularScores, LetterBias
@@ -94,6 +96,7 @@ class RunStart:
     # run records into, the CPU threads. None: a run recorded before choices were kept apart (its
     # config then holds the MLflow URI as chosen).
     resolved: Resolved | None = None
+    imported: Imported | None = None  # a run read from lm-eval's output (`records.imported`), not scored here
 
     @property
     def mlflow_uri(self) -> str | None:
@@ -102,14 +105,18 @@ class RunStart:
 
     @property
     def protocol(self) -> EvalProtocol:
-        """What makes this run comparable to another question by question, from its settings and data."""
-        return EvalProtocol.of(
+        """What makes this run comparable to another question by question, from its settings and data
+        (an import of lm-eval's own prompts: formulation `lm-eval`, its template hash theirs)."""
+        protocol = EvalProtocol.of(
             self.config,
             questions=self.data.fingerprint,
             n_questions=self.data.n_questions,
             dev_fingerprint=self.data.dev_fingerprint,
             template_hash=self.template_hash,
         )
+        if self.imported is not None and self.imported.own_prompts:
+            return dataclasses.replace(protocol, formulation=OWN_PROMPTS)
+        return protocol
 
     @property
     def name(self) -> str:
@@ -124,7 +131,7 @@ class RunStart:
         )
         parts = [f"{m.name}@{ident}" if ident else m.name, f"k{cfg.k}", cfg.scoring.method]
         optional = [
-            (cfg.formulation != "original", cfg.formulation),
+            (self.protocol.formulation != "original", self.protocol.formulation),
             (cfg.chat.style != "none", f"chat-{cfg.chat.style}"),
             (cfg.scoring.calibration != "none", f"cal-{cfg.scoring.calibration}"),
             (cfg.scoring.extract != "first_char", f"extract-{cfg.scoring.extract}"),
@@ -215,6 +222,7 @@ class RunRecord:
             "host": {**codec.dump(s.host), "argv": list(s.host.argv)},
             "sweep": s.sweep,
             **({"resolved": s.resolved.to_json()} if s.resolved else {}),  # absent: recorded before
+            **({"imported": codec.dump(s.imported)} if s.imported else {}),  # absent: scored here
             "timing": codec.dump(self.timing),
             "scores": self.scores.to_json(),
             "circular": self.circular.to_json() if self.circular else None,
@@ -246,6 +254,7 @@ class RunRecord:
             host=doc.host,
             sweep=doc.sweep,
             resolved=doc.resolved,
+            imported=doc.imported,
         )
         return cls(
             run_id=doc.run_id,
@@ -301,6 +310,7 @@ class _Document:
     scores: Accuracies
     sweep: str | None = None
     resolved: Resolved | None = None  # absent: recorded before the choices were kept apart
+    imported: Imported | None = None  # absent: a run scored here
     # absent or null: not recorded (a run before them, or not circular, or not annotated)
     circular: CircularScores | None = None
     letter_bias: LetterBias | None = None

@@ -72,7 +72,7 @@ def new_run(start: RunStart, identity: str, output_dir: str | None) -> Run:
         id=uuid.uuid4().hex, identity=identity, status=RunStatus.RUNNING,
         model_name=start.model.name, model_revision=start.model.revision or start.model.weights_sha256,
         model_dtype=start.model.dtype,
-        scoring=cfg.scoring.method, formulation=cfg.formulation, k=cfg.k,
+        scoring=cfg.scoring.method, formulation=start.protocol.formulation, k=cfg.k,
         data_fingerprint=start.data.fingerprint, template_hash=start.template_hash,
         git_commit=start.git_commit, config_json=json.dumps(to_dict(cfg)),
         n_questions=start.data.n_questions, output_dir=output_dir, sweep=start.sweep, created_at=now,

