@@ -46,6 +46,7 @@ UNCHECKED = {
     "python -m sglang.launch_server": "SGLang is not a dependency (a GPU inference server); flags: its docs",
     "docker run": "TGI's container image; Docker is not available to the tests",
     "llama-server": "llama.cpp's own server binary, not the Python package the tests serve with",
+    "lm_eval": "lm-evaluation-harness is not a dependency (its 0.4.13 CLI: tests/data/lm_eval/make.py)",
 }
 # Values of path settings that stand for the reader's own files (never checked to exist).
 PLACEHOLDER_PREFIXES = ("/path/to/",)

@@ -190,3 +190,31 @@ def test_the_test_workflow_step_runs_ci_run_as_root_with_the_runner_python(tmp_p
         f"git config --system --add safe.directory {ROOT}",
         f"-E env PATH={path} bash .ci/run",
     ]
+
+
+def test_evaluate_step_imports_lm_evals_output_as_the_candidate_and_the_compare_step_gates_it(
+    tmp_path: Path,
+) -> None:
+    """`lm-eval-artifact`: the downloaded output is imported under the `model` name (nothing
+    evaluated), then the compare step gates it against a baseline stored as any run."""
+    from mmlu_track.commands.runs import main as runs
+
+    from .conftest import LM_EVAL_DATA
+
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    assert (
+        runs(["--db", db, "import", str(LM_EVAL_DATA / "whole_subject"), "--name", "m-base", "--no-mlflow"])
+        == 0
+    )
+    shutil.copytree(LM_EVAL_DATA / "whole_subject_tiny", tmp_path / "lm-eval-output")  # the artifact
+    env = {"MODEL": "m-cand", "LM_EVAL_ARTIFACT": "lm-eval-output", "SEQUENTIAL": "false",
+           "GITHUB_WORKSPACE": str(tmp_path), "MMLU_TRACK_DB_URL": db, "MLFLOW_URI": ""}  # fmt: skip
+    rc, outputs, _ = _run_step(_step("mmlu-gate.yml", "evaluate"), tmp_path, env)
+    assert (rc, outputs) == (0, {})
+    assert sorted(r.model_name for r in SqlStore(db).runs()) == ["m-base", "m-cand"]
+    env |= {"BASELINE": "m-base", "POLICY": "default", "MARGIN": "0.01", "HYDRA_FULL_ERROR": ""}
+    rc, outputs, summary = _run_step(_step("mmlu-gate.yml", "compare"), tmp_path, env)
+    assert (rc, outputs["exit-code"]) == (1, "1")  # the random model regressed (or too few to tell)
+    assert summary.startswith("## MMLU release gate: ")
+    rc, outputs, _ = _run_step(_step("mmlu-gate.yml", "evaluate"), tmp_path, env | {"SEQUENTIAL": "true"})
+    assert (rc, outputs) == (2, {"exit-code": "2"})

@@ -174,7 +174,34 @@ def _arguments(line: Mapping[str, Any], where: str) -> tuple[str, tuple[str, ...
     return got[0][0], tuple(c for _, c in got)
 
 
-def _sample(line: object, subject: str, tests: Mapping[Key, Question], where: str) -> LmEvalSample:
+class _Tests:
+    """A subject's test questions by text and choices. MMLU repeats some questions (27 of 14,042,
+    the same text, choices and answer at two indices): identical ones are told apart by lm-eval's
+    `doc_id` (its position in the test split), else taken in order; none is matched twice."""
+
+    def __init__(self, questions: Iterable[Question]) -> None:
+        """Index `questions` (one subject's test split) by their text and choices."""
+        self.by_key: dict[Key, list[Question]] = {}
+        for q in questions:
+            self.by_key.setdefault(_key(q.question, q.choices), []).append(q)
+        self.taken: dict[int, str] = {}  # question index -> where it was matched
+
+    def match(self, doc: Mapping[str, Any], doc_id: object, subject: str, where: str) -> Question:
+        """The test question `doc` is; one line when none is, or when it was matched already."""
+        found = self.by_key.get(_key(doc["question"], map(str, doc["choices"])), [])
+        if not found:
+            said = doc["question"][:60]
+            raise DataError(f"{where}: the doc {said!r} matches no MMLU test question of {subject}")
+        free = [q for q in found if q.index not in self.taken]
+        if not free:
+            same = next((q for q in found if q.index == doc_id), found[0])
+            raise DataError(f"{where}: the same question as {self.taken[same.index]} (logged twice)")
+        question = next((q for q in free if q.index == doc_id), free[0])
+        self.taken[question.index] = where.rpartition(": ")[2]
+        return question
+
+
+def _sample(line: object, subject: str, tests: _Tests, where: str) -> LmEvalSample:
     if not isinstance(line, dict) or not isinstance(line.get("doc"), dict):
         raise DataError(f"{where}: a sample without its doc (lm-eval's logged question)")
     doc = line["doc"]
@@ -183,10 +210,7 @@ def _sample(line: object, subject: str, tests: Mapping[Key, Question], where: st
     choices = doc.get("choices")
     if not isinstance(doc.get("question"), str) or not isinstance(choices, list) or len(choices) != 4:
         raise DataError(f"{where}: the doc must hold a question and 4 choices")
-    question = tests.get(_key(doc["question"], map(str, choices)))
-    if question is None:
-        said = doc["question"][:60]
-        raise DataError(f"{where}: the doc {said!r} matches no MMLU test question of {subject}")
+    question = tests.match(doc, line.get("doc_id"), subject, where)
     if doc.get("answer") != question.answer:
         raise DataError(f"{where}: the doc's answer {doc.get('answer')!r} is not MMLU's ({question.answer})")
     values = _scores(line, where)
@@ -196,7 +220,7 @@ def _sample(line: object, subject: str, tests: Mapping[Key, Question], where: st
 
 
 def _read_samples(path: Path, subject: str, data: SubjectData) -> list[LmEvalSample]:
-    tests = {_key(q.question, q.choices): q for q in data.test}
+    tests = _Tests(data.test)
     out = []
     for n, raw in enumerate(path.read_bytes().splitlines(), 1):
         if not raw.strip():

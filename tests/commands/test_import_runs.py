@@ -41,6 +41,16 @@ def test_the_same_files_import_once_and_the_run_is_listed_as_any(cli: Cli, tmp_p
                 f"sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path)  # fmt: skip
     assert first.code == 0, first.err
     assert ", MLflow run " in first.out
+    from mlflow.tracking import MlflowClient
+
+    logged = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(
+        first.out.split(", MLflow run ")[1].split(")")[0]
+    )
+    assert logged.data.tags["mmlu_track.imported_from"] == "lm-eval"
+    assert (logged.data.params["imported.prompts"], logged.data.params["imported.versions.lm_eval"]) == (
+        "harness",
+        "0.4.13",
+    )
     run_id = _id(first)
     again = _import(cli, tmp_path, db, str(next((DATA / "zero_shot").rglob("results_*.json"))))
     assert again.code == 0

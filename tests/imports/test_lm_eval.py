@@ -75,6 +75,30 @@ def test_a_tie_is_won_by_the_first_maximum_as_lm_eval_takes_it(tmp_path: Path) -
     assert tied.prediction == 0
 
 
+def test_mmlus_repeated_questions_are_told_apart_by_doc_id_and_none_is_matched_twice(tmp_path: Path) -> None:
+    """college_physics asks the same question (text, choices, answer) at indices 1 and 97."""
+    folder = tmp_path / "all"
+    shutil.copytree(next((DATA / "all_subjects").iterdir()), folder)
+    (samples,) = folder.glob("samples_mmlu_college_physics_*.jsonl")
+    line = json.loads(samples.read_text().splitlines()[0])
+    physics = DATA_FOR(["college_physics"])["college_physics"].test
+    assert (physics[1].question, physics[1].choices) == (physics[97].question, physics[97].choices)
+    doc = {"question": physics[1].question, "subject": "college_physics", "choices": list(physics[1].choices),
+           "answer": physics[1].answer}  # fmt: skip
+    lines = [json.dumps(dict(line, doc_id=i, doc=doc)) for i in (97, 1)]
+    samples.write_text("\n".join(lines) + "\n")
+    (results,) = folder.glob("results_*.json")
+    got = [
+        s.question.index
+        for s in read_run(results, DATA_FOR).samples
+        if s.question.subject == "college_physics"
+    ]
+    assert got == [97, 1]
+    samples.write_text("\n".join([lines[0], lines[1], lines[0]]) + "\n")  # a question logged twice
+    with pytest.raises(DataError, match=r": line 3: the same question as line 1 \(logged twice\)"):
+        read_run(results, DATA_FOR)
+
+
 @pytest.mark.parametrize(
     ("breaks", "message"),
     [

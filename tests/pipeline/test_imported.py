@@ -8,10 +8,13 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mmlu_track.eval import prompts
 from mmlu_track.eval.data import load_subjects
+from mmlu_track.eval.in_process import InProcess
 from mmlu_track.pipeline.imported import PACKAGED
 from mmlu_track.records.results import QuestionResult
 from mmlu_track.store.sql import SqlStore
@@ -118,7 +121,9 @@ def test_two_imports_compare_with_the_counts_read_from_their_files(cli: Cli, tmp
     assert min(lost, gained) > 5  # answers that differ: the counts say something
 
 
-def test_chat_template_runs_are_this_tools_chat_protocols(cli: Cli, tmp_path: Path, db: str) -> None:
+def test_chat_template_runs_are_this_tools_chat_protocols(
+    cli: Cli, tmp_path: Path, db: str, tiny_lm: Any
+) -> None:
     for folder in ("chat_multiturn", "chat_single_system"):
         got = _import(cli, tmp_path, db, str(DATA / folder))
         assert got.code == 0, got.err
@@ -126,6 +131,13 @@ def test_chat_template_runs_are_this_tools_chat_protocols(cli: Cli, tmp_path: Pa
     multi, single = sorted(stored_runs(db), key=lambda r: r.protocol.chat)
     assert (multi.protocol.chat, single.protocol.chat, multi.k) == ("multiturn", "single_turn", 5)
     assert single.config.chat.system == "Answer with the letter of the right choice."
+    # A native chat run of the packaged SmolLM2 (the tiny model has its tokenizer) hashes its template
+    # as the import does: they compare.
+    backend = InProcess(tiny_lm)
+    for run in (multi, single):
+        style = prompts.Style(run.protocol.chat, run.config.chat.system, backend.apply_chat_template,
+                              backend.chat_template)  # fmt: skip
+        assert run.template_hash == prompts.template_hash("harness", style)
 
 
 def _reworded(tmp_path: Path, name: str, text: str) -> Path:

@@ -39,6 +39,7 @@ from mmlu_track.store.mlflow.tables import QUESTIONS_TABLE, question_columns
 from mmlu_track.support.credentials import redact, redact_text
 
 SWEEP_TAG = "mmlu_track.sweep"
+IMPORTED_TAG = "mmlu_track.imported_from"  # a run read from another tool's output: which tool
 RUN_ID_TAG = "mmlu_track.run_id"
 KIND_TAG = "mmlu_track.kind"
 GATE_TAG = "mmlu_track.gate"  # on a candidate's run: its latest comparison's verdict and run id
@@ -161,6 +162,8 @@ def params(start: RunStart) -> dict[str, str]:
         **{f"version.{k}": v for k, v in start.versions.items()},
         # what was chosen from the settings as the run started: the threads, the URI (no password)
         **({f"resolved.{k}": v for k, v in start.resolved.to_json().items()} if start.resolved else {}),
+        # an imported run: where it came from, what lm-eval recorded (`records.imported`)
+        **(flatten({"imported": dataclasses.asdict(start.imported)}) if start.imported else {}),
     }
     out.pop("scoring.method")
     # Once each: the dtype and device it ran in (the settings `auto` resolved) are `dtype`, `device`.
@@ -185,6 +188,8 @@ def tags(run_id: str, start: RunStart) -> dict[str, str]:
     }
     if start.sweep:
         out[SWEEP_TAG] = start.sweep
+    if start.imported:
+        out[IMPORTED_TAG] = start.imported.tool
     return out
 
 
