@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
                 f"imported run {done.run_id} ({done.name}, {done.n_questions} questions, "
                 f"{done.prompts} prompts{micro}{mlflow}) from {read.run.results_file}"
             )
-        print(f"{len(reads)} lm-eval runs in {redact(args.db)}")
+        print(f"{len(reads)} lm-eval run{'s' if len(reads) != 1 else ''} in {redact(args.db)}")
     finally:
         store.close()
     return 0

