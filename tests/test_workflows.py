@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import yaml
 
@@ -73,15 +72,13 @@ def test_compare_step_outputs_exit_code_verdict_and_summary(
 
 def test_evaluate_step_runs_a_sharded_evaluation_and_the_sequential_gate(tmp_path: Path) -> None:
     """The gate's evaluation step with shards=2 on a saved (tiny, random) model, through the joblib
-    launcher (the project's test of that launcher): one finished run, logged once to MLflow, equal
-    question by question to the unsharded run; then with sequential: true against it."""
+    launcher (the project's test of that launcher): one finished run of each question once, logged
+    once to MLflow; then with sequential: true against it."""
     from mlflow.tracking import MlflowClient
 
     from mmlu_track.eval import models
-    from mmlu_track.pipeline.evaluate import QUIET
-    from mmlu_track.pipeline.evaluate import run as evaluate
 
-    from .conftest import compose_eval, tiny_run_cfg
+    from .conftest import compose_eval
 
     lm = models.load_model(compose_eval(["model=tiny", "device=cpu"]))
     saved = tmp_path / "candidate"
@@ -103,14 +100,9 @@ def test_evaluate_step_runs_a_sharded_evaluation_and_the_sequential_gate(tmp_pat
     (logged,) = client.search_runs([client.get_experiment_by_name("mmlu_track").experiment_id])
     assert logged.info.status == "FINISHED"
     assert logged.data.metrics["acc_micro"] == pytest.approx(run.acc_micro, rel=1e-3)
-    hub = ["model=hf_hub", f"model.name_or_path={saved}", *args.split()]
-    alone = evaluate(tiny_run_cfg(f"sqlite:///{tmp_path / 'alone.db'}", *hub), tmp_path / "alone",
-                     display=QUIET)  # fmt: skip
-    sharded, unsharded = (sorted(rs, key=lambda r: (r.subject, r.index)) for rs in
-                          (SqlStore(db).question_results(run.id), alone.results))  # fmt: skip
-    exact = [(r.subject, r.index, r.prompt_hash, r.prediction) for r in unsharded]
-    assert [(r.subject, r.index, r.prompt_hash, r.prediction) for r in sharded] == exact
-    np.testing.assert_allclose([r.logprobs for r in sharded], [r.logprobs for r in unsharded], atol=1e-5)
+    # its questions each once (a sharded run equals the unsharded one: pipeline/test_session_shards.py)
+    sharded = SqlStore(db).question_results(run.id)
+    assert len({(r.subject, r.index) for r in sharded}) == len(sharded) == 20
 
     # sequential: true: the same step gates against that run and stops at look 2 of 4 (a plumbing
     # check: the same weights give the same answers, and δ = 50 points is shown in 10 questions).

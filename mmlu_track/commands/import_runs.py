@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     store = StoreOnDemand(tracking)
     try:
         for read in reads:
-            done = store_run(read, store, print)
+            done = store_run(read, store)
             if done.already:
                 print(
                     f"{read.run.results_file}: imported before as run {done.run_id} ({done.name}, "

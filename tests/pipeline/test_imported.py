@@ -66,7 +66,7 @@ def test_an_import_and_a_native_run_of_the_same_weights_pair_every_question(
     got = _import(cli, tmp_path, db, str(DATA / "five_shot"))  # --limit 4: each subject's first 4
     assert got.code == 0, got.err
     assert "(smol_hf, 8 questions, harness prompts, micro " in got.out
-    assert "with no pinned revision" in got.out  # a local folder, no revision: said
+    assert "with no pinned revision" in got.err  # a local folder, no revision: said
     local = _first_questions(tmp_path / "mmlu", ("abstract_algebra", "anatomy"), 4)
     native = cli("eval", "formulation=harness", "k=5", "data=local", f"data.path={local}",
                  "subjects=[abstract_algebra,anatomy]", "dtype=float32", "device=cpu", "tracking=sql_only",
