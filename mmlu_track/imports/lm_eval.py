@@ -64,7 +64,7 @@ class LmEvalRun:
     fewshot_as_multiturn: bool
     system_instruction: str | None
     limit: float | None  # lm-eval's `--limit`: the first N docs of each task
-    versions: Mapping[str, str]  # lm-eval's version and git hash, transformers', the model's sha
+    versions: Mapping[str, str]  # lm-eval's version and git hash, transformers', the model's sha, device
     samples: tuple[LmEvalSample, ...]
     sha256: str  # of the results file and each samples file, in task order: what identifies the run
     date: str | None  # when lm-eval ran (its `date`, a Unix time), UTC ISO 8601
@@ -271,6 +271,7 @@ def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
         "transformers": doc.get("transformers_version"),
         "model_sha": config.get("model_sha"),
         "model_dtype": config.get("model_dtype"),
+        "device": config.get("device"),  # where lm-eval ran the model (`--device`)
     }
     return LmEvalRun(
         results_file=path,

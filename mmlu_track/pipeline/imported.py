@@ -125,9 +125,10 @@ def _start(
     samples = _in_order(run.samples)
     dev = load_subjects(PACKAGED, run.subjects)
     host = provenance.host()
+    device = args.get("device") or run.versions.get("device", "?")
     model = ModelInfo(
         name=name, source="lm-eval", location=f"lm-eval:{run.sha256}", revision=revision, weights_sha256=None,
-        dtype=DTYPES.get(dtype, dtype), device=args.get("device", "?"), max_length=0,
+        dtype=DTYPES.get(dtype, dtype), device=device, max_length=0,
         add_bos=args.get("add_bos_token", "").lower() == "true", vocab_size=0, n_parameters=0,
     )  # fmt: skip
     return RunStart(

@@ -47,6 +47,7 @@ def test_the_same_files_import_once_and_the_run_is_listed_as_any(cli: Cli, tmp_p
         first.out.split(", MLflow run ")[1].split(")")[0]
     )
     assert logged.data.tags["mmlu_track.imported_from"] == "lm-eval"
+    assert "the first 4 per subject (lm-eval's --limit)" in logged.data.tags["mlflow.note.content"]
     assert (logged.data.params["imported.prompts"], logged.data.params["imported.versions.lm_eval"]) == (
         "harness",
         "0.4.13",

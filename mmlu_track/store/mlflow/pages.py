@@ -45,6 +45,8 @@ def description(record: RunRecord) -> str:
     cfg = start.config
     prompt = cfg.formulation if cfg.chat.style == "none" else f"{cfg.formulation}, chat {cfg.chat.style}"
     limit = "all questions" if cfg.limit is None else f"limit={cfg.limit} per subject (seed {cfg.seed})"
+    if (imported := start.imported) is not None and imported.limit is not None:
+        limit = f"the first {imported.limit:g} per subject ({imported.tool}'s --limit)"
     if cfg.shards > 1:
         limit += f" · {cfg.shards} shards"
     headline = (
@@ -63,6 +65,8 @@ def description(record: RunRecord) -> str:
         f"{start.model.name} ({start.model.dtype}, {start.model.device}) · {prompt}, k={cfg.k}, "
         f"{cfg.scoring.method} scoring · {limit} · data {start.data.fingerprint[:12]}",
     ]
+    if imported is not None:
+        lines.append(f"\n{imported.summary()[0].upper()}{imported.summary()[1:]}.")
     if scores.invalid:
         lines.append(f"\n{scores.invalid:,} answers were not a letter (invalid, counted wrong).")
     if c := record.circular:
