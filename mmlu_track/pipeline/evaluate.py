@@ -100,12 +100,13 @@ def run(
                 planned = plan(cfg)
                 ours = origin.reuse is None and cfg.tracking.resume  # the command's default
                 twin = finished_twin(cfg, planned, recorder, stopped=looks is not None) if ours else None
+                rerun = twin is not None and cfg.tracking.rerun  # scored again on purpose, gated or not
                 if twin and looks and (cfg.tracking.rerun or not looks.recorded(twin)):
                     twin = None  # gated, and no verdict on it to take back: scored and gated as before
             if twin is not None and not cfg.tracking.rerun:  # the same command again, the model never loaded
                 display.echo(reused_line(twin))
                 return _reused(twin, recorder, output_dir)
-            if twin is not None:  # scored again on purpose: told apart from the first in MLflow's list
+            if rerun:  # scored again on purpose: told apart from the first in MLflow's list
                 recorder.label = origin.label or "rerun"
             with _before_any_work():
                 prep = prepare(cfg, origin, resolved, planned)

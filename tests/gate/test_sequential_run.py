@@ -271,6 +271,11 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     assert seen.data.tags["mlflow.note.content"].startswith("Micro accuracy ")
     assert not {"mmlu_track.early_stop", "mmlu_track.early_stop_reason"} & set(seen.data.tags)
     assert "acc_micro" in seen.data.metrics
+    # The same gated command with tracking.rerun=true scores again: a run of its own, told apart in MLflow.
+    rerun = compose_eval([*logged, f"gate.baseline={base.run_id}", *GATE, "tracking.rerun=true"])
+    assert _sequential(rerun, tmp_path / "f", lines) == 1
+    (again,) = [r for r in _runs(db).values() if r.status == "stopped"]
+    assert "rerun: tiny-random-llama" in client.get_run(str(again.mlflow_run_id)).info.run_name
 
     # Refused before any run is recorded: an unknown reference, a baseline with other settings.
     n_runs = len(_runs(db))

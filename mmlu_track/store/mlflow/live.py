@@ -393,7 +393,8 @@ class LiveRun:
                     if logged != path:
                         logged.write_bytes(gzip.compress(path.read_bytes(), mtime=0))
                     self.client.log_artifact(self.id, str(logged))
-            self.client.update_run(self.id, name=f"stopped ({where}) {name}")
+            labelled = f"{self.label}: {name}" if self.label else name  # `rerun: …` stays told apart
+            self.client.update_run(self.id, name=f"stopped ({where}) {labelled}")
             self.client.set_terminated(self.id, status="FINISHED")  # with its end time: a duration
 
         self._call("ending the stopped run", go)
