@@ -504,25 +504,25 @@ def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: 
 
 
 def test_parallel_runs_in_a_fresh_folder_never_collide(tmp_path: Path) -> None:
-    """Four runs at once with the default tracking, two of them told to write into one folder:
+    """Three runs at once with the default tracking, two of them told to write into one folder:
     own folders (`run-<id>/` below a taken one), own records, all in MLflow."""
     from mlflow.tracking import MlflowClient
 
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
     env.pop("MLFLOW_TRACKING_URI", None)
-    folder = {3: [f"hydra.run.dir={tmp_path / 'same'}"], 4: [f"hydra.run.dir={tmp_path / 'same'}"]}
+    folder = {2: [f"hydra.run.dir={tmp_path / 'same'}"], 3: [f"hydra.run.dir={tmp_path / 'same'}"]}
     procs = [
         warm.Popen(
             ["-m", "mmlu_track", "experiment=smoke", f"seed={seed}", *folder.get(seed, [])],
             cwd=tmp_path,
             env=env,
         )
-        for seed in (1, 2, 3, 4)
+        for seed in (1, 2, 3)
     ]
     errs = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0, 0], errs
+    assert [p.returncode for p in procs] == [0, 0, 0], errs
     runs = SqlStore(f"sqlite:///{tmp_path / 'mmlu_track.db'}").runs()
-    assert len({r.output_dir for r in runs}) == 4
+    assert len({r.output_dir for r in runs}) == 3
     for r in runs:
         assert json.loads((Path(str(r.output_dir)) / "results.json").read_text())["run_id"] == r.id
         assert r.mlflow_run_id
