@@ -37,14 +37,18 @@ class DataError(MmluTrackError):
 
 @dataclass(frozen=True)
 class Question:
-    """One MMLU item. `index` is its position in its subject's split, as the source orders it."""
+    """One multiple-choice item. `index` is its position in its subject's split, as the source orders
+    it; `choices` as published: MMLU's 4, MMLU-Pro's 2 to 10 (`eval.mmlu_pro`, its category as the
+    subject, its `question_id` as `qid` and its origin as `src`)."""
 
     subject: str
     split: str
     index: int
     question: str
-    choices: tuple[str, str, str, str]
-    answer: int  # 0-3, i.e. A-D
+    choices: tuple[str, ...]
+    answer: int  # the correct choice's position: 0-3 (A-D) for MMLU
+    qid: int | None = None  # the source's own id (MMLU-Pro's question_id); None: MMLU, positions alone
+    src: str | None = None  # where the source took it from (MMLU-Pro's `src`, e.g. ori_mmlu-anatomy)
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ def validate_row(row: Mapping[str, Any], *, where: str, subject: str, split: str
         answer = LETTERS.index(answer.strip())
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer <= 3:
         raise DataError(f"{at}: answer must be 0-3 or A-D, got {answer!r}")
-    return Question(subject, split, index, question, (choices[0], choices[1], choices[2], choices[3]), answer)
+    return Question(subject, split, index, question, tuple(choices), answer)
 
 
 def _validate_rows(
@@ -228,6 +232,15 @@ _READERS: dict[str, Callable[[Path], list[dict[str, Any]]]] = {
 }
 
 
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL or Parquet file (by its suffix), each a mapping; `DataError` naming the
+    file and line when it cannot be read."""
+    read = _READERS.get(path.suffix)
+    if read is None:
+        raise DataError(f"{path}: not a .jsonl or .parquet file")
+    return read(path)
+
+
 def _load_local(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]:
     root = Path(_path(cfg)).expanduser()
     if root.is_file():
@@ -309,7 +322,9 @@ def fingerprint(questions: Iterable[Question]) -> str:
     """sha256 over the content of the questions (subject, split, index, text, choices, answer)."""
     h = hashlib.sha256()
     for q in questions:
-        rec = [q.subject, q.split, q.index, q.question, list(q.choices), q.answer]
+        rec: list[Any] = [q.subject, q.split, q.index, q.question, list(q.choices), q.answer]
+        if q.qid is not None or q.src is not None:  # MMLU-Pro's; an MMLU question's hash as before
+            rec += [q.qid, q.src]
         h.update(json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode())
         h.update(b"\n")
     return h.hexdigest()
