@@ -1,0 +1,63 @@
+"""eval/prompts_pro.py: MMLU-Pro's log-likelihood prompts. `leaderboard` equals lm-eval 0.4.13's own
+`leaderboard_mmlu_pro` context where the shared golden file exists (`prompts_q70_business.json`, made
+by lm-eval itself); on this project's own rows, what each protocol keeps, strips and drops."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mmlu_track.eval import mmlu_pro, prompts_pro
+from mmlu_track.eval.data import DataError, Question, SubjectData
+
+from .test_mmlu_pro import SHARED
+
+PHYSICS = Question("physics", "test", 0, " Which? ", (" right", "wrong", "also wrong"), 0, qid=70, src="x")
+SHOT = Question("math", "validation", 0, "2+2?", ("4", " 5", "N/A", "N/A"), 0, qid=0, src="y")
+OWN = Question("physics", "validation", 5, "Up?", ("yes", "no"), 1, qid=5, src="y")
+DATA = mmlu_pro.ProData(
+    {"physics": SubjectData("physics", (OWN,), (PHYSICS,)),
+     "math": SubjectData("math", (SHOT,), ())},
+    (SHOT, OWN), "test rows",
+)  # fmt: skip
+
+
+def test_the_leaderboard_protocol_keeps_what_is_published() -> None:
+    got = prompts_pro.render("leaderboard", prompts_pro.shots_of("leaderboard", DATA, "physics", 1), PHYSICS)
+    # no header; the first validation row whatever the category; N/A and leading spaces kept
+    shot = "2+2?\nA. 4\nB.  5\nC. N/A\nD. N/A\nAnswer: A\n\n"
+    assert got == shot + " Which? \nA.  right\nB. wrong\nC. also wrong\nAnswer:"
+    assert prompts_pro.continuations(PHYSICS) == (" A", " B", " C")
+
+
+def test_the_category_protocol_strips_drops_the_padding_and_names_the_category() -> None:
+    got = prompts_pro.render("category", prompts_pro.shots_of("category", DATA, "physics", 1), PHYSICS)
+    assert got == (
+        "The following are multiple choice questions (with answers) about physics.\n\n"
+        "Up?\nA. yes\nB. no\nAnswer: B\n\nWhich?\nA. right\nB. wrong\nC. also wrong\nAnswer:"
+    )
+    math = prompts_pro.render("category", [SHOT], PHYSICS)
+    assert "A. 4\nB. 5\nAnswer: A" in math  # a shot's N/A padding dropped, its options stripped
+
+
+def test_too_few_shots_and_an_unknown_protocol_are_refused() -> None:
+    with pytest.raises(DataError, match="category 'physics' has 1 validation rows, fewer than k=2"):
+        prompts_pro.shots_of("category", DATA, "physics", 2)
+    with pytest.raises(DataError, match="the validation split has 2 rows, fewer than k=5"):
+        prompts_pro.shots_of("leaderboard", DATA, "physics", 5)
+    with pytest.raises(ValueError, match="MMLU-Pro protocol 'cot' is not one of leaderboard, category"):
+        prompts_pro.render("cot", [], PHYSICS)
+
+
+GOLDEN = SHARED / "prompts_q70_business.json"
+
+
+@pytest.mark.skipif(not GOLDEN.is_file(), reason="the shared MMLU-Pro copy is not here")
+def test_the_leaderboard_prompt_is_lm_evals_own_byte_for_byte() -> None:
+    data = mmlu_pro.load_local(SHARED)
+    gold = json.loads(GOLDEN.read_text())["lm_eval_0.4.13_leaderboard_mmlu_pro"]
+    (q70,) = [q for q in data.categories["business"].test if q.qid == 70]
+    shots = prompts_pro.shots_of("leaderboard", data, "business", prompts_pro.LEADERBOARD_SHOTS)
+    assert prompts_pro.render("leaderboard", shots, q70) == gold["context"]
+    assert list(prompts_pro.continuations(q70)) == gold["continuations"]  # 9 options: " A" … " I"
