@@ -1,6 +1,7 @@
 """eval/prompts_pro.py: MMLU-Pro's log-likelihood prompts. `leaderboard` equals lm-eval 0.4.13's own
-`leaderboard_mmlu_pro` context where the shared golden file exists (`prompts_q70_business.json`, made
-by lm-eval itself); on this project's own rows, what each protocol keeps, strips and drops."""
+`leaderboard_mmlu_pro` contexts, logged on this project's own rows in the hub's layout
+(`tests/data/lm_eval_pro/`, its make.py) and, where the shared copy exists, on the real question 70
+(`prompts_q70_business.json`, made by lm-eval itself); what each protocol keeps, strips and drops."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from mmlu_track.eval import mmlu_pro, prompts_pro
 from mmlu_track.eval.data import DataError, Question, SubjectData
 
+from ..conftest import LM_EVAL_DATA
 from .test_mmlu_pro import SHARED
 
 PHYSICS = Question("physics", "test", 0, " Which? ", (" right", "wrong", "also wrong"), 0, qid=70, src="x")
@@ -61,3 +63,24 @@ def test_the_leaderboard_prompt_is_lm_evals_own_byte_for_byte() -> None:
     shots = prompts_pro.shots_of("leaderboard", data, "business", prompts_pro.LEADERBOARD_SHOTS)
     assert prompts_pro.render("leaderboard", shots, q70) == gold["context"]
     assert list(prompts_pro.continuations(q70)) == gold["continuations"]  # 9 options: " A" … " I"
+
+
+LM_EVAL_PRO = LM_EVAL_DATA.parent / "lm_eval_pro"  # its make.py: own rows, lm-eval 0.4.13's output on them
+
+
+def test_the_leaderboard_prompts_are_lm_evals_own_on_this_projects_rows() -> None:
+    """lm-eval's `leaderboard_mmlu_pro` itself, logged on questions of 3, 4, 9 and 10 options, one whose
+    answer alone has a leading space, and N/A-padded shots: every context and continuation equal."""
+    data = mmlu_pro.load_local(LM_EVAL_PRO / "data")
+    by_id = {q.qid: q for c in data.categories.values() for q in c.test}
+    (samples,) = (LM_EVAL_PRO / "leaderboard").rglob("samples_leaderboard_mmlu_pro_*.jsonl")
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert sorted(len(by_id[d["doc"]["question_id"]].choices) for d in lines) == [3, 4, 4, 9, 10, 10]
+    assert any(o.startswith(" ") for d in lines for o in d["doc"]["options"])
+    shots = prompts_pro.shots_of("leaderboard", data, "math", prompts_pro.LEADERBOARD_SHOTS)
+    assert any(mmlu_pro.PAD in s.choices for s in shots)
+    for line in lines:
+        q = by_id[line["doc"]["question_id"]]
+        asked = list(line["arguments"].values())
+        assert {a["arg_0"] for a in asked} == {prompts_pro.render("leaderboard", shots, q)}
+        assert tuple(a["arg_1"] for a in asked) == prompts_pro.continuations(q)

