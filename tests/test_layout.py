@@ -186,7 +186,7 @@ ALLOWED_HEAVY = {
     "mmlu_track.eval.load": {"mmlu_track.eval.in_process"},
     "mmlu_track.eval.openai_connect": {"transformers", "transformers.AutoTokenizer"},
     # lm-eval's recorded chat template, rendered as `tokenizer.apply_chat_template` renders it
-    "mmlu_track.imports.lm_eval": {
+    "mmlu_track.imports.lm_eval_prompts": {
         "transformers.utils.chat_template_utils",
         "transformers.utils.chat_template_utils.render_jinja_template",
     },

@@ -42,11 +42,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Import every run at `args.path` into the store at `args.db`; print each run's line."""
+    from mmlu_track.eval.data import DataError
     from mmlu_track.pipeline.imported import read_all, store_run
     from mmlu_track.settings.resolved import Resolved
+    from mmlu_track.store.db import parse_url
     from mmlu_track.store.locations import mlflow_uri
     from mmlu_track.store.recorder import StoreOnDemand
 
+    if args.name is not None and (not args.name.strip() or args.name != " ".join(args.name.split())):
+        raise DataError(f"--name {args.name!r}: a model name is one line of text without surrounding spaces")
+    if (url := parse_url(args.db)).get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        raise DataError(
+            f"--db {args.db}: an in-memory database keeps nothing: give a file (sqlite:///runs.db)"
+        )
     tracking = TrackingConfig(
         db_url=args.db, mlflow=not args.no_mlflow, mlflow_uri=args.mlflow_uri, experiment=args.experiment
     )

@@ -24,7 +24,7 @@ from mmlu_track.records.stored import RunStatus, ambiguous
 from mmlu_track.settings.config import DEFAULT_ALPHA, TrackingConfig, env_default
 from mmlu_track.store.db import parse_url
 from mmlu_track.support.console import reader_gone
-from mmlu_track.support.credentials import redact, redact_text
+from mmlu_track.support.credentials import redact, redact_text, remember_urls
 from mmlu_track.support.errors import EXIT_ERROR, MmluTrackError
 
 if TYPE_CHECKING:
@@ -340,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m mmlu_track.runs` on `argv` (default: the command line): its exit code, 0 done or 2
     unusable input or a run that could not be synced (one line on stderr). A bug exits 70 (`exits.bug`);
     a reader that stopped (BrokenPipeError) is raised on to `cli`."""
+    # Passwords found by parsing, before anything prints the URL (one with a space defeats patterns)
+    remember_urls([*(sys.argv[1:] if argv is None else argv), env_default(TrackingConfig, "db_url")])
     args = _parser().parse_args(argv)
 
     from mmlu_track.store.sql import SqlStore

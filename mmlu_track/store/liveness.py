@@ -42,6 +42,15 @@ class RunInProgress(StoreError):
     """Another live process is evaluating the run this one would resume."""
 
 
+class RunFinished(StoreError):
+    """The identity has a finished run already (`SqlStore.start_or_resume(once=True)`): its id."""
+
+    def __init__(self, run_id: str) -> None:
+        """`run_id`: the finished run."""
+        super().__init__(f"run {run_id} with these settings is finished already")
+        self.run_id = run_id
+
+
 @dataclass(frozen=True)
 class Shard:
     """Which part of a run's work this process scores (`shards=count shard=index`)."""

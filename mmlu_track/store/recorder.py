@@ -144,10 +144,11 @@ class RunRecorder:
 
     # -- claiming ---------------------------------------------------------------------------------
 
-    def claim(self, start: RunStart, identity: str, output_dir: Path) -> Done:
-        """Start or resume the run of `identity`, taking this shard; its committed questions."""
+    def claim(self, start: RunStart, identity: str, output_dir: Path, *, once: bool = False) -> Done:
+        """Start or resume the run of `identity`, taking this shard; its committed questions.
+        `once`: `RunFinished` where the identity has a finished run (checked in the same transaction)."""
         self._run_id, done = self.store.start_or_resume(
-            start, identity, self.shard, str(output_dir), self.batching
+            start, identity, self.shard, str(output_dir), self.batching, once=once
         )
         self._start = start
         return done

@@ -44,6 +44,7 @@ from mmlu_track.store.db import (
 from mmlu_track.store.liveness import (
     DEAD_AFTER,
     WHOLE_RUN,
+    RunFinished,
     Shard,
     current_owner,
     dead_after_of,
@@ -147,10 +148,13 @@ class SqlStore:
         shard: Shard = WHOLE_RUN,
         output_dir: str | None = None,
         batching: Batched | None = None,
+        once: bool = False,
     ) -> tuple[str, dict[str, list[QuestionResult]]]:
         """The newest unfinished run with the same identity and its committed questions by subject,
         or a new run; this process takes `shard` of it; with `batching`, only a run scored at it (the
-        noise command's roles: batching is no part of the identity, yet what it measures).
+        noise command's roles: batching is no part of the identity, yet what it measures). `once`:
+        never a second run of an identity that has a finished one (`RunFinished`: an import of files
+        another process imported at the same moment).
 
         Atomic: the lookup and the claim happen in one transaction holding the write lock (SQLite)
         or an advisory lock on the identity and the run's row lock (PostgreSQL), so two processes
@@ -164,6 +168,10 @@ class SqlStore:
                 s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": int(identity[:15], 16)})
             query = newest(select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED)), batching)
             run = next((r for r in s.scalars(query.with_for_update()) if batched_as(r, batching)), None)
+            if run is None and once:
+                finished = select(Run.id).where(Run.identity == identity, Run.status == RunStatus.FINISHED)
+                if (done_id := s.scalars(finished.limit(1)).first()) is not None:
+                    raise RunFinished(done_id)
             if run is None:
                 run = new_run(start, identity, output_dir)
                 s.add(run)

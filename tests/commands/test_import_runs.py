@@ -89,3 +89,37 @@ def test_bad_input_is_one_line_exit_2_and_nothing_recorded(
     (line,) = got.errors
     assert said in line
     assert not (tmp_path / "store.db").exists()  # nothing recorded, no store made
+
+
+def test_the_same_files_under_another_name_are_the_run_they_made(cli: Cli, tmp_path: Path, db: str) -> None:
+    first = _id(_import(cli, tmp_path, db, str(DATA / "zero_shot")))
+    again = _import(cli, tmp_path, db, str(DATA / "zero_shot"), "--name", "renamed")
+    assert f"imported before as run {first} (smol_hf, 8 questions): nothing added" in again.out
+    assert len(stored_runs(db)) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--db", "sqlite://"], "an in-memory database keeps nothing"),
+        (["--name", "  "], "a model name is one line of text without surrounding spaces"),
+        (["--name", "a\nb"], "a model name is one line of text without surrounding spaces"),
+    ],
+)
+def test_a_store_that_keeps_nothing_or_a_blank_name_is_one_line(
+    cli: Cli, tmp_path: Path, args: list[str], said: str
+) -> None:
+    db = args[1] if args[0] == "--db" else f"sqlite:///{tmp_path / 'store.db'}"
+    rest = args[2:] if args[0] == "--db" else args
+    got = cli("runs", "--db", db, "import", str(DATA / "zero_shot"), *rest, "--no-mlflow", cwd=tmp_path)
+    assert got.code == 2
+    (line,) = got.errors
+    assert said in line
+    assert not (tmp_path / "store.db").exists()
+
+
+def test_a_password_with_a_space_never_leaves_the_process(cli: Cli, tmp_path: Path) -> None:
+    got = cli("runs", "--db", "postgresql://user:sec ret@127.0.0.1:1/db", "list", cwd=tmp_path)
+    assert got.code == 2
+    assert "sec ret" not in got.out + got.err
+    assert "ret@" not in got.out + got.err

@@ -9,11 +9,13 @@ import json
 import shutil
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mmlu_track.eval.data import DataError, load_subjects
-from mmlu_track.imports.lm_eval import LmEvalRun, protocol_of, read_run, results_files
+from mmlu_track.imports.lm_eval import LmEvalRun, read_run, results_files
+from mmlu_track.imports.lm_eval_prompts import protocol_of
 from mmlu_track.settings.config import DataConfig
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "lm_eval"
@@ -88,6 +90,9 @@ def test_mmlus_repeated_questions_are_told_apart_by_doc_id_and_none_is_matched_t
     lines = [json.dumps(dict(line, doc_id=i, doc=doc)) for i in (97, 1)]
     samples.write_text("\n".join(lines) + "\n")
     (results,) = folder.glob("results_*.json")
+    said = json.loads(results.read_text())
+    said["n-samples"]["mmlu_college_physics"]["effective"] = 2  # as lm-eval would count them
+    results.write_text(json.dumps(said))
     got = [
         s.question.index
         for s in read_run(results, DATA_FOR).samples
@@ -97,6 +102,32 @@ def test_mmlus_repeated_questions_are_told_apart_by_doc_id_and_none_is_matched_t
     samples.write_text("\n".join([lines[0], lines[1], lines[0]]) + "\n")  # a question logged twice
     with pytest.raises(DataError, match=r": line 3: the same question as line 1 \(logged twice\)"):
         read_run(results, DATA_FOR)
+
+
+def _short(samples: Path) -> None:
+    samples.write_text("\n".join(samples.read_text().splitlines()[:2]) + "\n")
+
+
+def _folder_instead(samples: Path) -> None:
+    samples.unlink()
+    samples.mkdir()
+
+
+SWEPT: dict[str, Any] = {
+    "short_samples": lambda doc, samples: _short(samples),
+    "n_shot_text": lambda doc, samples: doc["n-shot"].update(mmlu_anatomy="five"),
+    "n_shot_negative": lambda doc, samples: doc["n-shot"].update(mmlu_anatomy=-1, mmlu_abstract_algebra=-1),
+    "limit_text": lambda doc, samples: doc["config"].update(limit="four"),
+    "config_list": lambda doc, samples: doc.update(config=[1]),
+    "bool_loglik": lambda doc, samples: _edit_line(
+        samples, 1, lambda d: d.update(filtered_resps=[[False, "False"]] * 4)
+    ),
+    "letters_as_arguments": lambda doc, samples: _edit_line(
+        samples, 1, lambda d: d.update(arguments=["ab"] * 4)
+    ),
+    "no_model": lambda doc, samples: (doc.pop("model_name"), doc["config"].update(model_args={})),
+    "a_folder": lambda doc, samples: _folder_instead(samples),
+}
 
 
 @pytest.mark.parametrize(
@@ -115,6 +146,16 @@ def test_mmlus_repeated_questions_are_told_apart_by_doc_id_and_none_is_matched_t
         ("positive", ": line 1: log-likelihood '0.5' cannot be one (NaN, infinite or positive)"),
         ("variant", "task 'mmlu_flan_n_shot_generative_anatomy' is one of lm-eval's MMLU variants"),
         ("not_mmlu", "task 'hellaswag' is not MMLU"),
+        # what a hostile sweep found (each was a wrong run, a run no command could read, or exit 70)
+        ("short_samples", "holds 2 questions, the results file says lm-eval scored 4 (truncated?)"),
+        ("n_shot_text", "n-shot of mmlu_anatomy is 'five', not 0 to 5"),
+        ("n_shot_negative", "n-shot of mmlu_abstract_algebra is -1, not 0 to 5"),
+        ("limit_text", "config.limit 'four' is not a number of questions"),
+        ("config_list", "its config is not a JSON object"),
+        ("bool_loglik", ": line 1: log-likelihood False is not a number"),
+        ("letters_as_arguments", ": line 1: arguments must be the 4 choices' (context, continuation)"),
+        ("no_model", "names no model (model_name, or model_args' pretrained): give --name"),
+        ("a_folder", "cannot be read (Is a directory)"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, breaks: str, message: str) -> None:
@@ -139,6 +180,9 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, breaks: str, mess
     elif breaks in ("nan", "positive"):
         value = "nan" if breaks == "nan" else "0.5"
         _edit_line(samples, 1, lambda d: d.update(filtered_resps=[[[value, "False"]]] * 4))
+    elif breaks in SWEPT:
+        SWEPT[breaks](doc, samples)
+        results.write_text(json.dumps(doc))
     else:
         task = "mmlu_flan_n_shot_generative_anatomy" if breaks == "variant" else "hellaswag"
         doc["configs"][task] = doc["configs"].pop("mmlu_anatomy")

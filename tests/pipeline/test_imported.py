@@ -141,9 +141,14 @@ def test_chat_template_runs_are_this_tools_chat_protocols(
 
 
 def _reworded(tmp_path: Path, name: str, text: str) -> Path:
-    """A copy of the zero_shot run whose every context starts with `text`: prompts of lm-eval's own."""
+    """A copy of the zero_shot run whose every context starts with `text`: prompts of lm-eval's own;
+    the run of a model named `name` (other files, so another run, whatever the prompts)."""
     folder = tmp_path / name
     shutil.copytree(next((DATA / "zero_shot").iterdir()), folder)
+    (results,) = folder.glob("results_*.json")
+    results.write_text(
+        results.read_text().replace('"model_name": "/tmp/smol_hf"', f'"model_name": "org/{name}"')
+    )
     for samples in folder.glob("samples_*.jsonl"):
         lines = []
         for line in samples.read_text().splitlines():

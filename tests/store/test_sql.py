@@ -309,3 +309,24 @@ def test_runs_show_of_a_prefix_several_runs_share_names_them(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"mmlu_track: error: '{digit}' matches {count} runs: ")
     assert line.endswith("; give more of the id")
+
+
+def test_once_never_makes_a_second_run_of_a_finished_identity(sqlite_url: str) -> None:
+    """`start_or_resume(once=True)` (an import): in the claim's own transaction, a finished run of the
+    identity is `RunFinished`, never a second run (two imports of the same files at one moment)."""
+    from mmlu_track.store.liveness import RunFinished
+
+    from ..conftest import synthetic_run, synthetic_start
+
+    store = SqlStore(sqlite_url)
+    done = synthetic_run(store, "m", {"anatomy": [True, False]})
+    finished = store.get(done)
+    assert finished is not None
+    with pytest.raises(RunFinished) as got:
+        store.start_or_resume(synthetic_start(), finished.identity, once=True)
+    assert got.value.run_id == done
+    assert [r.id for r in store.runs()] == [done]
+    again, _ = store.start_or_resume(
+        synthetic_start(), finished.identity
+    )  # without once: a new run, as before
+    assert again != done
