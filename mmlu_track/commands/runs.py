@@ -166,6 +166,9 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     )
     print(f"run {run.id}  status {status}  mlflow {run.mlflow_run_id or '-'}")
     facts = _facts(run)
+    record = run.record
+    if record is not None and (imported := record.start.imported) is not None and imported.limit is not None:
+        facts = facts._replace(limit=f"first {imported.limit:g} per subject ({imported.tool}'s --limit)")
     print(
         f"model {run.model_name} ({facts.version}, {facts.dtype}), {facts.scoring}, {_prompt(run)}, "
         f"k={run.k}, limit {facts.limit}"
@@ -175,8 +178,8 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
     print(
         f"created {run.created_at:%Y-%m-%d %H:%M:%S} UTC  finished {finished}  output {run.output_dir or '-'}"
     )
-    if (record := run.record) is not None and (imported := record.start.imported) is not None:
-        print(imported.summary())
+    if record is not None and record.start.imported is not None:
+        print(record.start.imported.summary())
 
     for claim in store.shards(run.id):
         beat = f"last beat {claim.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC" if claim.heartbeat_at else "no beat"

@@ -65,6 +65,7 @@ def test_the_same_files_import_once_and_the_run_is_listed_as_any(cli: Cli, tmp_p
     assert (record.start.model.source, record.start.config.k) == ("lm-eval", 0)
     shown = cli("runs", "--db", db, "show", run_id[:8], cwd=tmp_path)
     assert "imported from lm-eval on 2026-12-06 (harness prompts, --limit 4)" in shown.out, shown.out
+    assert "k=0, limit first 4 per subject (lm-eval's --limit)" in shown.out
 
 
 @pytest.mark.parametrize("breaks", ["no_samples", "two_models"])
