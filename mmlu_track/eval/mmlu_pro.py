@@ -84,7 +84,7 @@ def validate_pro_row(row: Mapping[str, Any], *, where: str, split: str, index: i
 def _answer(row: Mapping[str, Any], n_options: int, at: str) -> int:
     """The answer's position: the letter, checked against `answer_index` and the options."""
     letter, position = row.get("answer"), row.get("answer_index")
-    if not isinstance(letter, str) or letter.strip() not in OPTION_LETTERS[:n_options] or not letter.strip():
+    if not isinstance(letter, str) or letter.strip() not in tuple(OPTION_LETTERS[:n_options]):  # not "AB"
         raise DataError(
             f"{at}: answer {letter!r} is not a letter of its {n_options} options "
             f"({OPTION_LETTERS[0]}-{OPTION_LETTERS[n_options - 1]})"

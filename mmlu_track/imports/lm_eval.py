@@ -296,10 +296,10 @@ def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
         model_name=name,
         model_args=model_args,
         shots=shots,
-        chat_template=doc.get("chat_template") or None,
-        chat_template_sha=doc.get("chat_template_sha") or None,
-        fewshot_as_multiturn=bool(doc.get("fewshot_as_multiturn")),
-        system_instruction=doc.get("system_instruction") or None,
+        chat_template=_text(doc, "chat_template"),
+        chat_template_sha=_text(doc, "chat_template_sha"),
+        fewshot_as_multiturn=doc.get("fewshot_as_multiturn") is True,
+        system_instruction=_text(doc, "system_instruction"),
         limit=_limit(config.get("limit"), path),
         versions={k: str(v) for k, v in said.items() if v},
         samples=tuple(samples),
@@ -308,6 +308,12 @@ def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
         seeds={k: v for k in SEEDS if isinstance(v := config.get(f"{k}_seed"), int)},
         special_tokens=_special_tokens(doc),
     )
+
+
+def _text(doc: Mapping[str, Any], key: str) -> str | None:
+    """A text field lm-eval records (null, or absent, when unused): anything else is not used."""
+    value = doc.get(key)
+    return value if isinstance(value, str) and value else None
 
 
 def _shots(n_shot: Mapping[str, Any], tasks: Mapping[str, str], path: Path) -> int:

@@ -106,6 +106,8 @@ def _edit(rows: list[dict[str, Any]], **change: Any) -> list[dict[str, Any]]:
         ({"options": ["only", "N/A", "N/A"], "answer": "A", "answer_index": 0}, "3 options (1 not N/A)"),
         ({"answer": "E", "answer_index": 4}, "answer 'E' is not a letter of its 3 options (A-C)"),
         ({"answer": "K", "answer_index": 10}, "answer 'K' is not a letter of its 3 options"),
+        ({"answer": "AB", "answer_index": 0}, "answer 'AB' is not a letter of its 3 options"),
+        ({"answer": "", "answer_index": 0}, "answer '' is not a letter of its 3 options"),
         ({"answer_index": 0}, "answer 'C' and answer_index 0 disagree"),
         (
             {"options": ["a", "N/A", "c"], "answer": "B", "answer_index": 1},
