@@ -40,7 +40,7 @@ def _questions(args: argparse.Namespace) -> dict[str, Any]:
     return {s: subsample(d.test, args.limit, args.seed) for s, d in data.items()}
 
 
-def _timed(cmd: list[str], cwd: Path, what: str) -> float:
+def timed(cmd: list[str], cwd: Path, what: str) -> float:
     """The wall seconds of one whole process; its failure ends the benchmark with its stderr."""
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
@@ -50,6 +50,16 @@ def _timed(cmd: list[str], cwd: Path, what: str) -> float:
     return wall
 
 
+def packaged_dirs() -> tuple[Path, Path]:
+    """The packaged SmolLM2's converted tokenizer and model folders (the default model's cache)."""
+    from mmlu_track.eval import models
+    from mmlu_track.settings.config import ModelConfig
+
+    package, filename = models.PACKAGED_SMOLLM2
+    default = ModelConfig(name="SmolLM2-135M-Instruct", source="gguf", package=package, gguf_file=filename)
+    return models.converted_dirs(default, str(Path("~/.cache/mmlu_track").expanduser()))
+
+
 def run_mmlu_track(args: argparse.Namespace, tmp: Path, n: int) -> dict[str, Any]:
     out = tmp / f"mmlu_track-{n}"
     cmd = [
@@ -57,7 +67,7 @@ def run_mmlu_track(args: argparse.Namespace, tmp: Path, n: int) -> dict[str, Any
         f"subjects=[{args.subjects}]", f"seed={args.seed}", "dtype=float32", "tracking=sql_only",
         f"tracking.db_url=sqlite:///{tmp / 'bench.db'}", "tracking.resume=false", f"hydra.run.dir={out}",
     ]  # fmt: skip
-    wall = _timed(cmd, tmp, "mmlu_track")
+    wall = timed(cmd, tmp, "mmlu_track")
     doc = json.loads((out / "results.json").read_text())
     t = doc["timing"]
     return {
@@ -77,7 +87,7 @@ def run_harness(
         "--tasks", ",".join(names), "--include_path", str(tmp), "--num_fewshot", str(args.k),
         "--batch_size", "8", "--device", "cpu", "--output_path", str(out),
     ]  # fmt: skip
-    return {"path": "lm-eval-harness", "wall_s": _timed(cmd, tmp, "lm_eval")}
+    return {"path": "lm-eval-harness", "wall_s": timed(cmd, tmp, "lm_eval")}
 
 
 def main() -> None:
@@ -91,12 +101,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from mmlu_track.eval import models
-    from mmlu_track.settings.config import ModelConfig
-
-    package, filename = models.PACKAGED_SMOLLM2
-    default = ModelConfig(name="SmolLM2-135M-Instruct", source="gguf", package=package, gguf_file=filename)
-    dirs = models.converted_dirs(default, str(Path("~/.cache/mmlu_track").expanduser()))
+    dirs = packaged_dirs()
     harness = importlib.util.find_spec("lm_eval") is not None
     best: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench_process_") as name:

@@ -352,6 +352,17 @@ def import_lm_eval(cli: Callable[..., CliResult], cwd: Path, db: str, *args: str
     return cli("runs", "--db", db, "import", *args, "--no-mlflow", cwd=cwd)
 
 
+def question_results(db: str, run_id: str) -> list[Any]:
+    """A stored run's question results (`QuestionResult`s) from the store at `db`."""
+    from mmlu_track.store.sql import SqlStore
+
+    store = SqlStore(db)
+    try:
+        return store.question_results(run_id)
+    finally:
+        store.close()
+
+
 def stored_runs(db: str) -> list[Any]:
     """Every run in the store at `db` (`StoredRun`s), newest first."""
     from mmlu_track.store.sql import SqlStore

@@ -33,15 +33,17 @@ if TYPE_CHECKING:
 
 _ROW = "{:<12} {:<9} {:<28} {:<14} {:<16} {:<20} {:>2} {:<8} {:>5} {:>6} {:>7} {:>7} {:>10}  {:<19}  {}"
 CIRCULAR_NOTE = (
-    "circular runs (scoring …/circular): micro % and macro % are circular accuracy (right in all 4 "
-    "rotations of the choices); as given %: the micro accuracy with the choices as published"
+    "circular runs (scoring …/circular): micro % and macro % are circular accuracy (right in every "
+    "rotation of the choices); as given %: the micro accuracy with the choices as published"
 )
 
 
 def _prompt(run: StoredRun) -> str:
-    """The formulation, and the chat style where the prompts went through the model's template."""
-    chat = run.protocol.chat
-    return run.formulation if chat == "none" else f"{run.formulation}/{chat}"
+    """The formulation (after `mmlu_pro:` for an MMLU-Pro run), and the chat style where the prompts
+    went through the model's template."""
+    chat, bench = run.protocol.chat, run.protocol.benchmark
+    name = run.formulation if bench == "mmlu" else f"{bench}:{run.formulation}"
+    return name if chat == "none" else f"{name}/{chat}"
 
 
 class _Facts(NamedTuple):

@@ -1,8 +1,8 @@
 """Reading the answer: the one home of how a score becomes a predicted letter.
 
-- log-prob scoring: the argmax over the four letters' log-probs (`argmax`: the first of equal
-  values, as numpy's), after the subject's letter-bias calibration (`calibrate`); the margin is the
-  gap between the top two (calibrated) values.
+- log-prob scoring: the argmax over the question's letters' log-probs (`argmax`: the first of
+  equal values, as numpy's), after the subject's letter-bias calibration (`calibrate`, each letter
+  over the questions that have it); the margin is the gap between the top two (calibrated) values.
 - generation scoring: `read_answer` by `scoring.extract` (`first_char`: the first non-whitespace
   character, `parse_generation`; `pattern`: the first of `scoring.patterns` that matches). The
   in-process greedy decoder also asks it when a row's answer is decided (`generate.decided`).
@@ -24,9 +24,9 @@ from mmlu_track.eval.backend import PromptError, Score
 from mmlu_track.eval.prompts import Prompt
 from mmlu_track.records.results import QuestionResult, RotatedAnswer
 from mmlu_track.settings.config import ScoringConfig
-from mmlu_track.settings.subjects import LETTERS
+from mmlu_track.settings.subjects import LETTERS, letters
 
-Four = tuple[float, float, float, float]
+LogProbs = tuple[float, ...]  # one per option of the question, A first
 
 # A log-probability is at most 0. Computed in float32 (log_softmax over the vocabulary: in-process,
 # and the engines' samplers) its rounding error is a few ulps of the log-sum-exp, under 1e-5 for any
@@ -50,10 +50,11 @@ def check(scores: Sequence[Score]) -> None:
                 raise err
 
 
-def four(values: Sequence[float]) -> Four:
-    """Exactly four values (one per letter) as a tuple; anything else is a bug upstream."""
-    a, b, c, d = values
-    return float(a), float(b), float(c), float(d)
+def per_letter(values: Sequence[float], options: int) -> LogProbs:
+    """Exactly one value per option as a tuple of floats; any other count is a bug upstream."""
+    if len(values) != options:
+        raise ValueError(f"{len(values)} log-probs for a question with {options} options (a bug)")
+    return tuple(float(v) for v in values)
 
 
 def argmax(values: Sequence[float]) -> int:
@@ -61,44 +62,51 @@ def argmax(values: Sequence[float]) -> int:
     return int(np.argmax(np.asarray(values, dtype=np.float64)))
 
 
-def parse_generation(text: str) -> int | None:
-    """The answer index from a generation: its first non-whitespace character, if A-D."""
+def parse_generation(text: str, options: int = 4) -> int | None:
+    """The answer index from a generation: its first non-whitespace character, if one of the
+    question's letters (A-D for four options)."""
     stripped = text.lstrip()
-    if stripped and stripped[0] in LETTERS:
+    if stripped and stripped[0] in letters(options):
         return LETTERS.index(stripped[0])
     return None
 
 
-def read_answer(text: str, cfg: ScoringConfig) -> int | None:
+def read_answer(text: str, cfg: ScoringConfig, options: int = 4) -> int | None:
     """The answer index a generation gives by `cfg.extract`: `first_char` (`parse_generation`), or
     `pattern`, the group of the first of `cfg.patterns` that matches anywhere in the text (a
-    pattern's own anchors and flags apply); None when nothing reads as a letter A-D."""
+    pattern's own anchors and flags apply); None when nothing reads as one of the question's letters."""
     if cfg.extract == "first_char":
-        return parse_generation(text)
+        return parse_generation(text, options)
     for pattern in cfg.patterns:
-        if (found := re.search(pattern, text)) and found.group(1) in LETTERS:
+        if (found := re.search(pattern, text)) and found.group(1) in letters(options):
             return LETTERS.index(found.group(1))
     return None
 
 
 def calibrate(logprobs: np.ndarray, method: str) -> np.ndarray:
-    """One subject's (n, 4) log-prob matrix as the argmax should see it.
+    """One subject's (n, letters) log-prob matrix as the argmax should see it; a question without a
+    letter (fewer options than the widest) has NaN there.
 
-    `none`: unchanged. `mean`: each letter's mean log-prob over the subject's questions subtracted,
-    which removes a model's constant preference for some letters.
+    `none`: unchanged. `mean`: each letter's mean log-prob over the subject's questions that have
+    it subtracted, which removes a model's constant preference for some letters.
     """
     if method == "none":
         return logprobs
     if method == "mean":
-        return np.asarray(logprobs - logprobs.mean(axis=0, keepdims=True))
+        return np.asarray(logprobs - np.nanmean(logprobs, axis=0, keepdims=True))
     raise ValueError(f"unknown calibration {method!r}")
 
 
-def predict(logprobs: Sequence[Four], calibration: str) -> tuple[list[int], list[float]]:
-    """Each row's predicted letter and its margin (top value minus the second), calibrated."""
-    matrix = calibrate(np.array(logprobs, dtype=np.float64), calibration)
-    top2 = np.sort(matrix, axis=1)[:, -2:]
-    return [argmax(row) for row in matrix], [float(m) for m in top2[:, 1] - top2[:, 0]]
+def predict(logprobs: Sequence[LogProbs], calibration: str) -> tuple[list[int], list[float]]:
+    """Each row's predicted letter (among its own) and its margin (top value minus the second),
+    calibrated."""
+    width = max(len(row) for row in logprobs)
+    matrix = np.full((len(logprobs), width), np.nan)
+    for i, row in enumerate(logprobs):
+        matrix[i, : len(row)] = row
+    ranked = np.where(np.isnan(calibrated := calibrate(matrix, calibration)), -np.inf, calibrated)
+    top2 = np.sort(ranked, axis=1)[:, -2:]
+    return [argmax(row) for row in ranked], [float(m) for m in top2[:, 1] - top2[:, 0]]
 
 
 def to_results(batch: Sequence[Prompt], scores: Sequence[Score], calibration: str) -> list[QuestionResult]:
@@ -124,6 +132,8 @@ def to_results(batch: Sequence[Prompt], scores: Sequence[Score], calibration: st
             gold=p.question.answer,
             margin=margin,
             scored_by=s.scored_by,
+            options=len(p.question.choices),
+            src=p.question.src,
         )
         for p, s, pred, margin in zip(batch, scores, predictions, margins, strict=True)
     ]
@@ -131,13 +141,13 @@ def to_results(batch: Sequence[Prompt], scores: Sequence[Score], calibration: st
 
 def with_rotations(each: Sequence[Sequence[QuestionResult]]) -> list[QuestionResult]:
     """Rotation 0's results (the questions as given) carrying the other rotations' answers
-    (`QuestionResult.rotations`); `each` holds the results of every rotation asked, in order."""
+    (`QuestionResult.rotations`); `each` holds the results of every rotation asked, in order: rotation
+    r those of the questions with more than r choices, in the questions' order."""
     first, *others = each
     if not others:
         return list(first)
-    return [
-        dataclasses.replace(
-            r, rotations=tuple(RotatedAnswer(o.prediction, o.logprobs, o.generated) for o in rest)
-        )
-        for r, *rest in zip(first, *others, strict=True)
-    ]
+    later: dict[tuple[str, int], list[RotatedAnswer]] = {(r.subject, r.index): [] for r in first}
+    for results in others:
+        for o in results:
+            later[(o.subject, o.index)].append(RotatedAnswer(o.prediction, o.logprobs, o.generated))
+    return [dataclasses.replace(r, rotations=tuple(later[(r.subject, r.index)])) for r in first]

@@ -17,22 +17,24 @@ def ask(
     """One subject's prompts scored by `method`, in order. `answer_lead`: what precedes a letter
     (`prompts.Style.answer_lead`: " " after a raw prompt, "" after a chat generation prompt)."""
     if method == "logprob":
-        return lm.score_letters([LetterRequest(p.text, p.prefix, answer_lead) for p in rendered], progress)
+        requests = [LetterRequest(p.text, p.prefix, answer_lead, len(p.question.choices)) for p in rendered]
+        return lm.score_letters(requests, progress)
     return lm.generate([GenerationRequest(p.text, p.prefix, p.messages or None) for p in rendered], progress)
 
 
-def per_question(progress: Progress, prompts_each: int) -> Progress:
-    """`progress` counted in questions where each is asked as `prompts_each` prompts (a circular
-    run's rotations)."""
-    if prompts_each == 1:
+def per_question(progress: Progress, questions: int, prompts: int) -> Progress:
+    """`progress` counted in questions where `questions` are asked as `prompts` prompts in all (a
+    circular run's rotations: 4 a question for MMLU, one per option for MMLU-Pro): after d prompts,
+    d·questions/prompts questions (rounded down) are reported done."""
+    if prompts == questions:
         return progress
     done = 0
 
     def step(n: int) -> None:
         nonlocal done
-        before = done // prompts_each
+        before = done * questions // prompts
         done += n
-        if (now := done // prompts_each) > before:
+        if (now := done * questions // prompts) > before:
             progress(now - before)
 
     return step

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from mmlu_track.eval.prompts import Messages
 from mmlu_track.records.run import ModelInfo
-from mmlu_track.settings.subjects import LETTERS
+from mmlu_track.settings.subjects import letters
 from mmlu_track.support.errors import MmluTrackError
 
 Progress = Callable[[int], None]
@@ -46,7 +46,7 @@ class Score:
     to the one that settles the answer (see `generate.decided`), not all `max_new_tokens`."""
 
     prediction: int | None
-    logprobs: tuple[float, float, float, float] | None = None
+    logprobs: tuple[float, ...] | None = None  # one per option of the question, A first
     generated: str | None = None
     n_tokens: int = 0
     truncated: bool = False
@@ -60,16 +60,18 @@ class Score:
 
 @dataclass(frozen=True)
 class LetterRequest:
-    """`logprob` scoring: the log-probs of the four answer letters as continuations of a prompt."""
+    """`logprob` scoring: the log-probs of the question's answer letters (A-D for MMLU's four
+    options, up to A-J) as continuations of a prompt."""
 
     text: str  # the prompt as the model reads it (a chat prompt: rendered by the model's template)
     prefix: str = ""  # its start that other prompts share (the in-process prefix cache runs it once)
     answer_lead: str = " "  # before a letter: " " after a raw prompt, "" after a chat generation prompt
+    options: int = 4  # how many choices the question has: one letter each
 
     @property
     def continuations(self) -> tuple[str, ...]:
-        """The four scored continuations, `answer_lead` then each letter A-D, in letter order."""
-        return tuple(f"{self.answer_lead}{letter}" for letter in LETTERS)
+        """The scored continuations, `answer_lead` then each of the question's letters, in order."""
+        return tuple(f"{self.answer_lead}{letter}" for letter in letters(self.options))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mmlu_track.settings.config import DataConfig
-from mmlu_track.settings.subjects import LETTERS, SUBJECTS
+from mmlu_track.settings.subjects import LETTERS, SUBJECTS, letters
 from mmlu_track.support.errors import MmluTrackError
 
 
@@ -76,7 +76,7 @@ def validate_row(row: Mapping[str, Any], *, where: str, subject: str, split: str
     if empty := [LETTERS[i] for i, c in enumerate(choices) if not c.strip()]:
         raise DataError(f"{at}: choice {', '.join(empty)} is empty")
     answer = row.get("answer")
-    if isinstance(answer, str) and answer.strip() in LETTERS:
+    if isinstance(answer, str) and answer.strip() in letters(4):
         answer = LETTERS.index(answer.strip())
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer <= 3:
         raise DataError(f"{at}: answer must be 0-3 or A-D, got {answer!r}")

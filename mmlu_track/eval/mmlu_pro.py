@@ -25,17 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from mmlu_track.eval.data import DataError, Question, SubjectData, read_rows
+from mmlu_track.settings.config import DataConfig
+from mmlu_track.settings.subjects import LETTERS, PRO_CATEGORIES
 
 HUB_ID = "TIGER-Lab/MMLU-Pro"
-CATEGORIES = (
-    "biology", "business", "chemistry", "computer science", "economics", "engineering", "health",
-    "history", "law", "math", "other", "philosophy", "physics", "psychology",
-)  # fmt: skip
-OPTION_LETTERS = "ABCDEFGHIJ"
+CATEGORIES = PRO_CATEGORIES
+OPTION_LETTERS = "".join(LETTERS)
 MAX_OPTIONS = len(OPTION_LETTERS)
 PAD = "N/A"  # the validation rows pad their options to 10 with it
 SPLITS = ("validation", "test")  # validation: the 5-shot examples (5 per category); test: scored
-FROM_MMLU = "ori_mmlu-"  # `src` of the 6,810 test questions taken from MMLU
 
 
 @dataclass(frozen=True)
@@ -74,10 +72,14 @@ def validate_pro_row(row: Mapping[str, Any], *, where: str, split: str, index: i
         raise DataError(f"{at}: the answer {OPTION_LETTERS[answer]} is a {PAD} padding option")
     qid = row.get("question_id")
     src = row.get("src")
+    if not isinstance(src, str) or not src.strip():
+        raise DataError(
+            f"{at}: src (where the question came from, e.g. ori_mmlu-anatomy) is missing or empty"
+        )
     return Question(
         subject=category, split=split, index=index, question=question, choices=tuple(options), answer=answer,
         qid=qid if isinstance(qid, int) and not isinstance(qid, bool) else None,
-        src=src if isinstance(src, str) else None,
+        src=src,
     )  # fmt: skip
 
 
@@ -151,6 +153,30 @@ def _assembled(splits: Mapping[str, tuple[Question, ...]], where: str) -> ProDat
     shots, tests = _rows(splits["validation"]), _rows(splits["test"])
     categories = {c: SubjectData(c, tuple(shots[c]), tuple(tests[c])) for c in CATEGORIES if tests[c]}
     return ProData(categories, splits["validation"], where)
+
+
+def load(cfg: DataConfig) -> ProData:
+    """MMLU-Pro as `data=` says: `local` (`data.path`) or `hub` (`data.revision`)."""
+    if cfg.source == "local":
+        if cfg.path is None:
+            raise DataError("data.path is required for data.source=local")
+        return load_local(Path(cfg.path))
+    if cfg.source == "hub":
+        return load_hub(cfg.revision)
+    raise DataError(f"MMLU-Pro has no {cfg.source} source: data.source=local or hub")
+
+
+def shot_pool(data: ProData, protocol: str, category: str, k: int) -> tuple[Question, ...]:
+    """Where a `category` question's k shots are drawn from: its own category's validation rows
+    (`category`), or the whole validation split (`leaderboard`); `DataError` where fewer than k."""
+    if protocol == "category":
+        pool = data.categories[category].dev if category in data.categories else ()
+        where = f"category {category!r} has {len(pool)} validation rows"
+    else:
+        pool, where = data.validation, f"the validation split has {len(data.validation)} rows"
+    if len(pool) < k:
+        raise DataError(f"{data.where}: {where}, fewer than k={k} shots")
+    return tuple(pool)
 
 
 def shots(data: ProData, category: str, k: int) -> tuple[Question, ...]:

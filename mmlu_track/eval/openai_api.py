@@ -3,7 +3,7 @@ TGI, llama.cpp), satisfying `backend.Backend`, as `openai_connect.load` reaches 
 torch, no transformers (a local tokenizer, where given, is loaded there).
 
 Log-prob scoring is exact or refused, never a floor or a guess. For each prompt it asks for the
-next token's `top_logprobs` alternatives (`max_tokens=1`, temperature 0): when all four letters
+next token's `top_logprobs` alternatives (`max_tokens=1`, temperature 0): when all the letters
 `" A"`..`" D"` are among them, their values are log P(" X" | prompt) as the server computed them
 over its whole vocabulary (`scored_by="top_logprobs"`). Otherwise each letter is scored by echo
 (lm-evaluation-harness's `local-completions`): prompt + " X" sent with `echo` and `logprobs`, and
@@ -41,7 +41,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.eval.answers import argmax, four, read_answer
+from mmlu_track.eval.answers import argmax, per_letter, read_answer
 from mmlu_track.eval.backend import (
     GenerationRequest,
     LetterRequest,
@@ -278,7 +278,7 @@ class Served(Wire):
                 break
             k = wider
         if first is not None and all(c in first for c in continuations):
-            values = four([_number(first[c], c) for c in continuations])
+            values = per_letter([_number(first[c], c) for c in continuations], len(continuations))
             return Score(
                 argmax(values), values, n_tokens=n_tokens, forwarded=n_tokens, scored_by="top_logprobs"
             )
@@ -292,7 +292,7 @@ class Served(Wire):
         for c in continuations:
             doc = self.complete(text + c, max_tokens=1, logprobs=1, echo=True)
             echoes.append(echo_logprob(logprobs_of(one_choice(doc)), len(text), len(c)))
-        values4 = four([e.logprob for e in echoes])
+        values4 = per_letter([e.logprob for e in echoes], len(continuations))
         multi = any(e.tokens > 1 for e in echoes)
         return Score(
             argmax(values4),

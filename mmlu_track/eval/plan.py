@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mmlu_track.eval import prompts
+from mmlu_track.eval import mmlu_pro, prompts
 from mmlu_track.eval.annotations import Annotated, annotate
 from mmlu_track.eval.backend import Backend, ModelError
-from mmlu_track.eval.data import Question, fingerprint, load_subjects, subsample
+from mmlu_track.eval.data import DataError, Question, SubjectData, fingerprint, load_subjects, subsample
 from mmlu_track.records.protocol import EvalProtocol
 from mmlu_track.records.results import Docs
 from mmlu_track.records.run import ModelInfo, RunRecord
@@ -108,7 +108,7 @@ def render(
     return out
 
 
-Asked = tuple[prompts.Prompt, ...]  # one question as the run asks it: rotation 0 (as given), then 1-3
+Asked = tuple[prompts.Prompt, ...]  # one question as the run asks it: rotation 0 (as given), then 1..n-1
 
 
 def rotations(
@@ -120,16 +120,17 @@ def rotations(
     how: prompts.Style = prompts.RAW,
 ) -> dict[str, list[Asked]]:
     """Every prompt the run scores, per subject and question: `(as given,)`, or in a circular run
-    its 4 rotations, rotation 0 the prompt as given. A rotation keeps rotation 0's shots (their
-    prefix is shared) unless it does not fit with them: then it drops shots, last first, as any
-    prompt does; one that never fits refuses the run as rotation 0 would (`render`)."""
+    its n rotations (one per choice), rotation 0 the prompt as given. A rotation keeps rotation 0's
+    shots (their prefix is shared) unless it does not fit with them: then it drops shots, last first,
+    as any prompt does; one that never fits refuses the run as rotation 0 would (`render`)."""
     if cfg.scoring.choice_order != "circular":
         return {s: [(p,) for p in ps] for s, ps in rendered.items()}
     out: dict[str, list[Asked]] = {}
     for subject, ps in rendered.items():
         shots = plan.shots[subject]
         out[subject] = [
-            (p, *(_rotation(cfg, p, r, shots, fits, how) for r in range(1, prompts.ROTATIONS))) for p in ps
+            (p, *(_rotation(cfg, p, r, shots, fits, how) for r in range(1, prompts.rotations_of(p.question))))
+            for p in ps
         ]
     _refuse_too_long(cfg, lm, [p for asked in out.values() for a in asked for p in a[1:]], fits)
     return out
@@ -201,14 +202,31 @@ def question_docs(record: RunRecord) -> Docs | None:
     return again.docs() if again.fingerprint == record.start.data.fingerprint else None
 
 
+def _load(cfg: EvalConfig) -> tuple[dict[str, SubjectData], dict[str, tuple[Question, ...]]]:
+    """Each subject's questions and the rows its shots are drawn from: MMLU's dev split, or
+    MMLU-Pro's validation rows as the protocol says (`mmlu_pro.shot_pool`)."""
+    if cfg.benchmark == "mmlu":
+        data = load_subjects(cfg.data, cfg.subjects)
+        return data, {s: d.dev for s, d in data.items()}
+    pro = mmlu_pro.load(cfg.data)
+    if missing := [s for s in cfg.subjects if s not in pro.categories]:
+        have = ",".join(pro.categories)
+        raise DataError(
+            f"{pro.where}: no test questions of category {missing[0]!r}: name the categories it has, "
+            f"'subjects=[{have}]'"
+        )
+    data = {s: pro.categories[s] for s in cfg.subjects}
+    return data, {s: mmlu_pro.shot_pool(pro, cfg.formulation, s, cfg.k) for s in data}
+
+
 def plan(cfg: EvalConfig) -> Plan:
     """The questions and shots the settings choose: each subject loaded and validated, its test split
     subsampled to `limit`, its shots selected from dev; `DataError` (or `ValueError` for more shots
     than dev rows) when they cannot be. No model is needed."""
-    data = load_subjects(cfg.data, cfg.subjects)
+    data, pools = _load(cfg)
     chosen = {s: subsample(d.test, cfg.limit, cfg.seed) for s, d in data.items()}
     seed = cfg.seed if cfg.shot_seed is None else cfg.shot_seed
-    shots = {s: prompts.select_shots(d.dev, cfg.k, cfg.shot_selection, seed) for s, d in data.items()}
+    shots = {s: prompts.select_shots(pools[s], cfg.k, cfg.shot_selection, seed) for s in data}
     return Plan(
         questions=chosen,
         shots=shots,

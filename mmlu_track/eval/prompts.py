@@ -8,6 +8,8 @@ lm-eval-harness. Shots end with `" X\n\n"`.
   "about" (`about  abstract algebra`); questions and choices are used as stored.
 - `harness`: lm-eval-harness `mmlu`: single space, `question.strip()`, shots joined by "\n\n".
 - `question`: the HELM / lighteval `Question:` style with a subject-free header.
+- `leaderboard`, `category` (MMLU-Pro, `benchmark=mmlu_pro`): lm-eval's `leaderboard_mmlu_pro` and
+  the category protocol the docs recommend for a gate (`prompts_pro`), A-J for up to 10 options.
 
 Chat prompts (`ChatConfig`; the rule is lm-evaluation-harness 0.4.13's `fewshot_context` with
 `--apply_chat_template`): `messages` puts the formulation's header (after `system`, if any, and
@@ -27,12 +29,15 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from mmlu_track.eval import prompts_pro
 from mmlu_track.eval.data import Question
-from mmlu_track.settings.subjects import LETTERS, pretty
+from mmlu_track.settings.subjects import LETTERS, letters, pretty
 
 
 def _choices(q: Question) -> str:
-    return "".join(f"\n{letter}. {choice}" for letter, choice in zip(LETTERS, q.choices, strict=True))
+    return "".join(
+        f"\n{letter}. {choice}" for letter, choice in zip(letters(len(q.choices)), q.choices, strict=True)
+    )
 
 
 def _original_header(subject: str) -> str:
@@ -75,7 +80,10 @@ FORMULATIONS: dict[str, Formulation] = {
     "original": Formulation("original", _original_header, _original_body),
     "harness": Formulation("harness", _harness_header, _harness_body),
     "question": Formulation("question", _question_header, _question_body),
+    "leaderboard": Formulation("leaderboard", prompts_pro.leaderboard_header, prompts_pro.leaderboard_body),
+    "category": Formulation("category", prompts_pro.category_header, prompts_pro.category_body),
 }
+MMLU_FORMULATIONS = ("original", "harness", "question")  # MMLU's; MMLU-Pro's: prompts_pro.PROTOCOLS
 
 
 Messages = list[dict[str, str]]
@@ -244,15 +252,18 @@ def fit(
     raise AssertionError("unreachable")
 
 
-ROTATIONS = 4  # a circular run asks each question in its 4 cyclic rotations (rotation 0: as given)
+def rotations_of(q: Question) -> int:
+    """How many cyclic rotations a circular run asks of a question: one per choice (rotation 0: as
+    given), so 4 for MMLU and up to 10 for MMLU-Pro."""
+    return len(q.choices)
 
 
 def rotate(q: Question, r: int) -> Question:
-    """The question with its choices turned `r` places (rotation 1 shows BCDA): choice i stands
-    under letter (i - r) % 4, and the gold letter moves with its text."""
-    c = q.choices
-    turned = (c[r % 4], c[(r + 1) % 4], c[(r + 2) % 4], c[(r + 3) % 4])
-    return dataclasses.replace(q, choices=turned, answer=(q.answer - r) % 4)
+    """The question with its n choices turned `r` places (rotation 1 of four shows BCDA): choice i
+    stands under letter (i - r) % n, and the gold letter moves with its text."""
+    c, n = q.choices, len(q.choices)
+    turned = tuple(c[(r + i) % n] for i in range(n))
+    return dataclasses.replace(q, choices=turned, answer=(q.answer - r) % n)
 
 
 def rotated(

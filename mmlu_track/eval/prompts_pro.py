@@ -32,13 +32,29 @@ def _item(question: Question, *, stripped: bool) -> str:
     return f"{text}\n{lines}Answer:"
 
 
+def leaderboard_header(category: str) -> str:
+    """The `leaderboard` protocol's header: none."""
+    return ""
+
+
+def category_header(category: str) -> str:
+    """The `category` protocol's header, naming the question's category."""
+    return f"The following are multiple choice questions (with answers) about {category}.\n\n"
+
+
+def leaderboard_body(question: Question) -> str:
+    """A question (shot or asked) as `leaderboard` renders it up to `Answer:`: as published."""
+    return _item(question, stripped=False)
+
+
+def category_body(question: Question) -> str:
+    """A question (shot or asked) as `category` renders it up to `Answer:`: stripped, no `N/A`."""
+    return _item(question, stripped=True)
+
+
 def header(protocol: str, category: str) -> str:
     """What a prompt starts with before its shots: nothing for `leaderboard`."""
-    return (
-        ""
-        if protocol == "leaderboard"
-        else f"The following are multiple choice questions (with answers) about {category}.\n\n"
-    )
+    return leaderboard_header(category) if _protocol(protocol) == "leaderboard" else category_header(category)
 
 
 def render(protocol: str, shot_rows: Sequence[Question], question: Question) -> str:

@@ -6,11 +6,12 @@ run's `Batching`; they return one `Score` per request, in order, batched by
 `batching.run_batches` (longest first, left-padded, explicit positions: results do not depend on
 the batching beyond float rounding). `generate` lives in `generate.py`.
 
-`logprob`: the answer letters are continuations `" A"`..`" D"` of a raw prompt (the letter carries
-the leading space; `answer_lead`), `"A"`..`"D"` of a chat prompt (the assistant turn's first
-characters). Their ids are found in context, by encoding `prompt + " A"` and removing the prompt's ids.
-When all four are one token each and the prompt's ids are a prefix (the usual case), one forward
-pass of the prompt gives all four log-probs from the last position's logits. Otherwise (a
+`logprob`: the answer letters (the question's own: `" A"`..`" D"` for four options, up to `" J"`)
+are continuations of a raw prompt (the letter carries the leading space; `answer_lead`), `"A"`..
+of a chat prompt (the assistant turn's first characters). Their ids are found in context, by
+encoding `prompt + " A"` and removing the prompt's ids. When every letter is one token and the
+prompt's ids are a prefix (the usual case), one forward pass of the prompt gives all the letters'
+log-probs from the last position's logits. Otherwise (a
 tokenizer that splits `" A"` or merges across the boundary), each letter's full sequence is
 scored and its continuation tokens' log-probs summed; `Score.multi_pass` says so.
 
@@ -31,20 +32,22 @@ from typing import Any, Protocol
 import torch
 
 from mmlu_track.eval import prefix_cache
-from mmlu_track.eval.answers import argmax, four
+from mmlu_track.eval.answers import LogProbs, argmax, per_letter
 from mmlu_track.eval.backend import LetterRequest, Progress, Score
 from mmlu_track.eval.batching import Batching, fit, left_pad, run_batches
 from mmlu_track.eval.generate import score_generate
 from mmlu_track.eval.models import LoadedModel
 from mmlu_track.eval.prefix_cache import Suffixes
-from mmlu_track.settings.subjects import LETTERS
+from mmlu_track.settings.subjects import letters
 
 __all__ = ["SCORERS", "Score", "Scorer", "run_batches", "score_generate", "score_logprob"]
 
 
-def _letter_sequences(lm: LoadedModel, text: str, lead: str) -> tuple[list[int], list[list[int]], bool]:
+def _letter_sequences(
+    lm: LoadedModel, text: str, lead: str, options: int
+) -> tuple[list[int], list[list[int]], bool]:
     """(prompt ids, prompt + letter ids for each letter, whether one pass at the end suffices)."""
-    ctx, *wholes = lm.encode_many([text, *(f"{text}{lead}{letter}" for letter in LETTERS)])
+    ctx, *wholes = lm.encode_many([text, *(f"{text}{lead}{letter}" for letter in letters(options))])
     one_pass = all(len(w) == len(ctx) + 1 and w[: len(ctx)] == ctx for w in wholes)
     return ctx, wholes, one_pass
 
@@ -60,14 +63,16 @@ Encoded = list[tuple[list[int], bool]]
 MultiPass = dict[int, list[tuple[int, list[int]]]]
 
 
-def _encode(lm: LoadedModel, texts: Sequence[str], lead: str) -> tuple[Encoded, list[list[int]], MultiPass]:
+def _encode(
+    lm: LoadedModel, requests: Sequence[LetterRequest], lead: str
+) -> tuple[Encoded, list[list[int]], MultiPass]:
     """(each text's ids fitted to the context and whether cut, each text's letter ids at the end,
     the letter sequences with their kept prefix of the texts that need a pass per letter)."""
     encoded: Encoded = []
     letter_ids: list[list[int]] = []
     multi: MultiPass = {}
-    for i, text in enumerate(texts):
-        ctx, wholes, one_pass = _letter_sequences(lm, text, lead)
+    for i, request in enumerate(requests):
+        ctx, wholes, one_pass = _letter_sequences(lm, request.text, lead, request.options)
         encoded.append(fit(ctx, lm.info.max_length))
         letter_ids.append([w[-1] for w in wholes])
         if not one_pass:
@@ -86,20 +91,20 @@ def _lead(requests: Sequence[LetterRequest]) -> str:
 def score_logprob(
     lm: LoadedModel, requests: Sequence[LetterRequest], batching: Batching, progress: Progress
 ) -> list[Score]:
-    """Log-probs of the answer lead + "A".."D" after each request's text. With the scoring's
-    `prefix_cache`, each distinct `prefix` (`prompts.shared_prefix`) is run once and only the rest
-    of each prompt is forwarded against its cached keys and values."""
+    """Log-probs of the answer lead + each of the question's letters after each request's text.
+    With the scoring's `prefix_cache`, each distinct `prefix` (`prompts.shared_prefix`) is run once
+    and only the rest of each prompt is forwarded against its cached keys and values."""
     texts = [r.text for r in requests]
-    encoded, letter_ids, multi = _encode(lm, texts, _lead(requests))
+    encoded, letter_ids, multi = _encode(lm, requests, _lead(requests))
     one = (i for i in range(len(texts)) if i not in multi)
     prefixes = [r.prefix for r in requests]
     groups, plain = prefix_cache.group(batching.scoring.prefix_cache, prefixes, encoded, one)
-    logprobs: list[tuple[float, float, float, float] | None] = [None] * len(texts)
+    logprobs: list[LogProbs | None] = [None] * len(texts)
     forwarded = [0] * len(texts)
 
     def take(rows: Sequence[int], lp: torch.Tensor) -> None:
         for r, i in enumerate(rows):
-            logprobs[i] = four(lp[r, letter_ids[i]].tolist())
+            logprobs[i] = per_letter(lp[r, letter_ids[i]].tolist(), requests[i].options)
         progress(len(rows))
 
     def with_prefix(prefix_ids: list[int], rows: list[int]) -> str | None:
@@ -135,9 +140,7 @@ def score_logprob(
     ]
 
 
-def _all_scored(
-    logprobs: list[tuple[float, float, float, float] | None],
-) -> list[tuple[float, float, float, float]]:
+def _all_scored(logprobs: list[LogProbs | None]) -> list[LogProbs]:
     missing = [i for i, lps in enumerate(logprobs) if lps is None]
     if missing:
         raise RuntimeError(f"prompts {missing[:5]} were never scored (a bug: every prompt takes one path)")
@@ -166,9 +169,7 @@ def _score_with_prefix(
 
 
 @torch.inference_mode()
-def _score_sequences(
-    lm: LoadedModel, conts: list[tuple[int, list[int]]]
-) -> tuple[float, float, float, float]:
+def _score_sequences(lm: LoadedModel, conts: list[tuple[int, list[int]]]) -> LogProbs:
     """Sum of log P(token | earlier tokens) over each letter sequence's tokens after its kept prefix."""
     seqs = [whole[-lm.info.max_length :] for _, whole in conts]
     ids, mask, pos = left_pad(seqs, lm.pad_id, lm.info.device)
@@ -183,7 +184,7 @@ def _score_sequences(
         for j in range(width - n_cont, width):
             total += float(lp[row, j - 1, ids[row, j]])
         out.append(total)
-    return (out[0], out[1], out[2], out[3])
+    return tuple(out)
 
 
 class Scorer(Protocol):

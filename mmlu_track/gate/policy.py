@@ -95,13 +95,13 @@ def analysis(comp: Comparison) -> Verdict:
 def incomparable(base: StoredRun, cand: StoredRun, mode: CompareMode, metric: str = "accuracy") -> list[str]:
     """Why two runs cannot be compared in `mode` on `metric` (empty: they can):
     `records.run.EvalProtocol`'s one definition (the same questions, prompts and scoring), for
-    `fewshot_gap` the same model, and on `circular` both asked in 4 rotations. The gate checks it,
+    `fewshot_gap` the same model, and on `circular` both asked in every rotation. The gate checks it,
     and a model name resolves to its newest run passing it."""
     gap = mode == "fewshot_gap"
     out = base.protocol.differences(cand.protocol, fewshot_gap=gap)
     if metric == "circular":
         out += [
-            f"choice order differs: gate.metric=circular needs both runs asked in 4 rotations, and the "
+            f"choice order differs: gate.metric=circular needs both runs asked in every rotation, and the "
             f"{side} run {run.id[:12]} was asked as given (run it with scoring.choice_order=circular, or "
             "gate on gate.metric=accuracy)"
             for run, side in ((base, "baseline"), (cand, "candidate"))
@@ -143,7 +143,7 @@ def _engines(base: StoredRun, cand: StoredRun) -> list[str]:
 
 def metric_note(base: StoredRun, cand: StoredRun, metric: str) -> list[str]:
     """What the verdict rests on, where that is not plain accuracy, or where a run was circular:
-    circular accuracy, and each circular run's consistency (the same text chosen in all 4 rotations)."""
+    circular accuracy, and each circular run's consistency (the same text chosen in every rotation)."""
 
     def consistency(run: StoredRun) -> str | None:
         record = run.record
@@ -155,7 +155,7 @@ def metric_note(base: StoredRun, cand: StoredRun, metric: str) -> list[str]:
     if metric != "circular" and not shown:
         return []
     what = (
-        "circular accuracy (a question counts as correct only if it is in all 4 rotations of its choices)"
+        "circular accuracy (a question counts as correct only if it is in every rotation of its choices)"
         if metric == "circular"
         else "accuracy as given (gate.metric=circular would gate on the rotations)"
     )

@@ -27,7 +27,7 @@ from mmlu_track.gate.policy import (
 from mmlu_track.gate.publish import publish
 from mmlu_track.gate.questions import disputed, only_clean
 from mmlu_track.gate.stats import ComparisonError, compare, pair
-from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.results import QuestionResult, is_pro
 from mmlu_track.records.stored import ambiguous
 from mmlu_track.settings.config import CompareConfig, CompareMode, GateConfig
 from mmlu_track.store.sql import open_existing_store
@@ -204,7 +204,9 @@ def decided(
     statistics, the verdict and every note beside it."""
     noise = store.noise.latest(cand.protocol)
     g = auto_margin(cfg.gate, noise, cand.model_name, pairs.compared)
-    comp = compare(pair(pairs.baseline, pairs.candidate, cfg.gate.metric), g)
+    comp = compare(
+        pair(pairs.baseline, pairs.candidate, cfg.gate.metric), g, grouped=not is_pro(pairs.candidate)
+    )
     verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
     sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))
     notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]

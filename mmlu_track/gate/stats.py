@@ -132,7 +132,7 @@ def pair(
     baseline: Sequence[QuestionResult], candidate: Sequence[QuestionResult], metric: str = "accuracy"
 ) -> Pairs:
     """Per subject, aligned outcome arrays (x, y): correct as given, or with `metric="circular"`
-    correct in all 4 rotations (`QuestionResult.outcome`); refuses runs over different questions."""
+    correct in every rotation (`QuestionResult.outcome`); refuses runs over different questions."""
     base = {(r.subject, r.index): r for r in baseline}
     cand = {(r.subject, r.index): r for r in candidate}
     if base.keys() != cand.keys():
@@ -282,15 +282,16 @@ def _adjusted(p_values: list[float], alpha: float, method: str) -> list[float]:
             gc.unfreeze()
 
 
-def compare(pairs: Pairs, settings: GateConfig) -> Comparison:
-    """All paired statistics for two runs; subjects flagged per `settings` (see module docs)."""
+def compare(pairs: Pairs, settings: GateConfig, *, grouped: bool = True) -> Comparison:
+    """All paired statistics for two runs; subjects flagged per `settings` (see module docs).
+    `grouped`: MMLU's subjects in their categories (an MMLU-Pro run's subjects are its categories)."""
     if not pairs:
         raise ComparisonError("no paired questions to compare")
     a = settings.alpha
     x_all = np.concatenate([x for x, _ in pairs.values()])
     y_all = np.concatenate([y for _, y in pairs.values()])
     by_cat: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
-    for s, (x, y) in pairs.items():
+    for s, (x, y) in pairs.items() if grouped else ():
         xs, ys = by_cat.setdefault(category(s), ([], []))
         xs.append(x)
         ys.append(y)

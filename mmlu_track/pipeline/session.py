@@ -197,11 +197,12 @@ class EvaluationSession:
         found = {i: have[questions[i].index] for i in unit.positions if questions[i].index in have}
         return found, [i for i in unit.positions if i not in found]
 
-    def _score(self, todo: list[Unit], desc: str = "MMLU") -> None:
+    def _score(self, todo: list[Unit], desc: str | None = None) -> None:
         """Score these units' questions not yet committed; commit each unit at once."""
         from tqdm import tqdm
 
         total = sum(len(u.positions) for u in todo)
+        desc = desc or {"mmlu": "MMLU", "mmlu_pro": "MMLU-Pro"}[self.cfg.benchmark]
         with tqdm(total=total, desc=desc, unit="q", disable=not self.progress, file=sys.stderr) as bar:
             for whole in todo:
                 found, missing = self._committed(whole)
@@ -223,33 +224,37 @@ class EvaluationSession:
     def _scored(self, questions: list[Asked], progress: Progress) -> list[QuestionResult]:
         """One unit's questions through the backend, as results; a prompt the backend cannot score
         is one line naming its question. Each question is asked as planned (`plan.rotations`: a
-        circular run's 4 rotations, at once: they share the few-shot prefix), rotation-major:
-        rotation r of question i is at r * n + i."""
-        scoring, n = self.cfg.scoring, len(questions)
-        asked = [[q[r] for q in questions] for r in range(len(questions[0]) if questions else 1)]
+        circular run's rotations, one per choice, at once: they share the few-shot prefix),
+        rotation-major: every question's rotation 0, then rotation 1 of those that have one, ..."""
+        scoring = self.cfg.scoring
+        width = max((len(q) for q in questions), default=1)
+        asked = [[q[r] for q in questions if len(q) > r] for r in range(width)]
         flat = [p for ps in asked for p in ps]
         try:
             scores = ask(
-                self.prep.lm, flat, scoring.method, self.prep.answer_lead, per_question(progress, len(asked))
-            )
+                self.prep.lm, flat, scoring.method, self.prep.answer_lead,
+                per_question(progress, len(questions), len(flat)),
+            )  # fmt: skip
             check(scores)  # an impossible log-prob refuses its question, whichever backend gave it
         except PromptError as err:
             if err.position is None:
                 raise
-            q, r = flat[err.position].question, err.position // max(n, 1)
+            q = flat[err.position].question
+            r = next(r for r in range(width) if err.position < sum(len(ps) for ps in asked[: r + 1]))
             raise ModelError(
                 f"{q.subject} question {q.index}{f' (rotation {r})' if r else ''}: {err}; the questions "
                 "committed so far are kept: run the same command to resume"
             ) from err
         self.work += ShardWork(
-            scored=n,
+            scored=len(questions),
             forwarded=sum(s.forwarded for s in scores),
             multi_pass=sum(s.multi_pass for s in scores),
             prefix_fallbacks=sum(s.prefix_fallback for s in scores),
         )
-        each = [
-            to_results(ps, scores[r * n : (r + 1) * n], scoring.calibration) for r, ps in enumerate(asked)
-        ]
+        each, start = [], 0
+        for ps in asked:  # calibrated per rotation over the unit's questions asked in it
+            each.append(to_results(ps, scores[start : start + len(ps)], scoring.calibration))
+            start += len(ps)
         results = with_rotations(each)
         if (annotated := self.prep.plan.annotated) is None:
             return results

@@ -52,6 +52,7 @@ class EvalProtocol:
     # as_given | circular: compared only by a gate on circular accuracy (rotation 0 is the question
     # as given, so plain accuracies compare across the two).
     choice_order: str = "as_given"
+    benchmark: str = "mmlu"  # mmlu | mmlu_pro; every run stored before MMLU-Pro was MMLU
 
     @classmethod
     def of(
@@ -85,6 +86,7 @@ class EvalProtocol:
             chat=cfg.chat.style,
             extract=_extraction(cfg),
             choice_order=cfg.scoring.choice_order,
+            benchmark=cfg.benchmark,
         )
 
     def key(self) -> str:
@@ -99,11 +101,13 @@ class EvalProtocol:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
-        """The fields as a JSON-ready dict; `choice_order` left out when `as_given`, so an as-given
-        run's identity and keys are what they were before rotations."""
+        """The fields as a JSON-ready dict; `choice_order` left out when `as_given` and `benchmark`
+        when `mmlu`, so an MMLU run's identity and keys are what they were before either."""
         out = codec.dump(self)
         if out["choice_order"] == "as_given":  # as before rotations: an as-given run's identity unchanged
             out.pop("choice_order")
+        if out["benchmark"] == "mmlu":  # as before MMLU-Pro
+            out.pop("benchmark")
         return out
 
     @classmethod
@@ -117,6 +121,8 @@ class EvalProtocol:
         in one phrase naming the setting; empty when they are. `fewshot_gap`: k (and so the shots)
         is what differs on purpose."""
         b, c = self, other
+        if b.benchmark != c.benchmark:  # nothing else is worth saying: other questions, other prompts
+            return [f"benchmark differs (baseline {b.benchmark}, candidate {c.benchmark})"]
         out = []
         if b.questions != c.questions or b.n_questions != c.n_questions:
             why = ""

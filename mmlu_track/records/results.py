@@ -23,12 +23,12 @@ from mmlu_track.settings.subjects import CATEGORIES, LETTERS, SUBCATEGORY, categ
 
 @dataclass(frozen=True)
 class RotatedAnswer:
-    """A question's answer in one other rotation of its choices (`scoring.choice_order=circular`):
-    rotation r shows choice i under letter (i - r) % 4, so `prediction` (a letter of that prompt)
-    chose the original choice (prediction + r) % 4. `logprobs` are that prompt's letters A-D."""
+    """A question's answer in one other rotation of its n choices (`scoring.choice_order=circular`):
+    rotation r shows choice i under letter (i - r) % n, so `prediction` (a letter of that prompt)
+    chose the original choice (prediction + r) % n. `logprobs` are that prompt's letters, A first."""
 
     prediction: int | None
-    logprobs: tuple[float, float, float, float] | None = None
+    logprobs: tuple[float, ...] | None = None
     generated: str | None = None
 
     @classmethod
@@ -42,8 +42,10 @@ class RotatedAnswer:
 class QuestionResult:
     """One scored question. `index` is its position in its subject's test split.
 
-    `logprobs` (A-D, raw) for logprob scoring, `generated` (raw text) for generate scoring;
-    `prediction` is None when a generation was not a letter A-D (counted wrong, `valid` False).
+    `logprobs` (one per option, A first, raw) for logprob scoring, `generated` (raw text) for
+    generate scoring; `prediction` is None when a generation was not one of the question's letters
+    (counted wrong, `valid` False). `options`: how many choices the question has (MMLU's 4; MMLU-Pro's
+    2 to 10); `src`: where MMLU-Pro took the question from (`ori_mmlu-*`: MMLU), None for MMLU.
     `margin`: the chosen letter's score minus the runner-up's (logprob scoring only).
     `scored_by`: how the backend got it: `logits` or `greedy` in-process; a served model's
     `top_logprobs`, `echo` or `completion` (`eval/openai_api.py`); None: stored before it was recorded.
@@ -55,17 +57,19 @@ class QuestionResult:
     shots_used: int
     n_tokens: int
     truncated: bool
-    logprobs: tuple[float, float, float, float] | None
+    logprobs: tuple[float, ...] | None
     generated: str | None
     prediction: int | None
     gold: int
     margin: float | None
     scored_by: str | None = None
-    # A circular run's rotations 1..3 (rotation 0 is the question as given: the fields above).
+    # A circular run's rotations 1..n-1 (rotation 0 is the question as given: the fields above).
     rotations: tuple[RotatedAnswer, ...] = ()
     # Its MMLU-Redux annotation where the run was given some (data.annotations): `ok` or the error
     # type (`records.annotations.ERROR_TYPES`); None: not annotated, or none given.
     annotation: str | None = None
+    options: int = 4  # as before questions could have other than four
+    src: str | None = None
 
     @property
     def correct(self) -> bool:
@@ -74,9 +78,9 @@ class QuestionResult:
 
     @property
     def chosen(self) -> tuple[int | None, ...]:
-        """The original choice picked in each rotation, 0..3 (None: no letter), rotation 0 first."""
+        """The original choice picked in each rotation, 0..n-1 (None: no letter), rotation 0 first."""
         picks = [self.prediction, *(a.prediction for a in self.rotations)]
-        return tuple(None if p is None else (p + r) % 4 for r, p in enumerate(picks))
+        return tuple(None if p is None else (p + r) % self.options for r, p in enumerate(picks))
 
     @property
     def circular_correct(self) -> bool:
@@ -91,9 +95,9 @@ class QuestionResult:
 
     @property
     def letter_following(self) -> bool:
-        """The same letter picked in all 4 rotations, so a different text each time (circular only)."""
+        """The same letter picked in all n rotations, so a different text each time (circular only)."""
         picks = [self.prediction, *(a.prediction for a in self.rotations)]
-        return len(picks) == 4 and picks[0] is not None and len(set(picks)) == 1
+        return len(picks) == self.options and picks[0] is not None and len(set(picks)) == 1
 
     def outcome(self, metric: str) -> bool:
         """The question's binary outcome the gate compares: `accuracy` or `circular`."""
@@ -101,7 +105,7 @@ class QuestionResult:
 
     @property
     def valid(self) -> bool:
-        """Whether the answer as given was a letter A-D (a prediction, not None)."""
+        """Whether the answer as given was one of the question's letters (a prediction, not None)."""
         return self.prediction is not None
 
     def to_json(self) -> dict[str, Any]:
@@ -151,8 +155,12 @@ class Accuracy:
 
 @dataclass(frozen=True)
 class Accuracies:
-    """A run's accuracies (`aggregate`): per subject, subcategory and category, macro and micro, and
-    the number of answers that were not a letter A-D (counted wrong)."""
+    """A run's accuracies (`aggregate`): per subject, subcategory and category, macro and micro, the
+    number of answers that were not one of the question's letters (counted wrong), and `chance`, the
+    accuracy of a uniform guess (the mean of 1/options: 0.25 for MMLU).
+
+    MMLU-Pro (questions with a `src`): its 14 categories are the subjects, there are no
+    subcategories, and the categories are where the questions came from (`ORIGINS`)."""
 
     subjects: dict[str, Accuracy]
     subcategories: dict[str, Accuracy]
@@ -160,6 +168,7 @@ class Accuracies:
     macro: Accuracy
     micro: Accuracy
     invalid: int
+    chance: float = 0.25  # as before questions could have other than four options
 
     def to_json(self) -> dict[str, Any]:
         """The record as nested JSON-ready dicts, each `Accuracy` as its fields."""
@@ -179,24 +188,51 @@ def _correct(r: QuestionResult) -> Sequence[bool]:
     return (r.correct,)
 
 
+# MMLU-Pro's questions by origin (`src`): taken from MMLU (`ori_mmlu-*`), or added by MMLU-Pro.
+FROM_MMLU = "ori_mmlu-"
+ORIGINS = ("from MMLU", "new in MMLU-Pro")
+
+
+def origin(r: QuestionResult) -> str | None:
+    """Where an MMLU-Pro question came from (one of `ORIGINS`); None for an MMLU question."""
+    if r.src is None:
+        return None
+    return ORIGINS[0] if r.src.startswith(FROM_MMLU) else ORIGINS[1]
+
+
+def is_pro(results: Iterable[QuestionResult]) -> bool:
+    """Whether these are MMLU-Pro results (their questions carry a `src`), grouped by category."""
+    return any(r.src is not None for r in results)
+
+
 def aggregate(results: Iterable[QuestionResult], outcomes: Outcomes = _correct) -> Accuracies:
-    """Accuracies of every subject present, their subcategories and categories, macro and micro;
-    of `outcomes` (each question's booleans: by default whether it is correct as given)."""
+    """Accuracies of every subject present, their subcategories and categories (MMLU-Pro: by
+    origin), macro and micro; of `outcomes` (each question's booleans: by default whether it is
+    correct as given)."""
     by_subject: dict[str, list[bool]] = {}
+    by_origin: dict[str, list[bool]] = {}
     invalid = 0
+    guess = 0.0
+    asked = 0
     for r in results:
-        by_subject.setdefault(r.subject, []).extend(outcomes(r))
+        got = outcomes(r)
+        by_subject.setdefault(r.subject, []).extend(got)
+        if (where := origin(r)) is not None:
+            by_origin.setdefault(where, []).extend(got)
         invalid += not r.valid
+        guess += 1 / r.options
+        asked += 1
     if not by_subject:
         raise ValueError("no results to aggregate")
     subjects = {s: Accuracy.of(c) for s, c in sorted(by_subject.items())}
     by_sub: dict[str, list[bool]] = {}
     by_cat: dict[str, list[bool]] = {}
-    for s, c in by_subject.items():
+    for s, c in by_subject.items() if not by_origin else ():
         by_sub.setdefault(SUBCATEGORY[s], []).extend(c)
         by_cat.setdefault(category(s), []).extend(c)
     subcategories = {k: Accuracy.of(v) for k, v in sorted(by_sub.items())}
     categories = {k: Accuracy.of(by_cat[k]) for k in CATEGORIES if k in by_cat}
+    categories.update({k: Accuracy.of(by_origin[k]) for k in ORIGINS if k in by_origin})
     accs = [a.acc for a in subjects.values()]
     variances = [a.stderr**2 for a in subjects.values() if a.stderr is not None]
     n_total = sum(a.n for a in subjects.values())
@@ -207,7 +243,7 @@ def aggregate(results: Iterable[QuestionResult], outcomes: Outcomes = _correct) 
         stderr=math.sqrt(sum(variances)) / len(accs) if len(variances) == len(accs) else None,
     )
     micro = Accuracy.of([c for cs in by_subject.values() for c in cs])
-    return Accuracies(subjects, subcategories, categories, macro, micro, invalid)
+    return Accuracies(subjects, subcategories, categories, macro, micro, invalid, guess / asked)
 
 
 Docs = Mapping[tuple[str, int], Mapping[str, object]]  # (subject, index) -> the question's own fields
@@ -250,5 +286,7 @@ def table(scores: Accuracies) -> str:
     lines.append(f"{'macro average':<{width}}{_pct(scores.macro, macro_interval(scores))}")
     lines.append(f"{'micro average':<{width}}{_pct(scores.micro)}")
     if scores.invalid:
-        lines.append(f"{scores.invalid} answers were not a letter A-D (counted wrong)")
+        lines.append(f"{scores.invalid} answers were not one of their question's letters (counted wrong)")
+    if scores.chance != 0.25:
+        lines.append(f"chance (a uniform guess over each question's options): {100 * scores.chance:.2f}%")
     return "\n".join(lines)

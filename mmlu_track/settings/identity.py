@@ -45,6 +45,8 @@ def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
         out.pop("chat")
     if out["data"]["annotations"] is None:  # as before MMLU-Redux annotations could be given
         out["data"].pop("annotations")
+    if out["benchmark"] == "mmlu":  # as before MMLU-Pro
+        out.pop("benchmark")
     if out["shot_seed"] is None:  # as before the shots' seed could be apart from the sample's
         out.pop("shot_seed")
     if out["scoring"]["choice_order"] == "as_given":  # as before rotations could be asked

@@ -6,23 +6,26 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.settings.subjects import PRO_CATEGORIES, SUBJECTS
 from mmlu_track.settings.typed import ConfigError, suggest
 
 
 def parse_subjects(value: Any) -> tuple[str, ...]:
-    """`all`, one subject name, or a list of names -> a tuple of known subjects in given order."""
+    """`all`, one subject name, or a list of names -> a tuple of known subjects in given order (an
+    MMLU subject or an MMLU-Pro category: which the benchmark allows is checked with the benchmark,
+    `checks.subjects_of`); `all` is MMLU's 57 until then."""
     if value == "all":
         return SUBJECTS
     names = [value] if isinstance(value, str) else value
     if not isinstance(names, list | tuple) or not names:
         raise ConfigError(f"subjects must be 'all' or a non-empty list of subjects, got {value!r}")
+    known = (*SUBJECTS, *PRO_CATEGORIES)
     seen: list[str] = []
     for name in names:
-        if name not in SUBJECTS:
+        if name not in known:
             raise ConfigError(
-                f"unknown subject {name!r}{suggest(str(name), SUBJECTS)}; "
-                f"allowed: 'all' or any of the 57 MMLU subjects ({SUBJECTS[0]}, {SUBJECTS[1]}, ...)"
+                f"unknown subject {name!r}{suggest(str(name), known)}; allowed: 'all', any of the 57 MMLU "
+                f"subjects ({SUBJECTS[0]}, {SUBJECTS[1]}, ...) or, with benchmark=mmlu_pro, its 14 categories"
             )
         if name not in seen:
             seen.append(name)

@@ -1,4 +1,5 @@
-"""The 57 MMLU subjects, the original paper's 17 subcategories and 4 categories, and the answer letters.
+"""The 57 MMLU subjects, the original paper's 17 subcategories and 4 categories, and the answer letters
+(A-D for MMLU's four choices, up to A-J for MMLU-Pro's ten options).
 
 The mapping follows `categories.py` of the original repository (hendrycks/test), so category
 scores here are comparable with the paper's.
@@ -8,7 +9,15 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-LETTERS = ("A", "B", "C", "D")  # the four choices, in the order the data lists them
+LETTERS = tuple("ABCDEFGHIJ")  # the options' letters, in the order the data lists them (MMLU: A-D)
+
+
+def letters(n: int) -> tuple[str, ...]:
+    """The letters of a question with `n` options: A-D for MMLU's four, up to A-J."""
+    if not 1 <= n <= len(LETTERS):
+        raise ValueError(f"a question has 2 to {len(LETTERS)} options, not {n}")
+    return LETTERS[:n]
+
 
 # subject -> subcategory (each subject has exactly one in the original mapping)
 _SUBCATEGORY: dict[str, str] = {
@@ -84,6 +93,17 @@ CATEGORY_OF_SUBCATEGORY: MappingProxyType[str, str] = MappingProxyType(
     {sub: cat for cat, subs in _CATEGORY_MEMBERS.items() for sub in subs}
 )
 CATEGORIES: tuple[str, ...] = tuple(_CATEGORY_MEMBERS)
+
+
+# MMLU-Pro's 14 categories (Wang et al. 2024), its subjects here: a category's shots are its own.
+PRO_CATEGORIES: tuple[str, ...] = (
+    "biology", "business", "chemistry", "computer science", "economics", "engineering", "health",
+    "history", "law", "math", "other", "philosophy", "physics", "psychology",
+)  # fmt: skip
+# Each benchmark's subjects (`benchmark=`): what `subjects=all` means and what a name may be.
+BENCHMARK_SUBJECTS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
+    {"mmlu": SUBJECTS, "mmlu_pro": PRO_CATEGORIES}
+)
 
 
 def category(subject: str) -> str:

@@ -98,13 +98,22 @@ class QuestionRow(Base):
     logprob_b: Mapped[float | None] = mapped_column(Float)
     logprob_c: Mapped[float | None] = mapped_column(Float)
     logprob_d: Mapped[float | None] = mapped_column(Float)
+    # MMLU-Pro's letters E-J (NULL where a question has fewer options, and for every MMLU row).
+    logprob_e: Mapped[float | None] = mapped_column(Float)
+    logprob_f: Mapped[float | None] = mapped_column(Float)
+    logprob_g: Mapped[float | None] = mapped_column(Float)
+    logprob_h: Mapped[float | None] = mapped_column(Float)
+    logprob_i: Mapped[float | None] = mapped_column(Float)
+    logprob_j: Mapped[float | None] = mapped_column(Float)
+    options: Mapped[int] = mapped_column(Integer, server_default="4")  # QuestionResult.options
+    src: Mapped[str | None] = mapped_column(String(128))  # QuestionResult.src (MMLU-Pro's origin)
     generated: Mapped[str | None] = mapped_column(Text)
     prediction: Mapped[int | None] = mapped_column(Integer)
     gold: Mapped[int] = mapped_column(Integer)
     correct: Mapped[bool] = mapped_column(Boolean)
     margin: Mapped[float | None] = mapped_column(Float)
     scored_by: Mapped[str | None] = mapped_column(String(16))  # QuestionResult.scored_by
-    # A circular run's rotations 1..3 (QuestionResult.rotations as JSON); NULL: asked as given.
+    # A circular run's rotations 1..n-1 (QuestionResult.rotations as JSON); NULL: asked as given.
     rotations_json: Mapped[str | None] = mapped_column(Text)
     # Its MMLU-Redux annotation (QuestionResult.annotation); NULL: none given, or not annotated.
     annotation: Mapped[str | None] = mapped_column(String(32))

@@ -26,17 +26,19 @@ def utc_now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+_LOGPROBS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")  # logprob_a .. logprob_j: A to J
+
+
 def to_row(run_id: str, r: QuestionResult) -> QuestionRow:
     """The row of question result `r` in run `run_id` (not added to any session)."""
-    lp = r.logprobs or (None, None, None, None)
+    lp = {f"logprob_{x}": v for x, v in zip(_LOGPROBS, r.logprobs or (), strict=False)}
     return QuestionRow(
         run_id=run_id, subject=r.subject, question_index=r.index, prompt_hash=r.prompt_hash,
-        shots_used=r.shots_used, n_tokens=r.n_tokens, truncated=r.truncated,
-        logprob_a=lp[0], logprob_b=lp[1], logprob_c=lp[2], logprob_d=lp[3],
+        shots_used=r.shots_used, n_tokens=r.n_tokens, truncated=r.truncated, **lp,
         generated=r.generated, prediction=r.prediction, gold=r.gold, correct=r.correct, margin=r.margin,
         scored_by=r.scored_by,
         rotations_json=json.dumps([dataclasses.asdict(a) for a in r.rotations]) if r.rotations else None,
-        annotation=r.annotation,
+        annotation=r.annotation, options=r.options, src=r.src,
     )  # fmt: skip
 
 
@@ -44,23 +46,24 @@ def to_row(run_id: str, r: QuestionResult) -> QuestionRow:
 # not ORM objects (a full run's 14,042 rows: ~0.1 s instead of ~1 s of CPU in every compare).
 COLUMNS = (
     QuestionRow.subject, QuestionRow.question_index, QuestionRow.prompt_hash, QuestionRow.shots_used,
-    QuestionRow.n_tokens, QuestionRow.truncated, QuestionRow.logprob_a, QuestionRow.logprob_b,
-    QuestionRow.logprob_c, QuestionRow.logprob_d, QuestionRow.generated, QuestionRow.prediction,
+    QuestionRow.n_tokens, QuestionRow.truncated, QuestionRow.generated, QuestionRow.prediction,
     QuestionRow.gold, QuestionRow.margin, QuestionRow.scored_by, QuestionRow.rotations_json,
-    QuestionRow.annotation,
+    QuestionRow.annotation, QuestionRow.options, QuestionRow.src,
+    *(getattr(QuestionRow, f"logprob_{x}") for x in _LOGPROBS),
 )  # fmt: skip
 
 
 def from_columns(row: Sequence[Any]) -> QuestionResult:
     """A question result from one row of `COLUMNS`."""
-    subject, index, prompt_hash, shots, n_tokens, truncated, a, b, c, d = row[:10]
-    generated, prediction, gold, margin, scored_by, rotations, annotation = row[10:]
+    subject, index, prompt_hash, shots, n_tokens, truncated, generated, prediction, gold = row[:9]
+    margin, scored_by, rotations, annotation, options, src = row[9:15]
+    logprobs = tuple(row[15 : 15 + options])
     return QuestionResult(
         subject=subject, index=index, prompt_hash=prompt_hash, shots_used=shots, n_tokens=n_tokens,
-        truncated=truncated, logprobs=None if a is None else (a, b, c, d), generated=generated,
+        truncated=truncated, logprobs=None if logprobs[0] is None else logprobs, generated=generated,
         prediction=prediction, gold=gold, margin=margin, scored_by=scored_by,
         rotations=tuple(RotatedAnswer.from_json(r) for r in json.loads(rotations)) if rotations else (),
-        annotation=annotation,
+        annotation=annotation, options=options, src=src,
     )  # fmt: skip
 
 

@@ -54,7 +54,7 @@ def test_help_opens_with_what_the_evaluation_does(cli: Cli, tmp_path: Path) -> N
     assert got.out.startswith("python -m mmlu_track [group=option ...] [key=value ...]\n")
     assert "Evaluates a language model on MMLU" in got.out
     assert "powered by Hydra" not in got.out
-    groups = ("chat", "data", "experiment", "gate", "model", "scoring", "tracking")
+    groups = ("benchmark", "chat", "data", "experiment", "gate", "model", "scoring", "tracking")
     assert _groups(got.out) == {g: _options(g) for g in groups}
     assert "k: 5" in _section(got.out, "Keys")  # each key with its default
     assert list(tmp_path.iterdir()) == []  # help runs nothing

@@ -47,9 +47,14 @@ def test_each_method_asks_its_own_request_kind_of_the_backend(tiny_lm: Any) -> N
 
 def test_progress_counts_questions_when_each_is_asked_as_several_prompts() -> None:
     seen: list[int] = []
-    assert per_question(seen.append, 1) == seen.append  # one prompt a question: as given
-    step = per_question(seen.append, 4)  # a circular run: 4 rotations a question
+    assert per_question(seen.append, 3, 3) == seen.append  # one prompt a question: as given
+    step = per_question(seen.append, 3, 12)  # a circular run: 4 rotations a question
     for n in (3, 1, 2, 6):
         step(n)
     assert seen == [1, 2]  # 4 prompts: one question; 12: three
     assert sum(seen) == 3
+    seen.clear()
+    step = per_question(seen.append, 2, 13)  # MMLU-Pro: a 3-option and a 10-option question
+    for _ in range(13):
+        step(1)
+    assert seen == [1, 1]  # the second done only when every prompt is

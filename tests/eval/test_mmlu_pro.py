@@ -13,6 +13,7 @@ import pytest
 
 from mmlu_track.eval import mmlu_pro
 from mmlu_track.eval.data import DataError, Question, fingerprint
+from mmlu_track.records.results import FROM_MMLU
 
 from ..conftest import ROOT
 
@@ -162,6 +163,6 @@ def test_the_real_release_reads_with_its_published_counts() -> None:
     for q in tests:
         sizes[len(q.choices)] = sizes.get(len(q.choices), 0) + 1
     assert sizes == {3: 20, 4: 607, 5: 52, 6: 93, 7: 158, 8: 320, 9: 801, 10: 9_981}
-    assert sum(q.src is not None and q.src.startswith(mmlu_pro.FROM_MMLU) for q in tests) == 6_810
+    assert sum(q.src is not None and q.src.startswith(FROM_MMLU) for q in tests) == 6_810
     assert all(len(c.dev) == 5 for c in data.categories.values())
     assert len(mmlu_pro.leaks(tests)) == 470

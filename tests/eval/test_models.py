@@ -46,7 +46,7 @@ def test_real_questions_batched_equal_direct(smollm: Any) -> None:
         ids = smollm.encode(text)
         with torch.inference_mode():
             lp = torch.log_softmax(smollm.model(torch.tensor([ids])).logits[0, -1].float(), -1)
-        direct = [float(lp[smollm.encode(f"{text} {x}")[-1]]) for x in LETTERS]
+        direct = [float(lp[smollm.encode(f"{text} {x}")[-1]]) for x in LETTERS[:4]]
         np.testing.assert_allclose(score.logprobs, direct, atol=1e-4)  # type: ignore[arg-type]
     # A real model puts real mass on the letters: together far above a random token's share.
     first = batched[0].logprobs

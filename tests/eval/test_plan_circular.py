@@ -193,7 +193,7 @@ def test_the_gate_on_circular_accuracy(cli: Cli, tmp_path: Path) -> None:
         "predicted_share_A",
         "recall_A",
     } <= set(metrics)
-    assert "Choices in 4 rotations: circular accuracy" in logged.data.tags["mlflow.note.content"]
+    assert "Choices in every rotation: circular accuracy" in logged.data.tags["mlflow.note.content"]
     _, b, _ = _run(cli, tmp_path, "b", "scoring.choice_order=circular", "model.tiny_seed=1")
     _, given, _ = _run(cli, tmp_path, "given", "model.tiny_seed=1")
     db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"
@@ -212,7 +212,7 @@ def test_the_gate_on_circular_accuracy(cli: Cli, tmp_path: Path) -> None:
     refused = compare(a["run_id"], given["run_id"], "gate.metric=circular")
     assert refused.code == 2
     (line,) = refused.errors
-    assert "choice order differs: gate.metric=circular needs both runs asked in 4 rotations" in line
+    assert "choice order differs: gate.metric=circular needs both runs asked in every rotation" in line
     plain = compare(a["run_id"], given["run_id"], "gate.warn_only=true")
     assert plain.code == 0, plain.err  # rotation 0 is the question as given: comparable on accuracy
 

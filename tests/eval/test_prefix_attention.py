@@ -107,7 +107,7 @@ def test_scorer_uses_shared_attention_and_matches_the_expanded_cache(tiny_lm: An
     prefix_ids = tiny_lm.encode(ps[0].prefix.rstrip())
     encoded = [(tiny_lm.encode(p.text), False) for p in ps]
     assert all(ids[: len(prefix_ids)] == prefix_ids for ids, _ in encoded)
-    letters = [tiny_lm.encode(f"{p.text} {x}")[-1] for p in ps for x in LETTERS]
+    letters = [tiny_lm.encode(f"{p.text} {x}")[-1] for p in ps for x in LETTERS[:4]]
     results: dict[bool, np.ndarray] = {}
     for shared in (True, False):
         out = np.zeros((len(ps), 4))

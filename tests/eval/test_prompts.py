@@ -140,10 +140,12 @@ def test_shot_selection(algebra: SubjectData) -> None:
 
 def test_template_hash_is_stable_and_distinct() -> None:
     hashes = {name: prompts.template_hash(name) for name in prompts.FORMULATIONS}
-    assert len(set(hashes.values())) == 3
+    assert len(set(hashes.values())) == 5
     # Golden: a template change must change these on purpose (and they are logged per run).
     assert hashes == {
         "original": "3ba0361fe879559c",
         "harness": "088fad26167c627c",
         "question": "fa6fa8e0fd311c8a",
+        "leaderboard": "9eb056b4d2e6ff15",
+        "category": "66f80ab97ea181e3",
     }

@@ -16,10 +16,8 @@ from mmlu_track.eval import prompts
 from mmlu_track.eval.data import load_subjects
 from mmlu_track.eval.in_process import InProcess
 from mmlu_track.pipeline.imported import PACKAGED
-from mmlu_track.records.results import QuestionResult
-from mmlu_track.store.sql import SqlStore
 
-from ..conftest import LM_EVAL_DATA, CliResult, stored_runs
+from ..conftest import LM_EVAL_DATA, CliResult, question_results, stored_runs
 from ..conftest import import_lm_eval as _import
 
 DATA = LM_EVAL_DATA
@@ -79,20 +77,12 @@ def test_an_import_and_a_native_run_of_the_same_weights_pair_every_question(
     assert isinstance(micro, dict), got.err
     # lm-eval's float32 log-likelihoods and this tool's agree (within 1e-4): every prediction the same
     assert (micro["n"], micro["lost"], micro["gained"]) == (8, 0, 0), got.out
-    theirs = {(r.subject, r.index): r.logprobs for r in _results(db, imported.id)}
-    for r in _results(db, ours.id):
+    theirs = {(r.subject, r.index): r.logprobs for r in question_results(db, imported.id)}
+    for r in question_results(db, ours.id):
         lm_eval = theirs[(r.subject, r.index)]
         assert r.logprobs is not None
         assert lm_eval is not None
         assert max(abs(a - b) for a, b in zip(r.logprobs, lm_eval, strict=True)) < 1e-4
-
-
-def _results(db: str, run_id: str) -> list[QuestionResult]:
-    store = SqlStore(db)
-    try:
-        return store.question_results(run_id)
-    finally:
-        store.close()
 
 
 def _by_hand(folder: str) -> dict[int, bool]:

@@ -35,6 +35,8 @@ def protocol_to_json(self: EvalProtocol) -> dict[str, Any]:
     out = dataclasses.asdict(self)
     if out["choice_order"] == "as_given":
         out.pop("choice_order")
+    if out["benchmark"] == "mmlu":  # the field came with MMLU-Pro: an MMLU run writes what it wrote before
+        out.pop("benchmark")
     return out
 
 

@@ -61,7 +61,7 @@ def test_aggregate_subjects_categories_macro_micro() -> None:
     assert s.macro.stderr == pytest.approx(math.sqrt(sum(variances)) / 3)
     assert s.invalid == 1
     assert "macro average" in table(s)
-    assert "1 answers were not a letter" in table(s)
+    assert "1 answers were not one of their" in table(s)
 
 
 def test_aggregate_refuses_nothing() -> None:

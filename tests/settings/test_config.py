@@ -29,9 +29,12 @@ REQUIRED = {
         "model.revision=r1",
     ],
     "data=local": ["data.path=/data/mmlu"],
+    "data=mmlu_pro": ["benchmark=mmlu_pro"],
+    "data=mmlu_pro_local": ["benchmark=mmlu_pro", "data.path=/data/mmlu-pro"],
+    "benchmark=mmlu_pro": ["data=mmlu_pro_local", "data.path=/data/mmlu-pro"],
     "tracking=server": ["tracking.mlflow_uri=http://127.0.0.1:5000"],
 }
-GROUPS = ("model", "chat", "scoring", "data", "tracking", "experiment")
+GROUPS = ("benchmark", "model", "chat", "scoring", "data", "tracking", "experiment")
 
 
 SERVED = ["model=openai_api", "model.base_url=http://h:1/v1", "model.served_name=m", "model.revision=r"]
@@ -123,7 +126,12 @@ def test_literal_choices_match_the_maps() -> None:
     hints = {f.name: f.type for f in dataclasses.fields(EvalConfig)}
     assert "Formulation" in str(hints["formulation"])
     for name in prompts.FORMULATIONS:
-        assert compose_eval([f"formulation={name}"]).formulation == name
+        pro = (
+            []
+            if name in prompts.MMLU_FORMULATIONS
+            else REQUIRED["benchmark=mmlu_pro"] + ["benchmark=mmlu_pro"]
+        )
+        assert compose_eval([f"formulation={name}", *pro]).formulation == name
 
 
 def test_plain_overrides() -> None:
@@ -261,8 +269,10 @@ def test_every_gate_policy_composes(policy: str) -> None:
     [
         (["gate.alpha=1.5"], "gate.alpha=1.5 must be in (0, 0.5]"),
         (["gate.sequential=true"], "gate.sequential belongs to the evaluation's sequential gate"),
-        (["gate.baseline=r", "gate.looks=5"],  # looks was ignored before: one list says whose it is
-         "gate.baseline and gate.looks belong to the evaluation's sequential gate"),
+        (
+            ["gate.baseline=r", "gate.looks=5"],  # looks was ignored before: one list says whose it is
+            "gate.baseline and gate.looks belong to the evaluation's sequential gate",
+        ),
         (["gate.margin=-0.01"], "gate.margin=-0.01"),
         (["gate.correction=bonferroni"], "choose one of: holm, fdr_bh"),
         (["mode=ab"], "choose one of: gate, fewshot_gap"),
@@ -317,8 +327,9 @@ def test_no_yaml_file_restates_a_default() -> None:
         TrackingConfig,
     )
 
-    schema = {"model": ModelConfig, "chat": ChatConfig, "scoring": ScoringConfig, "data": DataConfig,
-              "tracking": TrackingConfig, "gate": GateConfig, "experiment": EvalConfig}  # fmt: skip
+    schema = {"benchmark": EvalConfig, "model": ModelConfig, "chat": ChatConfig, "scoring": ScoringConfig,
+              "data": DataConfig, "tracking": TrackingConfig, "gate": GateConfig,
+              "experiment": EvalConfig}  # fmt: skip
     restated = []
     for path in sorted(Path(CONF_DIR).rglob("*.yaml")):
         rel = path.relative_to(CONF_DIR)
@@ -366,7 +377,14 @@ def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(
     assert "batch_size" not in settings
     assert "k" in settings
     # beyond the identity's keys: only those it leaves out while unset, as stored before they existed
-    compat = {"model.tokenizer", "model.served_name", "chat.style", "chat.system", "scoring.extract"}
+    compat = {
+        "model.tokenizer",
+        "model.served_name",
+        "chat.style",
+        "chat.system",
+        "scoring.extract",
+        "benchmark",
+    }
     compat |= {"scoring.choice_order", "shot_seed", "data.annotations"}
     assert set(settings) - set(flat) <= compat | {"scoring.patterns"}
     assert differs.what_differs(base, cand) == []  # identical settings: nothing differs

@@ -118,7 +118,7 @@ def _robustness(record: RunRecord) -> dict[str, float]:
             out[f"{name}_micro"], out[f"{name}_macro"] = figures.micro.acc, figures.macro.acc
     if bias := record.letter_bias:
         asked = max(sum(bias.gold), 1)
-        for letter, n, recall in zip(LETTERS, bias.predicted, bias.recall, strict=True):
+        for letter, n, recall in zip(LETTERS, bias.predicted, bias.recall, strict=False):
             out[f"predicted_share_{letter}"] = n / asked
             if recall is not None:
                 out[f"recall_{letter}"] = recall

@@ -56,8 +56,8 @@ def description(record: RunRecord) -> str:
     if c := record.circular:  # its headline: circular accuracy, the accuracy as given beside it
         headline = (
             f"Circular accuracy {percent(c.accuracy.micro)}, as given {100 * scores.micro.acc:.2f} %, "
-            f"macro circular {100 * c.accuracy.macro.acc:.2f} % (MMLU, right in all 4 rotations, 95 % "
-            "Wilson interval)"
+            f"macro circular {100 * c.accuracy.macro.acc:.2f} % (right in every rotation of the choices, "
+            "95 % Wilson interval)"
         )
     lines = [
         headline,  # plain text: the runs table's Description column shows this first line as written
@@ -72,7 +72,7 @@ def description(record: RunRecord) -> str:
     if c := record.circular:
         circ, mean, same = (100 * x.micro.acc for x in (c.accuracy, c.mean_rotation, c.consistency))
         lines.append(
-            f"\nChoices in 4 rotations: circular accuracy (correct in all 4) {circ:.2f} %, mean over "
+            f"\nChoices in every rotation: circular accuracy (correct in all) {circ:.2f} %, mean over "
             f"rotations {mean:.2f} %, consistency {same:.2f} % (micro)."
         )
     if record.letter_bias:

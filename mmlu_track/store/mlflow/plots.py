@@ -6,13 +6,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mmlu_track.records.results import Accuracies
-from mmlu_track.settings.subjects import CATEGORIES, category
+from mmlu_track.settings.subjects import CATEGORIES, SUBCATEGORY, category
 
 
 def subject_order(subjects: Iterable[str]) -> list[str]:
     """One fixed order (category, then subject; bottom to top), whatever the accuracies, so that
     two runs' images line up side by side in MLflow's Compare view."""
-    return sorted(subjects, key=lambda s: (CATEGORIES.index(category(s)), s), reverse=True)
+    return sorted(
+        subjects, key=lambda s: (CATEGORIES.index(category(s)) if s in SUBCATEGORY else 0, s), reverse=True
+    )
 
 
 def subject_accuracy_png(scores: Accuracies, path: Path, title: str) -> Path:
@@ -35,7 +37,7 @@ def subject_accuracy_png(scores: Accuracies, path: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.22 * len(names) + 1.2)))
     ax.barh(names, accs, xerr=errs, color="#4C72B0", ecolor="#333333", capsize=2)
     ax.axvline(scores.micro.acc, color="#C44E52", linestyle="--", label=f"micro {scores.micro.acc:.3f}")
-    ax.axvline(0.25, color="#999999", linestyle=":", label="chance 0.25")
+    ax.axvline(scores.chance, color="#999999", linestyle=":", label=f"chance {scores.chance:.3g}")
     ax.set_xlim(0, 1)
     ax.set_xlabel("accuracy (whiskers: 95% Wilson interval)")
     ax.set_title(title, fontsize=10)

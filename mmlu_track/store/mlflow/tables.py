@@ -38,6 +38,8 @@ def question_columns(results: Sequence[QuestionResult], docs: Docs | None = None
     outcomes."""
     rows = sorted(results, key=lambda r: (r.subject, r.index))
     out: Columns = {"subject": [r.subject for r in rows], "index": [r.index for r in rows]}
+    if any(r.src is not None for r in rows):  # MMLU-Pro: where each question came from
+        out["src"] = [r.src for r in rows]
     if docs:
         texts = [docs.get((r.subject, r.index), {}) for r in rows]
         out["question"] = [str(t.get("question", "")) for t in texts]
@@ -50,8 +52,11 @@ def question_columns(results: Sequence[QuestionResult], docs: Docs | None = None
     if any(r.annotation is not None for r in rows):  # beside correct: what MMLU-Redux says of the key
         out["annotation"] = [r.annotation for r in rows]
     if any(r.logprobs is not None for r in rows):
-        for i, letter in enumerate(LETTERS):
-            out[f"logprob_{letter}"] = [None if r.logprobs is None else round(r.logprobs[i], 4) for r in rows]
+        widest = max(len(r.logprobs or ()) for r in rows)  # a column per letter any question has
+        for i, letter in enumerate(LETTERS[:widest]):
+            out[f"logprob_{letter}"] = [
+                None if r.logprobs is None or i >= len(r.logprobs) else round(r.logprobs[i], 4) for r in rows
+            ]
     if any(r.generated is not None for r in rows):
         out["generated"] = [r.generated for r in rows]
     if any(r.rotations for r in rows):

@@ -1,0 +1,140 @@
+"""MMLU-Pro runs end to end (`benchmark=mmlu_pro`): scored over each question's own letters as lm-eval
+0.4.13's `leaderboard_mmlu_pro` scores them (its output on this project's own rows,
+`tests/data/lm_eval_pro/`, make.py), stored with their options and origin, reported by category and
+origin, compared through the gate, never with an MMLU run, and bad input refused before anything is
+recorded."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ..conftest import CliResult, question_results, stored_runs
+
+Cli = Callable[..., CliResult]
+PRO_DATA = Path(__file__).resolve().parents[1] / "data" / "lm_eval_pro"
+TINY = ["model=tiny", "device=cpu", "tracking=sql_only"]
+PRO = [
+    "benchmark=mmlu_pro",
+    "data=mmlu_pro_local",
+    f"data.path={PRO_DATA / 'data'}",
+    "subjects=[math,health]",
+]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+def _lm_eval() -> dict[int, tuple[list[float], int]]:
+    """lm-eval's log-likelihood of each option and its gold index, by doc_id (the test row's place)."""
+    (path,) = (PRO_DATA / "leaderboard").rglob("samples_*.jsonl")
+    out = {}
+    for line in path.read_text().splitlines():
+        doc = json.loads(line)
+        values = [float(r[0][0] if isinstance(r[0], list) else r[0]) for r in doc["filtered_resps"]]
+        out[doc["doc_id"]] = (values, doc["doc"]["answer_index"])
+    return out
+
+
+def test_the_leaderboard_protocol_scores_as_lm_eval_on_the_same_weights(
+    cli: Cli, tmp_path: Path, db: str
+) -> None:
+    got = cli("eval", *PRO, "formulation=leaderboard", "dtype=float32", "device=cpu", "tracking=sql_only",
+              f"tracking.db_url={db}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)  # fmt: skip
+    assert got.code == 0, got.err
+    assert "from MMLU " in got.out
+    assert "chance (a uniform guess over each question's options)" in got.out
+    (run,) = stored_runs(db)
+    assert (run.protocol.benchmark, run.formulation) == ("mmlu_pro", "leaderboard")
+    theirs = _lm_eval()
+    ours = question_results(db, run.id)
+    assert sorted(r.index for r in ours) == sorted(theirs)
+    assert {r.options for r in ours} == {3, 4, 9, 10}
+    for r in ours:
+        values, gold = theirs[r.index]
+        assert r.logprobs is not None
+        assert len(r.logprobs) == r.options == len(values)
+        assert max(abs(a - b) for a, b in zip(r.logprobs, values, strict=True)) < 1e-4
+        assert (r.prediction, r.gold) == (values.index(max(values)), gold)
+        assert (r.src or "").startswith("ori_mmlu-")
+
+
+def test_two_mmlu_pro_runs_are_gated_and_never_compared_with_mmlu(cli: Cli, tmp_path: Path, db: str) -> None:
+    common = ["model=tiny", "device=cpu", "tracking=sql_only", f"tracking.db_url={db}"]
+    for seed in (0, 1):
+        got = cli("eval", *PRO, *common, f"model.tiny_seed={seed}", "scoring.choice_order=circular",
+                  f"hydra.run.dir={tmp_path / f'pro{seed}'}", cwd=tmp_path)  # fmt: skip
+        assert got.code == 0, got.err
+    mmlu = cli(
+        "eval", *common, "subjects=[anatomy]", "limit=2", f"hydra.run.dir={tmp_path / 'mmlu'}", cwd=tmp_path
+    )
+    assert mmlu.code == 0, mmlu.err
+    first_mmlu, cand, base = stored_runs(db)
+    for r in question_results(db, cand.id):  # each question asked in one rotation per option
+        assert len(r.rotations) == r.options - 1
+        assert [len(a.logprobs or ()) for a in r.rotations] == [r.options] * (r.options - 1)
+    gate = ["tracking.mlflow=false", "gate=warn_only", f"tracking.db_url={db}"]
+    got = cli("compare", f"baseline={base.id}", f"candidate={cand.id}", "gate.metric=circular", *gate,
+              f"hydra.run.dir={tmp_path / 'cmp'}", cwd=tmp_path)  # fmt: skip
+    assert got.code == 0, got.err
+    assert "math" in got.out
+    assert "health" in got.out
+    across = cli("compare", f"baseline={first_mmlu.id}", f"candidate={cand.id}", *gate,
+                 f"hydra.run.dir={tmp_path / 'across'}", cwd=tmp_path)  # fmt: skip
+    assert across.code == 2
+    assert "benchmark differs (baseline mmlu, candidate mmlu_pro)" in across.err
+    assert len(across.err.strip().splitlines()) == 1
+
+
+def _rows(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"options": [f"o{i}" for i in range(11)], "answer": "A", "answer_index": 0}, "11 options"),
+        ({"options": ["only"], "answer": "A", "answer_index": 0}, "1 options (1 not N/A)"),
+        ({"answer": "J", "answer_index": 9}, "answer 'J' is not a letter of its 3 options (A-C)"),
+        ({"answer": "B", "answer_index": 2}, "answer 'B' and answer_index 2 disagree"),
+    ],
+)
+def test_a_bad_question_is_one_line_exit_2_and_nothing_recorded(
+    cli: Cli, tmp_path: Path, db: str, change: dict[str, object], said: str
+) -> None:
+    folder = tmp_path / "pro"
+    folder.mkdir()
+    (folder / "validation.jsonl").write_text((PRO_DATA / "data" / "validation.jsonl").read_text())
+    rows = _rows(PRO_DATA / "data" / "test.jsonl")
+    rows[1] = {**rows[1], **change}  # the 3-option question
+    (folder / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = cli("eval", *PRO[:2], f"data.path={folder}", "subjects=[math,health]", *TINY,
+              f"tracking.db_url={db}",
+              f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)  # fmt: skip
+    assert got.code == 2
+    (line,) = got.err.strip().splitlines()
+    assert f"{folder / 'test.jsonl'}: test row 2: " in line
+    assert said in line
+    assert not Path(db.removeprefix("sqlite:///")).exists() or stored_runs(db) == []
+
+
+def test_a_category_with_fewer_shots_than_k_is_one_line(cli: Cli, tmp_path: Path, db: str) -> None:
+    folder = tmp_path / "pro"
+    folder.mkdir()
+    shots = _rows(PRO_DATA / "data" / "validation.jsonl")
+    kept = [r for r in shots if r["category"] != "health"] + [r for r in shots if r["category"] == "health"][
+        :3
+    ]
+    (folder / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    (folder / "test.jsonl").write_text((PRO_DATA / "data" / "test.jsonl").read_text())
+    got = cli("eval", *PRO[:2], f"data.path={folder}", "subjects=[math,health]", *TINY,
+              f"tracking.db_url={db}",
+              f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)  # fmt: skip
+    assert got.code == 2
+    (line,) = got.err.strip().splitlines()
+    assert "category 'health' has 3 validation rows, fewer than k=5 shots" in line
