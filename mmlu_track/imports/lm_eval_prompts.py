@@ -1,5 +1,6 @@
 """Whether an lm-eval run's prompts are this tool's: each logged context against this tool's rendering
-of the same question in each formulation and the run's chat style, byte for byte (`protocol_of`);
+of the same question in each formulation of its benchmark (MMLU's, or MMLU-Pro's for lm-eval's
+`leaderboard_mmlu_pro`) and the run's chat style, byte for byte (`protocol_of`);
 else lm-eval's own prompts, keyed by the hash of every context.
 
 lm-eval's chat settings are this tool's chat styles (`chat_style`): `--apply_chat_template` is
@@ -12,14 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.eval import prompts
-from mmlu_track.eval.data import Question, SubjectData
+from mmlu_track.eval import prompts, prompts_pro
+from mmlu_track.eval.data import DataError, Question
 from mmlu_track.imports.lm_eval import LmEvalRun, LmEvalSample
 from mmlu_track.records.imported import OWN_PROMPTS
+from mmlu_track.settings.subjects import letters
 
 
 @dataclass(frozen=True)
@@ -57,30 +59,37 @@ def chat_style(run: LmEvalRun) -> prompts.Style:
 
 def _ours(formulation: str, sample: LmEvalSample, shots: tuple[Question, ...], style: prompts.Style) -> bool:
     """Whether `sample` was asked exactly as this tool asks it in `formulation` with `shots`."""
-    letters = tuple(f"{style.answer_lead}{c}" for c in "ABCD")
-    if sample.continuations != letters:
+    ours = tuple(f"{style.answer_lead}{c}" for c in letters(len(sample.question.choices)))
+    if sample.continuations != ours:
         return False
     return sample.context == prompts.render(
         formulation, sample.question.subject, shots, sample.question, style
     )
 
 
-def protocol_of(run: LmEvalRun, data: Mapping[str, SubjectData]) -> Matched:
-    """The formulation whose prompt, in the run's chat style (`chat_style`), equals every context of
-    `run` byte for byte (shots: the first `n-shot` dev rows, as lm-eval takes them); else
+ShotsFor = Callable[[str, str], tuple[Question, ...]]  # (formulation, subject) -> the run's shots
+
+
+def protocol_of(run: LmEvalRun, shots_for: ShotsFor) -> Matched:
+    """The formulation of the run's benchmark whose prompt, in the run's chat style (`chat_style`),
+    equals every context of `run` byte for byte (`shots_for`: the shots a native run of that
+    formulation takes, lm-eval's first n-shot dev rows for MMLU); else
     lm-eval's own prompts, `lm-eval:<hash of its contexts>`, comparable only with imports of the
     same prompts (a chat template that cannot render this tool's messages is lm-eval's own too)."""
     import jinja2
 
     style = chat_style(run)
-    for formulation in prompts.FORMULATIONS:
-        try:
+    ours = prompts.MMLU_FORMULATIONS if run.benchmark == "mmlu" else prompts_pro.PROTOCOLS
+    for formulation in ours:
+        try:  # a formulation whose shots the data lacks (too few of a category's) is not the run's
             if all(
-                _ours(formulation, s, data[s.question.subject].dev[: run.shots], style) for s in run.samples
+                _ours(formulation, s, shots_for(formulation, s.question.subject), style) for s in run.samples
             ):
                 return Matched(formulation, formulation, style, prompts.template_hash(formulation, style))
         except jinja2.TemplateError:
             break  # the template refuses this tool's messages (a system turn): lm-eval rendered others
+        except DataError:
+            continue
     digest = hashlib.sha256()
     for s in sorted(run.samples, key=lambda s: (s.question.subject, s.question.index)):
         digest.update(json.dumps([s.question.subject, s.question.index, s.context, s.continuations]).encode())

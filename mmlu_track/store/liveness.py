@@ -36,6 +36,7 @@ from mmlu_track.store.orm import Run, RunShard
 if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
 
+
 # A running process beats every `tracking.heartbeat_s` (30 s; a thread, `Heartbeat`); one silent for
 # `DEAD_AFTER` counts as dead wherever it ran (5 missed beats: a busy machine may delay a beat, never five).
 class RunInProgress(StoreError):
@@ -257,10 +258,7 @@ def take_over(
                 "wait for it, or stop it and run the same command again to resume; "
                 "tracking.resume=false starts a separate run"
             )
-    if (
-        run.status == RunStatus.FINALIZING
-        and liveness(run.owner, run.heartbeat_at, now, dead_after) is None
-    ):
+    if run.status == RunStatus.FINALIZING and liveness(run.owner, run.heartbeat_at, now, dead_after) is None:
         who = Owner.parse(run.owner or "")
         by = who.short if who else run.owner
         raise RunInProgress(f"run {run.id} is being finalized by process {by}: wait for it")

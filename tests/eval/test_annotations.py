@@ -330,8 +330,12 @@ def test_the_sequential_gate_refuses_clean_questions(cli: Cli, tmp_path: Path) -
 # How MMLU-Redux 1.0's authors spell each label in their CSV folder (a sample of their 27 ways).
 SPELLED = {
     "ok": ("ok", "OK", "Ok", "OK "),
-    "wrong_groundtruth": ("Wrong Groundtruth", "wrong_groundtruth", "Wrong groundtruth",
-                          "wrong_groundtruth "),
+    "wrong_groundtruth": (
+        "Wrong Groundtruth",
+        "wrong_groundtruth",
+        "Wrong groundtruth",
+        "wrong_groundtruth ",
+    ),
     "no_correct_answer": ("No Correct Answer", "no correct answer", "No correct Answer"),
     "multiple_correct_answers": ("multiple correct answers", "Multiple Correct Answers"),
     "bad_question_clarity": ("Bad Question Clarity", "bad_question_clarity", "bad question clarity"),
@@ -434,8 +438,9 @@ def test_the_authors_folder_is_read_as_they_publish_it(
     with pytest.raises(DataError, match="neither UTF-8 nor cp1252/Latin-1 text: save the file as UTF-8"):
         annotate(str(bad), data, chosen)
     # A run given the folder: its clean accuracy is over the questions meant ok, the unknown one apart.
-    run = _eval(cli, tmp_path, "run", f"data.annotations={tmp_path / 'mmlu_redux'}", f"limit={LIMIT}",
-                f"seed={SEED}")
+    run = _eval(
+        cli, tmp_path, "run", f"data.annotations={tmp_path / 'mmlu_redux'}", f"limit={LIMIT}", f"seed={SEED}"
+    )
     assert run.code == 0, run.err
     assert "counted as unknown, never clean" in run.err
     record = RunRecord.from_json(json.loads((tmp_path / "run" / "results.json").read_text()))

