@@ -22,7 +22,7 @@ from mmlu_track.eval.openai_api import Served, Wire, logprobs_of, one_choice
 from mmlu_track.eval.prompts import Messages, Style, messages
 from mmlu_track.records.run import ModelInfo
 from mmlu_track.settings.config import EvalConfig
-from mmlu_track.settings.subjects import LETTERS
+from mmlu_track.settings.subjects import letters
 from mmlu_track.support.console import warn
 from mmlu_track.support.credentials import redact_text
 
@@ -268,8 +268,9 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
             f"the server at {client.shown} does not say {model.served_name}'s context length: "
             "set max_length= to the context it serves (llama.cpp: --n_ctx, vLLM: --max-model-len)"
         )
-    continuations = [Style(cfg.chat.style).answer_lead + letter for letter in LETTERS]
-    letters = [encode(f"Answer:{c}")[len(encode("Answer:")) :] for c in continuations]
+    widest = 10 if cfg.benchmark == "mmlu_pro" else 4  # the letters the benchmark's questions can have
+    continuations = [Style(cfg.chat.style).answer_lead + letter for letter in letters(widest)]
+    letter_ids = [encode(f"Answer:{c}")[len(encode("Answer:")) :] for c in continuations]
     info = ModelInfo(
         name=model.name,
         source=model.source,
@@ -285,7 +286,7 @@ def _connect(cfg: EvalConfig, client: Client) -> Served:
         server=_described(client, listed, props),
     )
     wire = Wire(cfg, client, encode, tokenizer)
-    split = [c for c, ids in zip(continuations, letters, strict=True) if len(ids) != 1]
+    split = [c for c, ids in zip(continuations, letter_ids, strict=True) if len(ids) != 1]
     echo_ok = _letters_scorable(wire, split, engine) if cfg.scoring.method == "logprob" else False
     # Without a template the run is refused by `plan.style` in the in-process backend's words.
     if cfg.chat.style != "none" and template_source(tokenizer) is not None:

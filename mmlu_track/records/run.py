@@ -26,7 +26,7 @@ from mmlu_track.records.robustness import CircularScores, LetterBias
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.settings.config import DEFAULT_SEED, EvalConfig, to_dict
 from mmlu_track.settings.resolved import Resolved
-from mmlu_track.settings.subjects import SUBJECTS
+from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS
 from mmlu_track.settings.typed import ConfigError
 
 SCHEMA_VERSION = 1
@@ -131,6 +131,7 @@ class RunStart:
         )
         parts = [f"{m.name}@{ident}" if ident else m.name, f"k{cfg.k}", cfg.scoring.method]
         optional = [
+            (cfg.benchmark != "mmlu", cfg.benchmark),
             (self.protocol.formulation != "original", self.protocol.formulation),
             (cfg.chat.style != "none", f"chat-{cfg.chat.style}"),
             (cfg.scoring.calibration != "none", f"cal-{cfg.scoring.calibration}"),
@@ -140,7 +141,7 @@ class RunStart:
                 cfg.shot_selection == "random",
                 f"shots-random{cfg.seed if cfg.shot_seed is None else cfg.shot_seed}",
             ),
-            (len(cfg.subjects) != len(SUBJECTS), f"{len(cfg.subjects)}subjects"),
+            (len(cfg.subjects) != len(BENCHMARK_SUBJECTS[cfg.benchmark]), f"{len(cfg.subjects)}subjects"),
             (cfg.max_length is not None, f"ctx{cfg.max_length}"),
         ]
         # then how it was run: no result depends on it, but a noise check's runs differ only there

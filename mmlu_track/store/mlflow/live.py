@@ -30,7 +30,7 @@ import mmlu_track.store.mlflow.views as mlflow_views
 from mmlu_track.records.results import Accuracies, Accuracy, Docs, QuestionResult, write_jsonl
 from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
 from mmlu_track.settings.config import applies, to_dict
-from mmlu_track.settings.subjects import LETTERS
+from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS, LETTERS
 from mmlu_track.settings.typed import flatten
 from mmlu_track.store.locations import mlflow_uri
 from mmlu_track.store.mlflow.client import client_and_experiment, failures, quiet
@@ -157,7 +157,7 @@ def params(start: RunStart) -> dict[str, str]:
         **flatten({"model": dataclasses.asdict(start.model), "data": dataclasses.asdict(start.data)}),
         "dtype": start.model.dtype,  # resolved: `auto` is recorded as what it ran in
         "scoring": cfg.scoring.method,
-        "subjects": "all" if len(cfg.subjects) == 57 else ",".join(cfg.subjects),
+        "subjects": "all" if cfg.subjects == BENCHMARK_SUBJECTS[cfg.benchmark] else ",".join(cfg.subjects),
         "prompt.template_hash": start.template_hash,
         **{f"version.{k}": v for k, v in start.versions.items()},
         # what was chosen from the settings as the run started: the threads, the URI (no password)

@@ -44,6 +44,7 @@ def description(record: RunRecord) -> str:
     start, scores = record.start, record.scores
     cfg = start.config
     prompt = cfg.formulation if cfg.chat.style == "none" else f"{cfg.formulation}, chat {cfg.chat.style}"
+    prompt = prompt if cfg.benchmark == "mmlu" else f"MMLU-Pro, {prompt}"
     limit = "all questions" if cfg.limit is None else f"limit={cfg.limit} per subject (seed {cfg.seed})"
     if (imported := start.imported) is not None and imported.limit is not None:
         limit = f"the first {imported.limit:g} per subject ({imported.tool}'s --limit)"
