@@ -32,7 +32,9 @@ from bench_process import packaged_dirs, timed  # noqa: E402
 def write_subset(data: Path, per_category: int, out: Path) -> int:
     """`out`/test.jsonl (the first `per_category` test rows of each category, in file order) and the
     whole validation split; the number of test rows written."""
-    rows = [json.loads(line) for line in (data / "test.jsonl").read_text().split("\n") if line.strip()]  # not splitlines(): U+2028 in a question
+    rows = [
+        json.loads(line) for line in (data / "test.jsonl").read_text().split("\n") if line.strip()
+    ]  # not splitlines(): U+2028 in a question
     seen: dict[str, int] = {}
     kept = []
     for row in rows:

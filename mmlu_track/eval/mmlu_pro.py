@@ -11,9 +11,9 @@ Sources, each in the hub's layout and fields (`question_id`, `question`, `option
 What the published rows hold is kept as it is (options with their leading spaces, the validation
 rows' `N/A` padding): which protocol strips or drops them is the prompt's business. A row is refused
 in one line naming the file and row: options not 2..10 texts (counting the real ones, `N/A` padding
-aside, at least 2), an `answer` letter beyond them, on an `N/A`, or disagreeing with `answer_index`,
-an unknown category (the 14 of the paper). `shots(data, category, k)` refuses a category with fewer
-validation rows than k.
+aside, at least 2; a test question has none), an `answer` letter beyond them, on an `N/A`, or
+disagreeing with `answer_index`, an unknown category (the 14 of the paper), no `src`.
+`shots(data, category, k)` refuses a category with fewer validation rows than k.
 """
 
 from __future__ import annotations
@@ -70,6 +70,11 @@ def validate_pro_row(row: Mapping[str, Any], *, where: str, split: str, index: i
     answer = _answer(row, len(options), at)
     if options[answer].strip() == PAD:
         raise DataError(f"{at}: the answer {OPTION_LETTERS[answer]} is a {PAD} padding option")
+    if split == "test" and len(real) != len(options):  # a shot's padding is dropped, a question's never
+        raise DataError(
+            f"{at}: option {OPTION_LETTERS[options.index(next(o for o in options if o.strip() == PAD))]} is "
+            f"{PAD}: a test question's options are its own (only validation rows are padded)"
+        )
     qid = row.get("question_id")
     src = row.get("src")
     if not isinstance(src, str) or not src.strip():

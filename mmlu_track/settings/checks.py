@@ -48,6 +48,9 @@ def _check_values(cfg: EvalConfig) -> None:
         raise ConfigError(
             f"k={cfg.k} is impossible: the dev split has {DEV_EXAMPLES_PER_SUBJECT} examples "
             f"per subject; allowed: 0..{DEV_EXAMPLES_PER_SUBJECT}"
+            if cfg.benchmark == "mmlu"
+            else f"k={cfg.k} is impossible: MMLU-Pro's validation split has {DEV_EXAMPLES_PER_SUBJECT} rows "
+            f"per category; allowed: 0..{DEV_EXAMPLES_PER_SUBJECT}"
         )
     if cfg.limit is not None and cfg.limit < 1:
         raise ConfigError(f"limit={cfg.limit} must be >= 1, or null for every question")

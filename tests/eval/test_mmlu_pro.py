@@ -114,6 +114,10 @@ def _edit(rows: list[dict[str, Any]], **change: Any) -> list[dict[str, Any]]:
             {"options": ["a", "N/A", "c"], "answer": "B", "answer_index": 1},
             "the answer B is a N/A padding option",
         ),
+        (
+            {"options": ["a", "b", "N/A"], "answer": "A", "answer_index": 0},
+            "option C is N/A: a test question's options are its own",
+        ),
         ({"category": "maths"}, "unknown category 'maths' (did you mean 'math'?)"),
         ({"question": "  "}, "question is empty or not text"),
         ({"options": "a, b, c"}, "options must be a list of texts"),

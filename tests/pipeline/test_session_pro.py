@@ -143,14 +143,17 @@ def test_a_category_with_fewer_shots_than_k_is_one_line(cli: Cli, tmp_path: Path
 def test_the_noise_floor_and_the_sequential_gate_work_on_mmlu_pro(cli: Cli, tmp_path: Path, db: str) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     logged = [*PRO, *TINY[:2], f"tracking.db_url={db}", f"tracking.mlflow_uri={uri}"]
-    noise = cli("noise", *logged, "noise.shot_seeds=[1,2]", f"hydra.run.dir={tmp_path / 'noise'}", cwd=tmp_path)
+    folder = tmp_path / "noise"
+    noise = cli("noise", *logged, "noise.shot_seeds=[1,2]", f"hydra.run.dir={folder}", cwd=tmp_path)
     assert noise.code == 0, noise.err
-    doc = json.loads((tmp_path / "noise" / "noise.json").read_text())
-    assert [p["name"] for p in doc["pairs"]] == ["repeat", "batching (1, None)", "shot seed 1", "shot seed 2"]
+    doc = json.loads((folder / "noise.json").read_text())
+    names = ["repeat", "batching (1, None)", "shot seed 1", "shot seed 2"]
+    assert [p["name"] for p in doc["pairs"]] == names
     assert set(doc["shot_seed_spread"]["subjects"]) == {"math", "health"}
     (base, *_) = [r for r in stored_runs(db) if r.protocol.shot_seed is None]  # the noise default: limit=2
-    gated = cli("eval", *logged, "limit=2", "model.tiny_seed=1", f"gate.baseline={base.id}", "gate.sequential=true",
-                "gate.looks=2", "gate.margin=0.5", f"hydra.run.dir={tmp_path / 'seq'}", cwd=tmp_path)  # fmt: skip
+    gate = [f"gate.baseline={base.id}", "gate.sequential=true", "gate.looks=2", "gate.margin=0.5"]
+    gated = cli("eval", *logged, "limit=2", "model.tiny_seed=1", *gate, f"hydra.run.dir={tmp_path / 'seq'}",
+                cwd=tmp_path)  # fmt: skip
     assert gated.code in (0, 1), gated.err  # a verdict, whichever: never unusable input or a bug
     assert "PASS" in gated.out or "REGRESSION" in gated.out or "INCONCLUSIVE" in gated.out
     from mlflow import MlflowClient

@@ -37,6 +37,7 @@ REQUIRED = {
 GROUPS = ("benchmark", "model", "chat", "scoring", "data", "tracking", "experiment")
 
 
+PRO = ["benchmark=mmlu_pro", "data=mmlu_pro_local", "data.path=/data/mmlu-pro"]
 SERVED = ["model=openai_api", "model.base_url=http://h:1/v1", "model.served_name=m", "model.revision=r"]
 
 
@@ -153,6 +154,15 @@ def test_plain_overrides() -> None:
     ("overrides", "message"),
     [
         (["k=6"], "k=6 is impossible"),
+        ([*PRO, "k=6"], "k=6 is impossible: MMLU-Pro's validation split has 5 rows per category"),
+        ([*PRO, "scoring=generate"], "benchmark=mmlu_pro is scored by log-likelihood (scoring=logprob)"),
+        ([*PRO, "formulation=harness"], "formulation=harness is not one of benchmark=mmlu_pro's"),
+        (["formulation=category"], "formulation=category is not one of benchmark=mmlu's"),
+        ([*PRO, "subjects=[anatomy]"], "subject 'anatomy' is not one of MMLU-Pro's 14 categories"),
+        (["subjects=[law]"], "subject 'law' is not one of the 57 MMLU subjects"),
+        (["benchmark=mmlu_pro", "data=local", "data.path=/x"], "benchmark=mmlu_pro reads data=mmlu_pro"),
+        (["data=mmlu_pro_local", "data.path=/x"], "data=mmlu_pro is MMLU-Pro's data: add benchmark=mmlu_pro"),
+        ([*PRO, "data.annotations=redux.jsonl"], "data.annotations are MMLU-Redux's labels"),
         (["k=-1"], "allowed: 0..5"),
         (["limit=0"], "limit=0 must be >= 1"),
         (["subjects=[anatomy,astrology]"], "unknown subject 'astrology'"),
@@ -388,3 +398,15 @@ def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(
     compat |= {"scoring.choice_order", "shot_seed", "data.annotations"}
     assert set(settings) - set(flat) <= compat | {"scoring.patterns"}
     assert differs.what_differs(base, cand) == []  # identical settings: nothing differs
+
+
+def test_mmlu_pro_is_a_choice_whose_subjects_are_its_categories() -> None:
+    from mmlu_track.settings.subjects import PRO_CATEGORIES
+
+    cfg = compose_eval(PRO)
+    assert (cfg.benchmark, cfg.formulation, cfg.data.name) == ("mmlu_pro", "category", "mmlu_pro")
+    assert cfg.subjects == PRO_CATEGORIES
+    assert compose_eval([*PRO, "subjects=[computer science,law]"]).subjects == ("computer science", "law")
+    assert compose_eval([*PRO, "formulation=leaderboard"]).formulation == "leaderboard"
+    assert "benchmark" not in identity_dict(compose_eval([]))  # an MMLU run's identity as before
+    assert identity_dict(cfg)["benchmark"] == "mmlu_pro"
