@@ -218,6 +218,8 @@ def _scores(store: SqlStore, run: StoredRun) -> None:
         if record.circular:  # its headline first: circular accuracy, the accuracy as given beside it
             print(circular_table(record.scores, record.circular))
         print(table(record.scores))
+        if record.reasoning:  # a chain of thought: the answers each rule read, the generations cut
+            print(record.reasoning.line())
         if record.annotated and record.start.data.annotations:  # MMLU-Redux: as the run said it
             print(record.start.data.annotations.summary())
             print(record.annotated.summary())

@@ -4,7 +4,8 @@
   equal values, as numpy's), after the subject's letter-bias calibration (`calibrate`, each letter
   over the questions that have it); the margin is the gap between the top two (calibrated) values.
 - generation scoring: `read_answer` by `scoring.extract` (`first_char`: the first non-whitespace
-  character, `parse_generation`; `pattern`: the first of `scoring.patterns` that matches). The
+  character, `parse_generation`; `pattern`: the first of `scoring.patterns` that matches;
+  `cascade`: a chain of thought read by MMLU-Pro's rules in order, `extract`, the rule recorded). The
   in-process greedy decoder also asks it when a row's answer is decided (`generate.decided`).
 
 Backends report what the model said (`Score`); `to_results` turns one unit's scores into the
@@ -83,6 +84,36 @@ def read_answer(text: str, cfg: ScoringConfig, options: int = 4) -> int | None:
     return None
 
 
+# MMLU-Pro's chain-of-thought extraction (TIGER-AI-Lab's evaluate_from_local.py: extract_answer,
+# extract_again, extract_final), tried in order; each question records which rule read its answer.
+CASCADE = (
+    ("answer is", re.compile(r"answer is \(?([A-J])\)?")),  # lm-eval mmlu_pro's one filter too
+    ("answer:", re.compile(r".*[aA]nswer:\s*([A-J])")),
+    ("last letter", re.compile(r"\b([A-J])\b(?!.*\b[A-J]\b)", re.DOTALL)),
+)
+NO_ANSWER = "none"  # no rule read a letter: counted wrong (or guessed, `scoring.failed=random`)
+BEYOND = "beyond"  # the letter read is not one of the question's: counted wrong
+
+
+def extract(text: str, options: int) -> tuple[int | None, str]:
+    """The answer a chain of thought gives and the rule that read it (`CASCADE`'s name); (None,
+    `NO_ANSWER`) when none reads a letter, (None, `BEYOND`) when the letter is not one of the
+    question's `options`."""
+    for name, pattern in CASCADE:
+        if found := pattern.search(text):
+            index = LETTERS.index(found.group(1))
+            return (index, name) if index < options else (None, BEYOND)
+    return None, NO_ANSWER
+
+
+def guess(seed: int, subject: str, index: int, options: int) -> int:
+    """The seeded uniform guess of a question no rule answered (`scoring.failed=random`, as the
+    official script guesses): the same for the same seed and question, whatever the batching."""
+    import random
+
+    return random.Random(f"{seed}:{subject}:{index}").randrange(options)
+
+
 def calibrate(logprobs: np.ndarray, method: str) -> np.ndarray:
     """One subject's (n, letters) log-prob matrix as the argmax should see it; a question without a
     letter (fewer options than the widest) has NaN there.
@@ -109,15 +140,25 @@ def predict(logprobs: Sequence[LogProbs], calibration: str) -> tuple[list[int], 
     return [argmax(row) for row in ranked], [float(m) for m in top2[:, 1] - top2[:, 0]]
 
 
-def to_results(batch: Sequence[Prompt], scores: Sequence[Score], calibration: str) -> list[QuestionResult]:
+def to_results(
+    batch: Sequence[Prompt], scores: Sequence[Score], scoring: ScoringConfig
+) -> list[QuestionResult]:
     """One unit's prompts and their scores as results: log-prob rows predicted here (calibrated
-    over the unit's subject), generations as their backend read them (`read_answer`)."""
+    over the unit's subject), generations as their backend read them (`read_answer`, `extract`); a
+    chain of thought no rule answered guessed with `scoring.failed=random`."""
     predictions: list[int | None] = [s.prediction for s in scores]
     margins: list[float | None] = [None] * len(scores)
+    extraction = [s.extraction for s in scores]
     logprobs = [s.logprobs for s in scores if s.logprobs is not None]
     if scores and len(logprobs) == len(scores):
-        predicted, gaps = predict(logprobs, calibration)
+        predicted, gaps = predict(logprobs, scoring.calibration)
         predictions, margins = list(predicted), list(gaps)
+    if scoring.failed == "random":
+        for i, (p, s) in enumerate(zip(batch, scores, strict=True)):
+            if s.extraction == NO_ANSWER:
+                q = p.question
+                predictions[i] = guess(scoring.failed_seed, q.subject, q.index, len(q.choices))
+                extraction[i] = "guess"
     return [
         QuestionResult(
             subject=p.question.subject,
@@ -134,8 +175,11 @@ def to_results(batch: Sequence[Prompt], scores: Sequence[Score], calibration: st
             scored_by=s.scored_by,
             options=len(p.question.choices),
             src=p.question.src,
+            extraction=how,
+            new_tokens=s.new_tokens,
+            finish=s.finish,
         )
-        for p, s, pred, margin in zip(batch, scores, predictions, margins, strict=True)
+        for p, s, pred, margin, how in zip(batch, scores, predictions, margins, extraction, strict=True)
     ]
 
 

@@ -19,7 +19,10 @@ def ask(
     if method == "logprob":
         requests = [LetterRequest(p.text, p.prefix, answer_lead, len(p.question.choices)) for p in rendered]
         return lm.score_letters(requests, progress)
-    return lm.generate([GenerationRequest(p.text, p.prefix, p.messages or None) for p in rendered], progress)
+    asked = [
+        GenerationRequest(p.text, p.prefix, p.messages or None, len(p.question.choices)) for p in rendered
+    ]
+    return lm.generate(asked, progress)
 
 
 def per_question(progress: Progress, questions: int, prompts: int) -> Progress:

@@ -56,6 +56,11 @@ class Score:
     prefix_fallback: bool = False  # the prefix cache was on but this prompt's tokens did not extend it
     # How the backend got it (`QuestionResult.scored_by`): logits, greedy, top_logprobs, echo, completion.
     scored_by: str | None = None
+    # A chain of thought (`extract=cascade`): the rule that read its answer (`answers.CASCADE`), the
+    # tokens generated, and why it ended: `stop` (a stop string), `end` (end of sequence), `length`.
+    extraction: str | None = None
+    new_tokens: int | None = None
+    finish: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ class GenerationRequest:
     text: str  # the prompt as the model reads it
     prefix: str = ""  # its start that other prompts share (the in-process prefix cache runs it once)
     messages: Messages | None = None  # a chat prompt's messages: a server generates through its template
+    options: int = 4  # how many choices the question has: the letters an answer may be
 
 
 @dataclass(frozen=True)

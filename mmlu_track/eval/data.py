@@ -49,6 +49,7 @@ class Question:
     answer: int  # the correct choice's position: 0-3 (A-D) for MMLU
     qid: int | None = None  # the source's own id (MMLU-Pro's question_id); None: MMLU, positions alone
     src: str | None = None  # where the source took it from (MMLU-Pro's `src`, e.g. ori_mmlu-anatomy)
+    cot: str | None = None  # a worked answer (MMLU-Pro's validation `cot_content`): chain-of-thought shots
 
 
 @dataclass(frozen=True)
@@ -325,6 +326,8 @@ def fingerprint(questions: Iterable[Question]) -> str:
         rec: list[Any] = [q.subject, q.split, q.index, q.question, list(q.choices), q.answer]
         if q.qid is not None or q.src is not None:  # MMLU-Pro's; an MMLU question's hash as before
             rec += [q.qid, q.src]
+        if q.cot:  # a worked answer (MMLU-Pro's shots): what a chain-of-thought prompt shows
+            rec.append(q.cot)
         h.update(json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode())
         h.update(b"\n")
     return h.hexdigest()

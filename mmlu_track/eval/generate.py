@@ -26,6 +26,7 @@ question's own tokens, and one per decode step the row took part in.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,11 +34,12 @@ from typing import Any
 import torch
 
 from mmlu_track.eval import prefix_cache
-from mmlu_track.eval.answers import read_answer
+from mmlu_track.eval.answers import extract, read_answer
 from mmlu_track.eval.backend import GenerationRequest
 from mmlu_track.eval.batching import Batching, Progress, Score, fit, left_pad, run_batches
 from mmlu_track.eval.models import LoadedModel
 from mmlu_track.eval.prefix_cache import Suffixes
+from mmlu_track.settings.config import ScoringConfig
 
 
 def decided(text: str) -> bool:
@@ -59,6 +61,32 @@ def _ends(lm: LoadedModel, tokens: list[int]) -> bool:
 Stops = Callable[[LoadedModel, list[int]], bool]
 
 
+def _at_stop(stop: Sequence[str]) -> Stops:
+    """A row ends at the end of sequence or once its decoded text holds one of `stop`: checked on
+    its last tokens only, as many as the longest stop string has characters and one more (a stop
+    string is found the step it is completed, so it lies within them; a token is a character or more)."""
+    tail = max(len(s) for s in stop) + 1
+
+    def stops(lm: LoadedModel, tokens: list[int]) -> bool:
+        if tokens[-1] == lm.tokenizer.eos_token_id:
+            return True
+        text = lm.decode(tokens[-tail:])
+        return any(s in text for s in stop)
+
+    return stops
+
+
+def _ended(text: str, tokens: list[int], lm: LoadedModel, cfg: ScoringConfig) -> tuple[str, str]:
+    """The generation as read (before the first stop string) and why it ended: `stop`, `end` (the
+    end-of-sequence token) or `length` (cut by `max_new_tokens`)."""
+    cuts = [text.index(s) for s in cfg.stop if s in text]
+    if cuts:
+        return text[: min(cuts)], "stop"
+    if tokens and tokens[-1] == lm.tokenizer.eos_token_id:
+        return text, "end"
+    return text, "length" if len(tokens) >= cfg.max_new_tokens else "end"
+
+
 def _decided_length(stops: Stops, lm: LoadedModel, tokens: list[int]) -> int:
     return next((j for j in range(1, len(tokens) + 1) if stops(lm, tokens[:j])), len(tokens))
 
@@ -72,7 +100,8 @@ def score_generate(
     cfg = batching.scoring
     # Room for the new tokens: the prompt keeps its end if it is too long.
     encoded = [fit(lm.encode(r.text), lm.info.max_length - cfg.max_new_tokens) for r in requests]
-    stops = _stops if cfg.extract == "first_char" else _ends  # read at call time: tests replace _stops
+    # read at call time: tests replace _stops
+    stops = _stops if cfg.extract == "first_char" else _at_stop(cfg.stop) if cfg.stop else _ends
     work = _Work(lm, encoded, batching, progress, stops)
     prefixes = [r.prefix for r in requests]
     groups, plain = prefix_cache.group(cfg.prefix_cache, prefixes, encoded, range(len(requests)))
@@ -84,9 +113,8 @@ def score_generate(
     texts_out = [lm.decode(toks) for toks in work.tokens]
     fallback = set(left)
     return [
-        Score(
-            prediction=read_answer(text, cfg),
-            generated=text,
+        dataclasses.replace(
+            _score(lm, cfg, text, work.tokens[i], requests[i].options),
             n_tokens=len(ids),
             truncated=cut,
             forwarded=work.forwarded[i],
@@ -94,6 +122,18 @@ def score_generate(
         )
         for i, (text, (ids, cut)) in enumerate(zip(texts_out, encoded, strict=True))
     ]
+
+
+def _score(lm: LoadedModel, cfg: ScoringConfig, text: str, tokens: list[int], options: int) -> Score:
+    """A generation as scored: read by `cfg.extract`; a chain of thought (`cascade`) cut at its stop
+    string and read by `answers.extract`, with the rule, its token count and why it ended."""
+    if cfg.extract == "first_char":
+        return Score(prediction=read_answer(text, cfg, options), generated=text)
+    kept, finish = _ended(text, tokens, lm, cfg)
+    if cfg.extract == "pattern":
+        return Score(read_answer(kept, cfg, options), generated=kept, new_tokens=len(tokens), finish=finish)
+    prediction, rule = extract(kept, options)
+    return Score(prediction, generated=kept, extraction=rule, new_tokens=len(tokens), finish=finish)
 
 
 @dataclass

@@ -85,6 +85,7 @@ def validate_pro_row(row: Mapping[str, Any], *, where: str, split: str, index: i
         subject=category, split=split, index=index, question=question, choices=tuple(options), answer=answer,
         qid=qid if isinstance(qid, int) and not isinstance(qid, bool) else None,
         src=src,
+        cot=cot if isinstance(cot := row.get("cot_content"), str) and cot.strip() else None,
     )  # fmt: skip
 
 

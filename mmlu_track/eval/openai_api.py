@@ -41,7 +41,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.eval.answers import argmax, per_letter, read_answer
+from mmlu_track.eval.answers import argmax, extract, per_letter, read_answer
 from mmlu_track.eval.backend import (
     GenerationRequest,
     LetterRequest,
@@ -98,11 +98,20 @@ def logprobs_of(choice: dict[str, Any]) -> dict[str, Any]:
     return lp
 
 
-def _usage(doc: dict[str, Any]) -> int:
-    """The prompt tokens a server reports; 0 where it reports none (or not as a count: `usage` is
-    informative only, never a reason to refuse an answer)."""
+@dataclass(frozen=True)
+class Ended:
+    """How a served generation ended, as the server says: its `finish_reason` (`stop`: a stop
+    string or its end; `length`: `max_tokens` or its own context limit) and its completion tokens."""
+
+    reason: object
+    tokens: int
+
+
+def _usage(doc: dict[str, Any], what: str = "prompt_tokens") -> int:
+    """The tokens a server reports (`prompt_tokens`, `completion_tokens`); 0 where it reports none
+    (or not as a count: `usage` is informative only, never a reason to refuse an answer)."""
     usage = doc.get("usage")
-    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    tokens = usage.get(what) if isinstance(usage, dict) else None
     return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else 0
 
 
@@ -199,17 +208,21 @@ class Wire:
         text = self._wire(render_chat(self.tokenizer, messages)[0])
         return self.top(text, 1)[1], len(self._encode(text))
 
-    def chat_completion(self, messages: Messages, max_tokens: int) -> tuple[object, int, str]:
+    def chat_completion(self, messages: Messages, max_tokens: int) -> tuple[object, int, str, Ended]:
         """(the assistant's text, the prompt tokens the server reports (0: none), the local
-        rendering as it would be sent) of greedy generation through the server's own chat template."""
+        rendering as it would be sent, how it ended) of greedy generation through the server's own
+        chat template (with the scoring's stop strings, where it has any)."""
         text, sent = render_chat(self.tokenizer, messages)  # folded as the local rendering was
         body = {"model": self.cfg.model.served_name, "messages": sent, "temperature": 0}
-        doc = self.client.post("/chat/completions", {**body, "max_tokens": max_tokens})
+        stop = {"stop": list(self.cfg.scoring.stop)} if self.cfg.scoring.stop else {}
+        doc = self.client.post("/chat/completions", {**body, "max_tokens": max_tokens, **stop})
         if not isinstance(doc, dict):
             raise ModelError("POST /chat/completions: the answer is not a JSON object")
-        message = one_choice(doc).get("message")
+        choice = one_choice(doc)
+        message = choice.get("message")
         content = message.get("content") if isinstance(message, dict) else None
-        return content, _usage(doc), self._wire(text)
+        ended = Ended(choice.get("finish_reason"), _usage(doc, "completion_tokens"))
+        return content, _usage(doc), self._wire(text), ended
 
 
 RESUME = " the questions committed so far are kept: run the same command to resume"
@@ -303,23 +316,37 @@ class Served(Wire):
             scored_by="echo",
         )
 
-    def _generate(self, text: str) -> Score:
-        doc = self.complete(text, max_tokens=self.cfg.scoring.max_new_tokens)
-        return self._read(one_choice(doc).get("text"), _usage(doc), "completion")
+    def _generate(self, text: str, options: int) -> Score:
+        stop = {"stop": list(self.cfg.scoring.stop)} if self.cfg.scoring.stop else {}
+        doc = self.complete(text, max_tokens=self.cfg.scoring.max_new_tokens, **stop)
+        choice = one_choice(doc)
+        ended = Ended(choice.get("finish_reason"), _usage(doc, "completion_tokens"))
+        return self._read(choice.get("text"), _usage(doc), "completion", options, ended)
 
-    def _chat(self, messages: Messages) -> Score:
-        content, theirs, text = self.chat_completion(messages, self.cfg.scoring.max_new_tokens)
+    def _chat(self, messages: Messages, options: int) -> Score:
+        content, theirs, text, ended = self.chat_completion(messages, self.cfg.scoring.max_new_tokens)
         # The server's own count; the local one only for a server that reports none.
-        return self._read(content, theirs or len(self._encode(text)), "chat_completion")
+        return self._read(content, theirs or len(self._encode(text)), "chat_completion", options, ended)
 
-    def _read(self, generated: object, n_tokens: int, how: str) -> Score:
+    def _read(self, generated: object, n_tokens: int, how: str, options: int, ended: Ended) -> Score:
         if not isinstance(generated, str):
             raise PromptError("the server's answer has no text")
+        scoring = self.cfg.scoring
+        if scoring.extract == "cascade":  # a chain of thought: read to its stop string, the rule recorded
+            cuts = [generated.index(s) for s in scoring.stop if s in generated]
+            kept = generated[: min(cuts)] if cuts else generated
+            prediction, rule = extract(kept, options)
+            # A server's `length`: cut by max_tokens, or by its own context limit, never a guess.
+            finish = "length" if ended.reason == "length" else "stop" if ended.reason == "stop" else None
+            return Score(
+                prediction, generated=kept, n_tokens=n_tokens, forwarded=n_tokens, scored_by=how,
+                extraction=rule, new_tokens=ended.tokens or None, finish=finish,
+            )  # fmt: skip
         stripped = len(generated) - len(generated.lstrip())
         # The decided part: up to the first character (first_char), else all of it (pattern).
-        decided = generated[: stripped + 1] if self.cfg.scoring.extract == "first_char" else generated
+        decided = generated[: stripped + 1] if scoring.extract == "first_char" else generated
         return Score(
-            read_answer(decided, self.cfg.scoring),
+            read_answer(decided, scoring, options),
             generated=decided,
             n_tokens=n_tokens,
             forwarded=n_tokens,
@@ -342,9 +369,9 @@ class Served(Wire):
 
         def job(r: GenerationRequest) -> Callable[[], Score]:
             messages = r.messages
-            return (
-                (lambda: self._chat(messages)) if messages is not None else (lambda: self._generate(r.text))
-            )
+            if messages is not None:
+                return lambda: self._chat(messages, r.options)
+            return lambda: self._generate(r.text, r.options)
 
         return self._each([job(r) for r in requests], progress)
 

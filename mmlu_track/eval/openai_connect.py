@@ -166,7 +166,7 @@ def _check_chat_template(served: Wire, engine: str | None) -> None:
     probe_chat = _chat_probe(served.cfg)
     try:
         if generate:
-            _, theirs, text = served.chat_completion(probe_chat, 1)
+            _, theirs, text, _ = served.chat_completion(probe_chat, 1)
             ours = len(served.encode(text))
         else:
             theirs, ours = served.chat_prompt_tokens(probe_chat)

@@ -9,7 +9,8 @@ lm-eval-harness. Shots end with `" X\n\n"`.
 - `harness`: lm-eval-harness `mmlu`: single space, `question.strip()`, shots joined by "\n\n".
 - `question`: the HELM / lighteval `Question:` style with a subject-free header.
 - `leaderboard`, `category` (MMLU-Pro, `benchmark=mmlu_pro`): lm-eval's `leaderboard_mmlu_pro` and
-  the category protocol the docs recommend for a gate (`prompts_pro`), A-J for up to 10 options.
+  the category protocol the docs recommend for a gate (`prompts_pro`), A-J for up to 10 options;
+  `cot_official`, `cot_lm_eval`: its chain-of-thought protocol, generated (`prompts_cot`).
 
 Chat prompts (`ChatConfig`; the rule is lm-evaluation-harness 0.4.13's `fewshot_context` with
 `--apply_chat_template`): `messages` puts the formulation's header (after `system`, if any, and
@@ -29,7 +30,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mmlu_track.eval import prompts_pro
+from mmlu_track.eval import prompts_cot, prompts_pro
 from mmlu_track.eval.data import Question
 from mmlu_track.settings.subjects import LETTERS, letters, pretty
 
@@ -66,14 +67,26 @@ def _question_body(q: Question) -> str:
     return f"Question: {q.question.strip()}{_choices(q)}\nAnswer:"
 
 
+def _letter(q: Question) -> str:
+    return LETTERS[q.answer]
+
+
 @dataclass(frozen=True)
 class Formulation:
-    """One named prompt formulation: `header(subject)` opens every prompt, `body(question)` renders a
-    question (shot or asked) up to its closing `Answer:`."""
+    r"""One named prompt formulation: `header(subject)` opens every prompt, `body(question)` renders a
+    question (shot or asked) up to its closing `Answer:`; `answer(shot)` is what a shot's answer is
+    (its letter; a chain-of-thought shot's reasoning: the chat assistant turn); `shot(shot)` a whole
+    raw shot (None: its body, `" "`, its answer, `"\n\n"`)."""
 
     name: str
     header: Callable[[str], str]
     body: Callable[[Question], str]
+    answer: Callable[[Question], str] = _letter
+    shot: Callable[[Question], str] | None = None
+
+    def shot_text(self, shot: Question) -> str:
+        r"""One worked example as a raw prompt shows it, ending `"\n\n"`."""
+        return self.shot(shot) if self.shot is not None else f"{self.body(shot)} {self.answer(shot)}\n\n"
 
 
 FORMULATIONS: dict[str, Formulation] = {
@@ -82,7 +95,15 @@ FORMULATIONS: dict[str, Formulation] = {
     "question": Formulation("question", _question_header, _question_body),
     "leaderboard": Formulation("leaderboard", prompts_pro.leaderboard_header, prompts_pro.leaderboard_body),
     "category": Formulation("category", prompts_pro.category_header, prompts_pro.category_body),
-}
+    "cot_official": Formulation(
+        "cot_official", prompts_cot.official_header, prompts_cot.official_body, prompts_cot.reasoning,
+        prompts_cot.official_shot,
+    ),
+    "cot_lm_eval": Formulation(
+        "cot_lm_eval", prompts_cot.lm_eval_header, prompts_cot.lm_eval_body, prompts_cot.reasoning,
+        prompts_cot.lm_eval_shot,
+    ),
+}  # fmt: skip
 MMLU_FORMULATIONS = ("original", "harness", "question")  # MMLU's; MMLU-Pro's: prompts_pro.PROTOCOLS
 
 
@@ -115,7 +136,7 @@ RAW = Style()
 
 
 def _shots_text(fmt: Formulation, shots: Sequence[Question]) -> str:
-    return "".join(f"{fmt.body(s)} {LETTERS[s.answer]}\n\n" for s in shots)
+    return "".join(fmt.shot_text(s) for s in shots)
 
 
 def shared_prefix(formulation: str, subject: str, shots: Sequence[Question]) -> str:
@@ -147,7 +168,7 @@ def messages(
         for s in shots:
             out += [
                 {"role": "user", "content": fmt.body(s)},
-                {"role": "assistant", "content": LETTERS[s.answer]},
+                {"role": "assistant", "content": fmt.answer(s)},
             ]
         return [*out, {"role": "user", "content": fmt.body(question)}]
     if chat == "single_turn":
@@ -283,7 +304,10 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-_PROBE_SHOT = Question("high_school_biology", "dev", 0, " Shot question? ", ("a", "b", "c", "d"), 2)
+_PROBE_SHOT = Question(
+    "high_school_biology", "dev", 0, " Shot question? ", ("a", "b", "c", "d"), 2,
+    cot="A: Let's think step by step. Probe. The answer is (C).",  # only a chain of thought shows it
+)  # fmt: skip
 _PROBE = Question("high_school_biology", "test", 0, " Test question?\n", ("w", "x", "y", "z"), 0)
 
 

@@ -46,6 +46,7 @@ from mmlu_track.pipeline.outputs import (
 )
 from mmlu_track.pipeline.prepare import Prepared
 from mmlu_track.records.annotations import annotated_scores
+from mmlu_track.records.reasoning import reasoning
 from mmlu_track.records.results import Accuracies, Accuracy, QuestionResult, aggregate, table, write_jsonl
 from mmlu_track.records.robustness import circular_scores, circular_table, letter_bias
 from mmlu_track.records.run import EarlyStop, RunRecord
@@ -253,7 +254,7 @@ class EvaluationSession:
         )
         each, start = [], 0
         for ps in asked:  # calibrated per rotation over the unit's questions asked in it
-            each.append(to_results(ps, scores[start : start + len(ps)], scoring.calibration))
+            each.append(to_results(ps, scores[start : start + len(ps)], scoring))
             start += len(ps)
         results = with_rotations(each)
         if (annotated := self.prep.plan.annotated) is None:
@@ -337,6 +338,8 @@ class EvaluationSession:
         self.echo(table(agg))
         if record.letter_bias:
             self.echo(record.letter_bias.line())
+        if record.reasoning:
+            self.echo(record.reasoning.line())
         if record.annotated and start.data.annotations:
             self.echo(start.data.annotations.summary())
             self.echo(record.annotated.summary())
@@ -370,6 +373,7 @@ class EvaluationSession:
             circular=circular_scores(results),
             letter_bias=letter_bias(results),
             annotated=annotated_scores(results) if self.prep.plan.annotated else None,
+            reasoning=reasoning(results),
         )
 
     def _all_results(self) -> list[QuestionResult]:

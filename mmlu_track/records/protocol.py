@@ -178,6 +178,10 @@ def _extraction(cfg: EvalConfig) -> str:
     s = cfg.scoring
     if s.extract == "first_char":
         return "first_char"
+    if s.extract == "cascade":  # how long it may reason and where it stops move its answers too
+        failed = "wrong" if s.failed == "wrong" else f"random{s.failed_seed}"
+        stop = hashlib.sha256(json.dumps(list(s.stop)).encode()).hexdigest()[:12]
+        return f"cascade max{s.max_new_tokens} stop {stop} failed {failed}"
     return f"pattern {hashlib.sha256(json.dumps(list(s.patterns)).encode()).hexdigest()[:12]}"
 
 

@@ -70,6 +70,12 @@ class QuestionResult:
     annotation: str | None = None
     options: int = 4  # as before questions could have other than four
     src: str | None = None
+    # A chain of thought (`scoring.extract=cascade`): which rule read its answer (`answers.CASCADE`'s
+    # name, `none`, `beyond`, or `guess`), how many tokens it generated and why it ended (`stop`,
+    # `end`, `length`: cut by the token limit). None: not a chain of thought.
+    extraction: str | None = None
+    new_tokens: int | None = None
+    finish: str | None = None
 
     @property
     def correct(self) -> bool:

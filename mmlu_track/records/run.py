@@ -21,6 +21,7 @@ from mmlu_track.records.annotations import AnnotatedScores, AnnotationSet
 from mmlu_track.records.codec import RecordError
 from mmlu_track.records.imported import OWN_PROMPTS, Imported
 from mmlu_track.records.protocol import EvalProtocol
+from mmlu_track.records.reasoning import Reasoning
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.robustness import CircularScores, LetterBias
 from mmlu_track.settings.checks import eval_config_from_dict
@@ -192,6 +193,7 @@ class RunRecord:
     circular: CircularScores | None = None  # scoring.choice_order=circular (`records.robustness`)
     letter_bias: LetterBias | None = None  # None: recorded before letter bias was
     annotated: AnnotatedScores | None = None  # data.annotations: counts and the clean accuracies
+    reasoning: Reasoning | None = None  # scoring=cot: answers per extraction rule, generations cut
 
     def to_json(self) -> dict[str, Any]:
         """The record as the schema_version 1 JSON document (`results.json`) that `from_json` reads."""
@@ -229,6 +231,8 @@ class RunRecord:
             "circular": self.circular.to_json() if self.circular else None,
             "letter_bias": self.letter_bias.to_json() if self.letter_bias else None,
             "annotated": self.annotated.to_json() if self.annotated else None,
+            # absent: not a chain of thought (as before they were)
+            **({"reasoning": self.reasoning.to_json()} if self.reasoning else {}),
         }
 
     @classmethod
@@ -269,6 +273,7 @@ class RunRecord:
             circular=doc.circular,
             letter_bias=doc.letter_bias,
             annotated=doc.annotated,
+            reasoning=doc.reasoning,
         )
 
 
@@ -316,6 +321,7 @@ class _Document:
     circular: CircularScores | None = None
     letter_bias: LetterBias | None = None
     annotated: AnnotatedScores | None = None
+    reasoning: Reasoning | None = None
 
 
 @codec.closed

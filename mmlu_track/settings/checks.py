@@ -75,6 +75,10 @@ def _check_values(cfg: EvalConfig) -> None:
         raise ConfigError("scoring.calibration applies to scoring=logprob only; set it to none")
     if cfg.scoring.extract != "first_char" and cfg.scoring.method != "generate":
         raise ConfigError("scoring.extract reads generations: it applies to scoring=generate only")
+    if any(not s for s in cfg.scoring.stop):
+        raise ConfigError("scoring.stop: an empty stop string would end every generation at once")
+    if cfg.scoring.failed != "wrong" and cfg.scoring.extract != "cascade":
+        raise ConfigError("scoring.failed applies to chains of thought (scoring=cot) only")
     dev = cfg.device
     if not (dev in ("auto", "cpu", "cuda", "mps") or dev.startswith("cuda:")):
         raise ConfigError(f"device={dev!r} is not allowed; choose auto, cpu, cuda, cuda:N or mps")
@@ -300,7 +304,8 @@ def _check_sequential(cfg: EvalConfig) -> None:
         )
 
 
-_PRO_FORMULATIONS = ("leaderboard", "category")
+_PRO_FORMULATIONS = ("leaderboard", "category", "cot_official", "cot_lm_eval")
+_COT = ("cot_official", "cot_lm_eval")  # generated: scoring=cot
 
 
 def _check_benchmark(cfg: EvalConfig) -> None:
@@ -321,10 +326,13 @@ def _check_benchmark(cfg: EvalConfig) -> None:
         raise ConfigError(f"formulation={cfg.formulation} is not one of benchmark={cfg.benchmark}'s: {ours}")
     if not pro:
         return
-    if cfg.scoring.method != "logprob":
+    cot = cfg.formulation in _COT
+    if cot and not (cfg.scoring.method == "generate" and cfg.scoring.extract == "cascade"):
+        raise ConfigError(f"formulation={cfg.formulation} is a chain of thought: add scoring=cot")
+    if not cot and cfg.scoring.method != "logprob":
         raise ConfigError(
-            "benchmark=mmlu_pro is scored by log-likelihood (scoring=logprob); its chain-of-thought "
-            "protocol (generation) is not built yet"
+            "benchmark=mmlu_pro generates by its chain-of-thought protocol: scoring=cot with "
+            "formulation=cot_official or cot_lm_eval (or scoring=logprob with leaderboard or category)"
         )
     if cfg.data.source == "packaged":
         raise ConfigError(

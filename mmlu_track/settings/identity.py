@@ -54,4 +54,9 @@ def identity_dict(cfg: EvalConfig) -> dict[str, Any]:
     if out["scoring"]["extract"] == "first_char":  # as before answers could be read by patterns
         out["scoring"].pop("extract")
         out["scoring"].pop("patterns")
+    if not out["scoring"]["stop"]:  # as before generations could stop at a string
+        out["scoring"].pop("stop")
+    if out["scoring"].get("extract") != "cascade":  # as before chains of thought were read
+        out["scoring"].pop("failed")
+        out["scoring"].pop("failed_seed")
     return out

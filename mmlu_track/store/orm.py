@@ -107,6 +107,10 @@ class QuestionRow(Base):
     logprob_j: Mapped[float | None] = mapped_column(Float)
     options: Mapped[int] = mapped_column(Integer, server_default="4")  # QuestionResult.options
     src: Mapped[str | None] = mapped_column(String(128))  # QuestionResult.src (MMLU-Pro's origin)
+    # A chain of thought's (QuestionResult.extraction, new_tokens, finish); NULL for any other question.
+    extraction: Mapped[str | None] = mapped_column(String(16))
+    new_tokens: Mapped[int | None] = mapped_column(Integer)
+    finish: Mapped[str | None] = mapped_column(String(8))
     generated: Mapped[str | None] = mapped_column(Text)
     prediction: Mapped[int | None] = mapped_column(Integer)
     gold: Mapped[int] = mapped_column(Integer)

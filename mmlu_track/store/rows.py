@@ -38,7 +38,8 @@ def to_row(run_id: str, r: QuestionResult) -> QuestionRow:
         generated=r.generated, prediction=r.prediction, gold=r.gold, correct=r.correct, margin=r.margin,
         scored_by=r.scored_by,
         rotations_json=json.dumps([dataclasses.asdict(a) for a in r.rotations]) if r.rotations else None,
-        annotation=r.annotation, options=r.options, src=r.src,
+        annotation=r.annotation, options=r.options, src=r.src, extraction=r.extraction,
+        new_tokens=r.new_tokens, finish=r.finish,
     )  # fmt: skip
 
 
@@ -48,22 +49,23 @@ COLUMNS = (
     QuestionRow.subject, QuestionRow.question_index, QuestionRow.prompt_hash, QuestionRow.shots_used,
     QuestionRow.n_tokens, QuestionRow.truncated, QuestionRow.generated, QuestionRow.prediction,
     QuestionRow.gold, QuestionRow.margin, QuestionRow.scored_by, QuestionRow.rotations_json,
-    QuestionRow.annotation, QuestionRow.options, QuestionRow.src,
-    *(getattr(QuestionRow, f"logprob_{x}") for x in _LOGPROBS),
+    QuestionRow.annotation, QuestionRow.options, QuestionRow.src, QuestionRow.extraction,
+    QuestionRow.new_tokens, QuestionRow.finish, *(getattr(QuestionRow, f"logprob_{x}") for x in _LOGPROBS),
 )  # fmt: skip
 
 
 def from_columns(row: Sequence[Any]) -> QuestionResult:
     """A question result from one row of `COLUMNS`."""
     subject, index, prompt_hash, shots, n_tokens, truncated, generated, prediction, gold = row[:9]
-    margin, scored_by, rotations, annotation, options, src = row[9:15]
-    logprobs = tuple(row[15 : 15 + options])
+    margin, scored_by, rotations, annotation, options, src, extraction, new_tokens, finish = row[9:18]
+    logprobs = tuple(row[18 : 18 + options])
     return QuestionResult(
         subject=subject, index=index, prompt_hash=prompt_hash, shots_used=shots, n_tokens=n_tokens,
         truncated=truncated, logprobs=None if logprobs[0] is None else logprobs, generated=generated,
         prediction=prediction, gold=gold, margin=margin, scored_by=scored_by,
         rotations=tuple(RotatedAnswer.from_json(r) for r in json.loads(rotations)) if rotations else (),
-        annotation=annotation, options=options, src=src,
+        annotation=annotation, options=options, src=src, extraction=extraction, new_tokens=new_tokens,
+        finish=finish,
     )  # fmt: skip
 
 

@@ -67,3 +67,52 @@ def test_a_broken_weight_refuses_its_question_in_one_line_and_stores_nothing_of_
     (stored,) = store.runs()
     assert stored.status == "failed"
     assert store.question_results(stored.id) == []  # nothing scored from a NaN
+
+
+@pytest.mark.parametrize(
+    ("text", "options", "expected"),
+    [
+        ("so 2+2 = 4. The answer is (B).", 10, (1, "answer is")),
+        ("The answer is C because", 4, (2, "answer is")),
+        ("first answer is (A), no wait, the answer is (D)", 4, (0, "answer is")),  # the first match
+        ("Working...\nAnswer: E\nmore text", 10, (4, "answer:")),
+        ("answer:   G", 10, (6, "answer:")),
+        ("It cannot be A or B, so it is J.", 10, (9, "last letter")),
+        ("A\nthen\nC", 4, (2, "last letter")),  # across lines: the last standalone letter
+        ("no letter here, only words like Apple", 4, (None, "none")),
+        ("The answer is (H).", 4, (None, "beyond")),  # a letter the question does not have: wrong
+        ("", 3, (None, "none")),
+    ],
+)
+def test_a_chain_of_thought_is_read_by_the_official_rules_in_order(
+    text: str, options: int, expected: tuple[int | None, str]
+) -> None:
+    from mmlu_track.eval.answers import extract
+
+    assert extract(text, options) == expected
+
+
+def test_wherever_lm_evals_one_regex_matches_the_cascade_reads_what_it_reads() -> None:
+    import re
+
+    from mmlu_track.eval.answers import extract
+
+    lm_eval = re.compile(r"answer is \(?([ABCDEFGHIJ])\)?")  # mmlu_pro 3.1's custom-extract filter
+    texts = ["The answer is (F).", "answer is J", "Thus the answer is (C) and not D", "the answer is: B"]
+    for text in texts:
+        found = lm_eval.search(text)
+        got, rule = extract(text, 10)
+        if found:
+            assert (got, rule) == ("ABCDEFGHIJ".index(found.group(1)), "answer is")
+        else:
+            assert rule != "answer is"
+
+
+def test_a_failed_extraction_guess_is_seeded_by_the_question_alone() -> None:
+    from mmlu_track.eval.answers import guess
+
+    picks = [guess(12345, "math", i, 10) for i in range(200)]
+    assert picks == [guess(12345, "math", i, 10) for i in range(200)]
+    assert set(picks) == set(range(10))
+    assert picks != [guess(1, "math", i, 10) for i in range(200)]
+    assert all(guess(7, "law", i, 3) < 3 for i in range(50))

@@ -185,3 +185,32 @@ def test_pattern_extraction_decodes_to_the_end_and_reads_the_whole_text(
         assert s.prediction == read_answer(s.generated, cfg)
     assert sum(len(s.generated) > len(f.generated) for s, f in pairs) > len(pairs) / 2
     assert [s.generated for s in scores[True]] == [s.generated for s in scores[False]]
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_chain_of_thought_ends_at_its_stop_string_on_the_decoded_text(
+    tiny_lm: Any, five_shot: tuple[list[str], list[str]], cache: bool
+) -> None:
+    texts, prefixes = five_shot
+    free = ScoringConfig("generate", max_new_tokens=24, extract="cascade", prefix_cache=cache)
+    unstopped = generate_scores(tiny_lm, texts, free, 8, lambda _: None, prefixes=prefixes)
+    # A stop string the random model writes: two characters of its own output, across tokens or not.
+    seen = next(s.generated for s in unstopped if s.generated and len(s.generated.strip()) > 6)
+    stop = seen.strip()[2:4]
+    stopped = generate_scores(
+        tiny_lm, texts, replace(free, stop=(stop,)), 8, lambda _: None, prefixes=prefixes
+    )
+    for full, cut in zip(unstopped, stopped, strict=True):
+        assert full.generated is not None
+        assert cut.generated is not None
+        if stop in full.generated:  # read up to the stop string, which ended the row there
+            assert (cut.generated, cut.finish) == (full.generated[: full.generated.index(stop)], "stop")
+            assert cut.new_tokens is not None
+            assert full.new_tokens is not None
+            assert cut.new_tokens <= full.new_tokens
+        else:
+            assert (cut.generated, cut.finish) == (full.generated, full.finish)
+        assert cut.extraction in ("answer is", "answer:", "last letter", "none", "beyond")
+    assert sum(s.finish == "stop" for s in stopped) >= 1
+    assert {s.finish for s in unstopped} <= {"length", "end"}
+    assert all(s.new_tokens == 24 for s in unstopped if s.finish == "length")

@@ -140,7 +140,7 @@ def test_shot_selection(algebra: SubjectData) -> None:
 
 def test_template_hash_is_stable_and_distinct() -> None:
     hashes = {name: prompts.template_hash(name) for name in prompts.FORMULATIONS}
-    assert len(set(hashes.values())) == 5
+    assert len(set(hashes.values())) == 7
     # Golden: a template change must change these on purpose (and they are logged per run).
     assert hashes == {
         "original": "3ba0361fe879559c",
@@ -148,4 +148,6 @@ def test_template_hash_is_stable_and_distinct() -> None:
         "question": "fa6fa8e0fd311c8a",
         "leaderboard": "9eb056b4d2e6ff15",
         "category": "66f80ab97ea181e3",
+        "cot_official": "f520493604735398",
+        "cot_lm_eval": "b91f3259b6e6fa90",
     }

@@ -162,3 +162,34 @@ def test_the_noise_floor_and_the_sequential_gate_work_on_mmlu_pro(cli: Cli, tmp_
         [e.experiment_id for e in MlflowClient(uri).search_experiments()], max_results=50
     )
     assert any(r.data.params.get("benchmark") == "mmlu_pro" for r in runs)
+
+
+def test_a_chain_of_thought_run_records_how_each_answer_was_read(cli: Cli, tmp_path: Path, db: str) -> None:
+    cot = [
+        *PRO,
+        *TINY,
+        f"tracking.db_url={db}",
+        "scoring=cot",
+        "formulation=cot_lm_eval",
+        "scoring.max_new_tokens=6",
+    ]
+    got = cli("eval", *cot, f"hydra.run.dir={tmp_path / 'cot'}", cwd=tmp_path)
+    assert got.code == 0, got.err
+    assert "answers read by: " in got.out
+    (run,) = stored_runs(db)
+    results = question_results(db, run.id)
+    assert all(r.extraction in ("answer is", "answer:", "last letter", "none", "beyond") for r in results)
+    assert all(
+        r.generated is not None and r.new_tokens <= 6 and r.finish in ("stop", "end", "length")
+        for r in results
+    )
+    shown = cli("runs", "--db", db, "show", run.id, cwd=tmp_path)
+    assert "answers read by: " in shown.out
+    guessed = cli("eval", *cot, "scoring.failed=random", f"hydra.run.dir={tmp_path / 'guess'}", cwd=tmp_path)
+    assert guessed.code == 0, guessed.err
+    again = next(r for r in stored_runs(db) if r.id != run.id)
+    by_index = {r.index: r for r in results}
+    for r in question_results(db, again.id):  # a guess only where no rule read a letter, else the same
+        was = by_index[r.index]
+        assert r.extraction == ("guess" if was.extraction == "none" else was.extraction)
+        assert r.prediction is not None or was.extraction == "beyond"

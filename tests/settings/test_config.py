@@ -127,11 +127,7 @@ def test_literal_choices_match_the_maps() -> None:
     hints = {f.name: f.type for f in dataclasses.fields(EvalConfig)}
     assert "Formulation" in str(hints["formulation"])
     for name in prompts.FORMULATIONS:
-        pro = (
-            []
-            if name in prompts.MMLU_FORMULATIONS
-            else REQUIRED["benchmark=mmlu_pro"] + ["benchmark=mmlu_pro"]
-        )
+        pro = [] if name in prompts.MMLU_FORMULATIONS else [*PRO, *(["scoring=cot"] if "cot" in name else [])]
         assert compose_eval([f"formulation={name}", *pro]).formulation == name
 
 
@@ -155,7 +151,7 @@ def test_plain_overrides() -> None:
     [
         (["k=6"], "k=6 is impossible"),
         ([*PRO, "k=6"], "k=6 is impossible: MMLU-Pro's validation split has 5 rows per category"),
-        ([*PRO, "scoring=generate"], "benchmark=mmlu_pro is scored by log-likelihood (scoring=logprob)"),
+        ([*PRO, "scoring=generate"], "benchmark=mmlu_pro generates by its chain-of-thought protocol"),
         ([*PRO, "formulation=harness"], "formulation=harness is not one of benchmark=mmlu_pro's"),
         (["formulation=category"], "formulation=category is not one of benchmark=mmlu's"),
         ([*PRO, "subjects=[anatomy]"], "subject 'anatomy' is not one of MMLU-Pro's 14 categories"),
@@ -163,6 +159,14 @@ def test_plain_overrides() -> None:
         (["benchmark=mmlu_pro", "data=local", "data.path=/x"], "benchmark=mmlu_pro reads data=mmlu_pro"),
         (["data=mmlu_pro_local", "data.path=/x"], "data=mmlu_pro is MMLU-Pro's data: add benchmark=mmlu_pro"),
         ([*PRO, "data.annotations=redux.jsonl"], "data.annotations are MMLU-Redux's labels"),
+        (
+            [*PRO, "formulation=cot_official"],
+            "formulation=cot_official is a chain of thought: add scoring=cot",
+        ),
+        ([*PRO, "scoring=cot"], "benchmark=mmlu_pro generates by its chain-of-thought protocol"),
+        ([*PRO, "scoring=generate", "formulation=cot_lm_eval"], "is a chain of thought: add scoring=cot"),
+        (["scoring=generate", 'scoring.stop=[""]'], "scoring.stop[0] must be a non-empty string"),
+        (["scoring.failed=random"], "scoring.failed applies to chains of thought (scoring=cot) only"),
         (["k=-1"], "allowed: 0..5"),
         (["limit=0"], "limit=0 must be >= 1"),
         (["subjects=[anatomy,astrology]"], "unknown subject 'astrology'"),
@@ -394,6 +398,9 @@ def test_the_result_neutral_settings_are_one_list_for_identity_and_what_differs(
         "chat.system",
         "scoring.extract",
         "benchmark",
+        "scoring.stop",
+        "scoring.failed",
+        "scoring.failed_seed",
     }
     compat |= {"scoring.choice_order", "shot_seed", "data.annotations"}
     assert set(settings) - set(flat) <= compat | {"scoring.patterns"}

@@ -124,6 +124,10 @@ def _robustness(record: RunRecord) -> dict[str, float]:
                 out[f"recall_{letter}"] = recall
         if bias.letter_following is not None:
             out["letter_following"] = bias.letter_following
+    if cot := record.reasoning:  # questions per extraction rule; generations the token limit cut
+        out.update({metric_key("extraction", rule): n for rule, n in cot.rules.items()})
+        out["cut_by_token_limit"] = cot.finished.get("length", 0)
+        out["generated_tokens_mean"] = cot.tokens / max(sum(cot.rules.values()), 1)
     for name, figures in figures_by_name.items():
         out.update({metric_key(name, "category", k): a.acc for k, a in figures.categories.items()})
         out.update({metric_key(name, s): a.acc for s, a in figures.subjects.items()})

@@ -78,6 +78,8 @@ def description(record: RunRecord) -> str:
         )
     if record.letter_bias:
         lines.append(f"\n{record.letter_bias.line()[0].upper()}{record.letter_bias.line()[1:]}.")
+    if record.reasoning:
+        lines.append(f"\n{record.reasoning.line()[0].upper()}{record.reasoning.line()[1:]}.")
     if record.annotated and start.data.annotations:
         lines.append(f"\n{record.annotated.summary()}.\n\nMMLU-Redux {start.data.annotations.summary()}.")
     # A list, not a table: MLflow renders a description's table as run-together text.

@@ -59,6 +59,10 @@ def question_columns(results: Sequence[QuestionResult], docs: Docs | None = None
             ]
     if any(r.generated is not None for r in rows):
         out["generated"] = [r.generated for r in rows]
+    if any(r.extraction is not None for r in rows):  # a chain of thought: how its answer was read
+        out["extraction"] = [r.extraction for r in rows]
+        out["new_tokens"] = [r.new_tokens for r in rows]
+        out["finish"] = [r.finish for r in rows]
     if any(r.rotations for r in rows):
         out["correct_in_all_rotations"] = [r.circular_correct for r in rows]
         out["consistent"] = [r.consistent for r in rows]
