@@ -51,7 +51,10 @@ UNCHECKED = {
 # Values of path settings that stand for the reader's own files (never checked to exist).
 PLACEHOLDER_PREFIXES = ("/path/to/",)
 # Files named in backticks that are not this repository's (the name, and whose they are).
-FOREIGN_FILES = {"evaluate.py": "Hendrycks et al.'s script (the original MMLU evaluation)"}
+FOREIGN_FILES = {
+    "evaluate.py": "Hendrycks et al.'s script (the original MMLU evaluation)",
+    "evaluate_from_local.py": "TIGER-AI-Lab's MMLU-Pro script (the paper's chain of thought)",
+}
 # Paths the issue-38 refactor creates (docs/architecture.md names them ahead of it).
 PLANNED_PATHS = {"mmlu_track/pipeline/session.py", "mmlu_track/store/recorder.py"}
 REPO_ROOTS = ("mmlu_track", "tests", "benchmarks", "conf", "migrations", "docs", ".github", ".ci")

@@ -173,9 +173,10 @@ def load(cfg: DataConfig) -> ProData:
 
 
 def shot_pool(data: ProData, protocol: str, category: str, k: int) -> tuple[Question, ...]:
-    """Where a `category` question's k shots are drawn from: its own category's validation rows
-    (`category`), or the whole validation split (`leaderboard`); `DataError` where fewer than k."""
-    if protocol == "category":
+    """Where a `category` question's k shots are drawn from: the whole validation split
+    (`leaderboard`), else its own category's validation rows (`category`, the chains of thought);
+    `DataError` where fewer than k."""
+    if protocol != "leaderboard":
         pool = data.categories[category].dev if category in data.categories else ()
         where = f"category {category!r} has {len(pool)} validation rows"
     else:

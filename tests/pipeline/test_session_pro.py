@@ -193,3 +193,43 @@ def test_a_chain_of_thought_run_records_how_each_answer_was_read(cli: Cli, tmp_p
         was = by_index[r.index]
         assert r.extraction == ("guess" if was.extraction == "none" else was.extraction)
         assert r.prediction is not None or was.extraction == "beyond"
+
+
+def _lm_eval_cot() -> dict[int, dict[str, object]]:
+    """lm-eval 0.4.13's own mmlu_pro (chain of thought, max_gen_toks 256) samples, by question_id."""
+    out = {}
+    for path in (PRO_DATA / "cot").rglob("samples_*.jsonl"):
+        for line in path.read_text().split("\n"):
+            if line.strip():
+                doc = json.loads(line)
+                out[doc["doc"]["question_id"]] = doc
+    return out
+
+
+def test_a_chain_of_thought_is_lm_evals_prompt_generation_and_answer(
+    cli: Cli, tmp_path: Path, db: str
+) -> None:
+    from mmlu_track.eval import mmlu_pro, prompts
+    from mmlu_track.eval.answers import extract
+
+    theirs = _lm_eval_cot()
+    data = mmlu_pro.load_local(PRO_DATA / "data")
+    questions = {q.qid: q for c in data.categories.values() for q in c.test}
+    assert sorted(theirs) == sorted(questions)
+    for qid, sample in theirs.items():  # lm-eval's own contexts, byte for byte
+        q = questions[qid]
+        context = sample["arguments"]["gen_args_0"]["arg_0"]  # type: ignore[index]
+        assert context == prompts.render("cot_lm_eval", q.subject, mmlu_pro.shots(data, q.subject, 5), q)
+        text, (filtered,) = sample["resps"][0][0], sample["filtered_resps"]  # type: ignore[index]
+        if filtered != "[invalid]":  # where lm-eval's one regex matched, the cascade reads the same
+            assert extract(text, len(q.choices)) == ("ABCDEFGHIJ".index(filtered), "answer is")
+    got = cli("eval", *PRO[:3], "subjects=[health,math]", "scoring=cot", "formulation=cot_lm_eval",
+              "scoring.max_new_tokens=256", "dtype=float32", "device=cpu", "tracking=sql_only",
+              f"tracking.db_url={db}", f"hydra.run.dir={tmp_path / 'cot'}", cwd=tmp_path)  # fmt: skip
+    assert got.code == 0, got.err
+    (run,) = stored_runs(db)
+    by_index = {q.index: q.qid for q in questions.values()}
+    for r in question_results(db, run.id):  # greedy on the same fp32 weights: lm-eval's generations
+        sample = theirs[by_index[r.index]]
+        assert r.generated == sample["resps"][0][0]  # type: ignore[index]
+        assert r.finish in ("stop", "end")

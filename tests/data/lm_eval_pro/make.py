@@ -2,9 +2,12 @@
 (`tests/data/lm_eval_pro/`): this project's own small dataset in the hub's layout (never MMLU-Pro's
 rows), built from the packaged MMLU questions (MIT, as the lm-eval MMLU samples already quote them):
 questions with 3, 4, 9 and 10 options, a correct option with a leading space (the whitespace leak), and
-validation rows padded to 10 options with `N/A` as the release's are. Then lm-evaluation-harness 0.4.13
-(its `hf` backend, offline) scores them with its own `leaderboard_mmlu_pro` task pointed at these files,
-on the packaged SmolLM2-135M-Instruct in float32, with `--log_samples`.
+validation rows padded to 10 options with `N/A` as the release's are, each with a worked answer
+(`cot_content`, as the release's open). Then lm-evaluation-harness 0.4.13 (its `hf` backend, offline)
+scores them with its own `leaderboard_mmlu_pro` task pointed at these files (`leaderboard/`), and
+generates on them with its own chain-of-thought `mmlu_pro_math` and `mmlu_pro_health` tasks (`cot/`,
+`max_gen_toks` 256 instead of 2,048: CPU time), on the packaged SmolLM2-135M-Instruct in float32,
+with `--log_samples`.
 
     /tmp/lmeval/bin/python tests/data/lm_eval_pro/make.py --model-dir DIR --mmlu-dir DIR
 
@@ -51,8 +54,11 @@ def _row(qid: int, where: tuple[str, str], source: dict[str, Any], distractors: 
     options.insert(at, f" {right}" if leak else right)
     options += ["N/A"] * (10 - real) if pad else []
     category, src = where
+    # A validation row's worked answer, opened as the release's are; a test row's is empty.
+    cot = f"A: Let's think step by step. We refer to {category} for help. The answer is ({LETTERS[at]})."
     return {"question_id": qid, "question": source["question"], "options": options, "answer": LETTERS[at],
-            "answer_index": at, "cot_content": "", "category": category, "src": src}  # fmt: skip
+            "answer_index": at, "cot_content": cot if src.startswith("cot_lib") else "", "category": category,
+            "src": src}  # fmt: skip
 
 
 def write_rows(mmlu: Path, out: Path) -> None:
@@ -97,18 +103,29 @@ def main() -> int:
     data.mkdir(exist_ok=True)
     write_rows(args.mmlu_dir, data)
     mmlu_script = _mmlu_script()
-    task = mmlu_script._package_dir("lm_eval") / "tasks" / "leaderboard" / "mmlu_pro"
+    tasks = mmlu_script._package_dir("lm_eval") / "tasks"
+    files = "".join(f"    {split}: {data / f'{split}.jsonl'}\n" for split in ("test", "validation"))
+    pointed = f"dataset_kwargs:\n  data_files:\n{files}"
     with tempfile.TemporaryDirectory() as tmp:
+        task = tasks / "leaderboard" / "mmlu_pro"
         yaml = (
             (task / "mmlu_pro.yaml")
             .read_text()
             .replace("dataset_path: TIGER-Lab/MMLU-Pro", "dataset_path: json")
         )
-        files = "".join(f"    {split}: {data / f'{split}.jsonl'}\n" for split in ("test", "validation"))
-        yaml += f"dataset_kwargs:\n  data_files:\n{files}"
-        (Path(tmp) / "mmlu_pro.yaml").write_text(yaml)
+        (Path(tmp) / "mmlu_pro.yaml").write_text(yaml + pointed)
         shutil.copy(task / "utils.py", Path(tmp) / "utils.py")
         mmlu_script.lm_eval(args.model_dir, tmp, ["leaderboard_mmlu_pro"], HERE / "leaderboard", [])
+    with tempfile.TemporaryDirectory() as tmp:
+        task = tasks / "mmlu_pro"
+        template = (task / "_default_template_yaml").read_text()
+        template = template.replace("dataset_path: TIGER-Lab/MMLU-Pro", "dataset_path: json")
+        (Path(tmp) / "_default_template_yaml").write_text(template + pointed)
+        for category in ("math", "health"):
+            shutil.copy(task / f"mmlu_pro_{category}.yaml", Path(tmp) / f"mmlu_pro_{category}.yaml")
+        shutil.copy(task / "utils.py", Path(tmp) / "utils.py")
+        cot = ["mmlu_pro_math", "mmlu_pro_health"]
+        mmlu_script.lm_eval(args.model_dir, tmp, cot, HERE / "cot", ["--gen_kwargs", "max_gen_toks=256"])
     return 0
 
 
