@@ -29,15 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmlu_track.eval.answers import extract
 from mmlu_track.eval.data import DataError, Question, SubjectData
 from mmlu_track.imports import lm_eval_fields as fields
+from mmlu_track.imports.lm_eval_pro import PRO_TASK, ProTests, cot_category, generation
 from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS, SUBJECTS
 
 TASK = re.compile(r"mmlu_(?P<subject>[a-z_]+)")
 # lm-eval's other MMLU task families: their prompts or scoring are not the default task's
 VARIANTS = ("mmlu_continuation", "mmlu_generative", "mmlu_flan", "mmlu_pro", "mmlu_redux", "mmlu_prox")
 RESULTS = re.compile(r"results_(?P<date>.+)\.json")
-PRO_TASK = "leaderboard_mmlu_pro"  # lm-eval's (Open LLM Leaderboard v2's) MMLU-Pro: one task, 14 categories
 MAX_SHOTS = 5  # MMLU's dev rows per subject: lm-eval's first_n sampler can take no more
 
 
@@ -48,9 +49,16 @@ class LmEvalSample:
     question: Question  # the test question the doc matched (its index is the data's own)
     context: str  # `arguments`' context: the prompt lm-eval scored every choice after
     continuations: tuple[str, ...]  # what it scored after the context (" A" … " D" by default)
-    logprobs: tuple[float, ...]  # one per option
-    prediction: int  # argmax, the first maximum winning (lm-eval's rule)
+    logprobs: tuple[float, ...]  # one per option (none for a generation)
+    prediction: (
+        int | None
+    )  # argmax, the first maximum winning (lm-eval's rule); a generation's: the cascade's
     where: str  # file and line, for what is said of it
+    # A chain of thought (lm-eval's mmlu_pro tasks): what it generated, the rule of this tool's
+    # cascade that read it (`answers.extract`), and lm-eval's own answer (None: its regex read none)
+    generated: str | None = None
+    extraction: str | None = None
+    lm_eval_answer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,24 +82,15 @@ class LmEvalRun:
     # The tokenizer's special tokens lm-eval recorded (bos_token, eos_token, pad_token): what a chat
     # template is rendered with (`tokenizer.apply_chat_template` passes them)
     special_tokens: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    benchmark: str = "mmlu"  # mmlu_pro: lm-eval's leaderboard_mmlu_pro
+    benchmark: str = "mmlu"  # mmlu_pro: lm-eval's leaderboard_mmlu_pro, or its mmlu_pro (generated)
+    max_gen_toks: int | None = None  # a generated run's limit and stop strings (`generation_kwargs`)
+    until: tuple[str, ...] = ()
 
     @property
     def subjects(self) -> list[str]:
         """The subjects the run covers (MMLU-Pro's: categories), in the benchmark's order."""
         seen = {s.question.subject for s in self.samples}
         return [s for s in BENCHMARK_SUBJECTS[self.benchmark] if s in seen]
-
-
-Key = tuple[str, tuple[str, ...]]  # a question's text and its choices, whitespace collapsed
-
-
-def _collapse(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def _key(question: str, choices: Iterable[str]) -> Key:
-    return _collapse(question), tuple(_collapse(c) for c in choices)
 
 
 def _bytes(path: Path) -> bytes:
@@ -195,14 +194,14 @@ class _Tests:
     def __init__(self, subject: str, questions: Iterable[Question]) -> None:
         """Index `questions` (`subject`'s test split) by their text and choices."""
         self.subject = subject
-        self.by_key: dict[Key, list[Question]] = {}
+        self.by_key: dict[fields.Key, list[Question]] = {}
         for q in questions:
-            self.by_key.setdefault(_key(q.question, q.choices), []).append(q)
+            self.by_key.setdefault(fields.key(q.question, q.choices), []).append(q)
         self.taken: dict[int, str] = {}  # question index -> where it was matched
 
     def match(self, doc: Mapping[str, Any], doc_id: object, subject: str, where: str) -> Question:
         """The test question `doc` is; one line when none is, or when it was matched already."""
-        found = self.by_key.get(_key(doc["question"], map(str, doc["choices"])), [])
+        found = self.by_key.get(fields.key(doc["question"], map(str, doc["choices"])), [])
         if not found:
             said = doc["question"][:60]
             raise DataError(f"{where}: the doc {said!r} matches no MMLU test question of {subject}")
@@ -215,38 +214,12 @@ class _Tests:
         return question
 
 
-class _ProTests:
-    """MMLU-Pro's test questions by `question_id`; a doc must be the data's question of that id, text
-    and options (whitespace collapsed), logged once."""
-
-    def __init__(self, questions: Iterable[Question]) -> None:
-        """Index `questions` (the test split of the data given) by their id."""
-        self.by_id = {q.qid: q for q in questions}
-        self.taken: dict[int, str] = {}
-
-    def match(self, doc: Mapping[str, Any], where: str) -> Question:
-        """The test question `doc` is; one line when none is, or when it was matched already."""
-        qid = doc.get("question_id")
-        question = self.by_id.get(qid) if isinstance(qid, int) else None
-        if question is None:
-            raise DataError(f"{where}: question_id {qid!r} is no test question of the MMLU-Pro data given")
-        options = doc.get("options")
-        if not isinstance(options, list) or _key(str(doc.get("question")), map(str, options)) != _key(
-            question.question, question.choices
-        ):
-            raise DataError(f"{where}: question {qid} is not the data's (another revision of MMLU-Pro?)")
-        if question.index in self.taken:
-            raise DataError(f"{where}: the same question as {self.taken[question.index]} (logged twice)")
-        self.taken[question.index] = where.rpartition(": ")[2]
-        return question
-
-
 def _question(
-    doc: Mapping[str, Any], line: Mapping[str, Any], tests: _Tests | _ProTests, where: str
+    doc: Mapping[str, Any], line: Mapping[str, Any], tests: _Tests | ProTests, where: str
 ) -> Question:
     """The test question of `doc` (MMLU: by subject, text and choices; MMLU-Pro: by its id), its
     answer checked against the data's."""
-    if isinstance(tests, _ProTests):
+    if isinstance(tests, ProTests):
         question = tests.match(doc, where)
         if doc.get("answer_index") != question.answer:
             raise DataError(f"{where}: the doc's answer_index {doc.get('answer_index')!r} is not the data's")
@@ -263,18 +236,22 @@ def _question(
     return question
 
 
-def _sample(line: object, tests: _Tests | _ProTests, where: str) -> LmEvalSample:
+def _sample(line: object, tests: _Tests | ProTests, where: str) -> LmEvalSample:
     if not isinstance(line, dict) or not isinstance(line.get("doc"), dict):
         raise DataError(f"{where}: a sample without its doc (lm-eval's logged question)")
     question = _question(line["doc"], line, tests, where)
     n = len(question.choices)
+    if isinstance(tests, ProTests) and tests.generated:
+        context, text, said = generation(line, where)
+        prediction, rule = extract(text, n)
+        return LmEvalSample(question, context, (), (), prediction, where, text, rule, said)
     values = _scores(line, where, n)
     context, continuations = _arguments(line, where, n)
     prediction = max(range(n), key=lambda i: (values[i], -i))  # the first maximum wins
     return LmEvalSample(question, context, continuations, values, prediction, where)
 
 
-def _read_samples(path: Path, tests: _Tests | _ProTests) -> list[LmEvalSample]:
+def _read_samples(path: Path, tests: _Tests | ProTests) -> list[LmEvalSample]:
     out = []
     for n, raw in enumerate(_bytes(path).splitlines(), 1):
         if not raw.strip():
@@ -306,15 +283,19 @@ ProFor = Callable[[], Sequence[Question]]  # MMLU-Pro's test questions (the data
 
 def _tests(
     doc: Mapping[str, Any], path: Path, data_for: DataFor, pro_for: ProFor
-) -> dict[str, _Tests | _ProTests]:
+) -> dict[str, _Tests | ProTests]:
     """Each task's test questions to match its docs with: MMLU's subject's, or MMLU-Pro's whole split."""
-    if PRO_TASK not in doc["configs"]:
+    cot = {t: c for t in doc["configs"] if (c := cot_category(t)) is not None}
+    if PRO_TASK not in doc["configs"] and not cot:
         tasks = {t: _subject(t, path) for t in doc["configs"]}
         data = data_for(sorted(set(tasks.values())))
         return {t: _Tests(s, data[s].test) for t, s in tasks.items()}
-    if len(doc["configs"]) > 1:
-        raise DataError(f"{path}: {PRO_TASK} beside other tasks: import MMLU-Pro's results apart")
-    return {PRO_TASK: _ProTests(pro_for())}
+    if (PRO_TASK in doc["configs"] and len(doc["configs"]) > 1) or (cot and len(cot) != len(doc["configs"])):
+        raise DataError(f"{path}: MMLU-Pro's tasks beside other tasks: import MMLU-Pro's results apart")
+    questions = pro_for()
+    if not cot:
+        return {PRO_TASK: ProTests(questions)}
+    return {t: ProTests([q for q in questions if q.subject == c], generated=True) for t, c in cot.items()}
 
 
 def read_run(path: Path, data_for: DataFor, pro_for: ProFor) -> LmEvalRun:
@@ -365,7 +346,8 @@ def read_run(path: Path, data_for: DataFor, pro_for: ProFor) -> LmEvalRun:
         date=fields.date(doc.get("date")),
         seeds={k: v for k in fields.SEEDS if isinstance(v := config.get(f"{k}_seed"), int)},
         special_tokens=fields.special_tokens(doc),
-        benchmark="mmlu_pro" if PRO_TASK in tests else "mmlu",
+        benchmark="mmlu" if all(isinstance(t, _Tests) for t in tests.values()) else "mmlu_pro",
+        **fields.generation_kwargs(doc["configs"], path),
     )
 
 

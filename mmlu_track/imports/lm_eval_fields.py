@@ -5,11 +5,23 @@ reader takes what lm-eval wrote and returns a plain value, or refuses it in one 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from mmlu_track.eval.data import DataError
+
+Key = tuple[str, tuple[str, ...]]  # a question's text and its choices, whitespace collapsed
+
+
+def key(question: str, choices: Iterable[str]) -> Key:
+    """A question as matched: its text and choices with their whitespace collapsed."""
+
+    def collapse(text: str) -> str:
+        return re.sub(r"\s+", " ", text).strip()
+
+    return collapse(question), tuple(collapse(c) for c in choices)
 
 
 def text(doc: Mapping[str, Any], key: str) -> str | None:
@@ -59,3 +71,31 @@ def special_tokens(doc: Mapping[str, Any]) -> dict[str, str]:
         if isinstance(said, list) and said and isinstance(said[0], str):
             out[name] = said[0]
     return out
+
+
+def generation_kwargs(configs: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """A generated run's `max_gen_toks` and stop strings (`until`), the same for every task (each
+    task's `generation_kwargs`, as lm-eval ran it: `--gen_kwargs` included); {} for a run of
+    log-likelihoods."""
+    found = {
+        (kw.get("max_gen_toks"), tuple(kw.get("until") or ()))
+        for config in configs.values()
+        if isinstance(config, dict)
+        and config.get("output_type") == "generate_until"
+        and isinstance(kw := config.get("generation_kwargs"), dict)
+    }
+    if not found:
+        return {}
+    if len(found) > 1:
+        raise DataError(
+            f"{path}: its tasks generated with different max_gen_toks or until: import them apart"
+        )
+    ((limit, until),) = found
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or limit < 1
+        or not all(isinstance(u, str) for u in until)
+    ):
+        raise DataError(f"{path}: generation_kwargs max_gen_toks {limit!r} / until {until!r} cannot be read")
+    return {"max_gen_toks": limit, "until": until}

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.eval import prompts, prompts_pro
+from mmlu_track.eval import prompts, prompts_cot, prompts_pro
 from mmlu_track.eval.data import DataError, Question
 from mmlu_track.imports.lm_eval import LmEvalRun, LmEvalSample
 from mmlu_track.records.imported import OWN_PROMPTS
@@ -60,7 +60,7 @@ def chat_style(run: LmEvalRun) -> prompts.Style:
 def _ours(formulation: str, sample: LmEvalSample, shots: tuple[Question, ...], style: prompts.Style) -> bool:
     """Whether `sample` was asked exactly as this tool asks it in `formulation` with `shots`."""
     ours = tuple(f"{style.answer_lead}{c}" for c in letters(len(sample.question.choices)))
-    if sample.continuations != ours:
+    if sample.generated is None and sample.continuations != ours:  # a generation has none
         return False
     return sample.context == prompts.render(
         formulation, sample.question.subject, shots, sample.question, style
@@ -79,7 +79,13 @@ def protocol_of(run: LmEvalRun, shots_for: ShotsFor) -> Matched:
     import jinja2
 
     style = chat_style(run)
-    ours = prompts.MMLU_FORMULATIONS if run.benchmark == "mmlu" else prompts_pro.PROTOCOLS
+    ours = (
+        prompts.MMLU_FORMULATIONS
+        if run.benchmark == "mmlu"
+        else prompts_cot.RENDERINGS
+        if run.max_gen_toks is not None
+        else prompts_pro.PROTOCOLS
+    )
     for formulation in ours:
         try:  # a formulation whose shots the data lacks (too few of a category's) is not the run's
             if all(

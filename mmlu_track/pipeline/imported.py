@@ -28,6 +28,7 @@ from mmlu_track.eval.prompts import text_hash
 from mmlu_track.imports.lm_eval import LmEvalRun, LmEvalSample, read_run, results_files
 from mmlu_track.imports.lm_eval_prompts import Matched, ShotsFor, protocol_of
 from mmlu_track.records.imported import Imported
+from mmlu_track.records.reasoning import reasoning
 from mmlu_track.records.results import Accuracies, Docs, QuestionResult, aggregate
 from mmlu_track.records.robustness import letter_bias
 from mmlu_track.records.run import DataInfo, HostInfo, ModelInfo, RunRecord, RunStart, Timing
@@ -166,11 +167,11 @@ def _start(
     pretrained = args.get("pretrained", run.model_name)
     cfg = EvalConfig(
         model=ModelConfig(name=name, source="hub", name_or_path=pretrained, revision=revision),
-        scoring=ScoringConfig(method="logprob"),
+        scoring=_scoring(run),
         data=sources.data(run),
         tracking=tracking,
         k=run.shots,
-        formulation=matched.formulation or ("harness" if run.benchmark == "mmlu" else "leaderboard"),  # type: ignore[arg-type]
+        formulation=matched.formulation or _formulation(run),  # type: ignore[arg-type]
         benchmark=run.benchmark,  # type: ignore[arg-type]
         chat=ChatConfig(style=matched.style.chat, system=run.system_instruction),  # type: ignore[arg-type]
         subjects=tuple(run.subjects),
@@ -223,14 +224,29 @@ def _in_order(samples: Sequence[LmEvalSample], benchmark: str) -> list[LmEvalSam
     return sorted(samples, key=lambda s: (rank[s.question.subject], s.question.index))
 
 
+def _scoring(run: LmEvalRun) -> ScoringConfig:
+    """How the run scored: log-likelihoods, or generations (lm-eval's mmlu_pro: a chain of thought
+    up to its `max_gen_toks`, stopped at its `until`, read here by the cascade, failures wrong)."""
+    if run.max_gen_toks is None:
+        return ScoringConfig(method="logprob")
+    return ScoringConfig("generate", max_new_tokens=run.max_gen_toks, extract="cascade", stop=run.until)
+
+
+def _formulation(run: LmEvalRun) -> str:
+    """The formulation an import whose prompts are lm-eval's own is filed under."""
+    return "harness" if run.benchmark == "mmlu" else "cot_lm_eval" if run.max_gen_toks else "leaderboard"
+
+
 def _result(s: LmEvalSample, shots: int) -> QuestionResult:
-    """One sample as a scored question (`scored_by` `lm-eval`; its token count is not logged: 0)."""
+    """One sample as a scored question (`scored_by` `lm-eval`; its token count is not logged: 0). A
+    chain of thought keeps lm-eval's generation, read by this tool's cascade (its rule recorded)."""
     ranked = sorted(s.logprobs, reverse=True)
     return QuestionResult(
         subject=s.question.subject, index=s.question.index, prompt_hash=text_hash(s.context),
-        shots_used=shots, n_tokens=0, truncated=False, logprobs=s.logprobs, generated=None,
-        prediction=s.prediction, gold=s.question.answer, margin=ranked[0] - ranked[1], scored_by="lm-eval",
-        options=len(s.question.choices), src=s.question.src,
+        shots_used=shots, n_tokens=0, truncated=False, logprobs=s.logprobs or None, generated=s.generated,
+        prediction=s.prediction, gold=s.question.answer,
+        margin=ranked[0] - ranked[1] if len(ranked) > 1 else None, scored_by="lm-eval",
+        options=len(s.question.choices), src=s.question.src, extraction=s.extraction,
     )  # fmt: skip
 
 
@@ -331,4 +347,5 @@ def _record(run_id: str, start: RunStart, results: list[QuestionResult], seconds
         ),
         scores=aggregate(results),
         letter_bias=letter_bias(results),
+        reasoning=reasoning(results),
     )

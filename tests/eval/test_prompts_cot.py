@@ -62,3 +62,15 @@ def test_both_renderings_are_the_published_ones_byte_for_byte_on_question_70() -
     said = str(lm_eval["gen_kwargs"])  # as lm-eval printed its generation settings
     assert "'until': ['Question:']" in said
     assert "'max_gen_toks': 2048" in said
+
+
+def test_scoring_cot_generates_as_both_scripts_do() -> None:
+    from mmlu_track.eval import prompts_cot
+
+    from ..conftest import compose_eval
+
+    cfg = compose_eval(["benchmark=mmlu_pro", "data=mmlu_pro_local", "data.path=/d", "scoring=cot",
+                        "formulation=cot_official"])  # fmt: skip
+    assert (cfg.scoring.stop, cfg.scoring.max_new_tokens) == (prompts_cot.STOP, prompts_cot.MAX_NEW_TOKENS)
+    assert (cfg.scoring.method, cfg.scoring.extract, cfg.scoring.failed) == ("generate", "cascade", "wrong")
+    assert prompts_cot.reasoning(SHOT) == "Two and two make four. The answer is (A)."

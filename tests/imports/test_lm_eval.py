@@ -250,3 +250,18 @@ def test_an_mmlu_pro_doc_that_is_not_the_datas_is_one_line(tmp_path: Path) -> No
         read_run(results, DATA_FOR, PRO_FOR)
     (line,) = str(got.value).splitlines()
     assert line == f"{samples}: line 2: question_id 99999 is no test question of the MMLU-Pro data given"
+
+
+def test_lm_evals_chain_of_thought_runs_are_read_with_their_generations_and_answers() -> None:
+    (path,) = results_files(PRO / "cot")
+    run = read_run(path, DATA_FOR, PRO_FOR)
+    assert (run.benchmark, run.shots, run.max_gen_toks, run.until) == ("mmlu_pro", 5, 256, ("Question:",))
+    assert run.subjects == ["health", "math"]
+    assert len(run.samples) == 6
+    for s in run.samples:
+        assert s.generated is not None
+        assert s.extraction is not None
+        if s.lm_eval_answer is not None:  # its one regex matched: the cascade reads the same letter
+            assert (s.prediction, s.extraction) == ("ABCDEFGHIJ".index(s.lm_eval_answer), "answer is")
+    matched = protocol_of(run, shots_for(run))
+    assert matched.formulation == "cot_lm_eval"

@@ -207,3 +207,27 @@ def test_a_leaderboard_mmlu_pro_import_pairs_every_question_with_a_native_run(
     assert without.code == 2
     assert "MMLU-Pro folder" in without.err
     assert len(without.err.strip().splitlines()) == 1
+
+
+def test_lm_evals_chain_of_thought_import_pairs_with_a_native_chain_of_thought(
+    cli: Cli, tmp_path: Path, db: str
+) -> None:
+    pro = DATA.parent / "lm_eval_pro"
+    got = _import(cli, tmp_path, db, str(pro / "cot"), "--data", str(pro / "data"))
+    assert got.code == 0, got.err
+    assert "(smol_hf, 6 questions, cot_lm_eval prompts, micro " in got.out
+    native = cli("eval", "benchmark=mmlu_pro", "data=mmlu_pro_local", f"data.path={pro / 'data'}",
+                 "subjects=[health,math]", "scoring=cot", "formulation=cot_lm_eval",
+                 "scoring.max_new_tokens=256",
+                 "dtype=float32", "device=cpu", "tracking=sql_only", f"tracking.db_url={db}",
+                 f"hydra.run.dir={tmp_path / 'native'}", cwd=tmp_path)  # fmt: skip
+    assert native.code == 0, native.err
+    imported, ours = sorted(stored_runs(db), key=lambda r: r.model_name != "smol_hf")
+    assert imported.protocol.differences(ours.protocol) == []
+    got, report = _compare(cli, tmp_path, db, imported.id, ours.id)
+    micro = report["micro"]
+    assert isinstance(micro, dict), got.err
+    assert (micro["n"], micro["lost"], micro["gained"]) == (6, 0, 0), got.out
+    theirs = {r.index: r for r in question_results(db, imported.id)}
+    for r in question_results(db, ours.id):  # the same generations, read by the same rules
+        assert (theirs[r.index].generated, theirs[r.index].extraction) == (r.generated, r.extraction)
