@@ -180,29 +180,37 @@ def test_the_57_tasks_of_the_mmlu_group_import_as_one_run(cli: Cli, tmp_path: Pa
     assert len(run.record.scores.subjects) == 57
 
 
+PRO = DATA.parent / "lm_eval_pro"
+
+
+def _pro_pair(cli: Cli, tmp_path: Path, db: str, folder: str, *native: str) -> tuple[Any, Any]:
+    """lm-eval's MMLU-Pro output in `folder` imported, a native run of `native`'s settings on the same
+    rows and weights, and their comparison: every question paired, none lost or gained."""
+    got = _import(cli, tmp_path, db, str(PRO / folder), "--data", str(PRO / "data"))
+    assert got.code == 0, got.err
+    ours = cli("eval", "benchmark=mmlu_pro", "data=mmlu_pro_local", f"data.path={PRO / 'data'}",
+               "subjects=[health,math]", *native, "dtype=float32", "device=cpu", "tracking=sql_only",
+               f"tracking.db_url={db}", f"hydra.run.dir={tmp_path / 'native'}", cwd=tmp_path)  # fmt: skip
+    assert ours.code == 0, ours.err
+    imported, native_run = sorted(stored_runs(db), key=lambda r: r.model_name != "smol_hf")
+    assert imported.protocol.differences(native_run.protocol) == []
+    assert imported.protocol.benchmark == "mmlu_pro"
+    compared, report = _compare(cli, tmp_path, db, imported.id, native_run.id)
+    micro = report["micro"]
+    assert isinstance(micro, dict), compared.err
+    assert (micro["n"], micro["lost"], micro["gained"]) == (6, 0, 0), compared.out
+    assert f"(smol_hf, 6 questions, {native[-1].split('=')[1]} prompts, micro " in got.out
+    return imported, native_run
+
+
 def test_a_leaderboard_mmlu_pro_import_pairs_every_question_with_a_native_run(
     cli: Cli, tmp_path: Path, db: str
 ) -> None:
-    pro = DATA.parent / "lm_eval_pro"
-    got = _import(cli, tmp_path, db, str(pro / "leaderboard"), "--data", str(pro / "data"))
-    assert got.code == 0, got.err
-    assert "(smol_hf, 6 questions, leaderboard prompts, micro " in got.out
-    native = cli("eval", "benchmark=mmlu_pro", "data=mmlu_pro_local", f"data.path={pro / 'data'}",
-                 "subjects=[health,math]", "formulation=leaderboard", "dtype=float32", "device=cpu",
-                 "tracking=sql_only", f"tracking.db_url={db}", f"hydra.run.dir={tmp_path / 'native'}",
-                 cwd=tmp_path)  # fmt: skip
-    assert native.code == 0, native.err
-    imported, ours = sorted(stored_runs(db), key=lambda r: r.model_name != "smol_hf")
-    assert imported.protocol.differences(ours.protocol) == []
-    assert imported.protocol.benchmark == "mmlu_pro"
-    got, report = _compare(cli, tmp_path, db, imported.id, ours.id)
-    micro = report["micro"]
-    assert isinstance(micro, dict), got.err
-    assert (micro["n"], micro["lost"], micro["gained"]) == (6, 0, 0), got.out
+    imported, ours = _pro_pair(cli, tmp_path, db, "leaderboard", "formulation=leaderboard")
     theirs = {r.index: r for r in question_results(db, imported.id)}
     for r in question_results(db, ours.id):
         assert (theirs[r.index].options, theirs[r.index].src) == (r.options, r.src)
-    without = _import(cli, tmp_path, f"sqlite:///{tmp_path / 'other.db'}", str(pro / "leaderboard"),
+    without = _import(cli, tmp_path, f"sqlite:///{tmp_path / 'other.db'}", str(PRO / "leaderboard"),
                       "--data", str(tmp_path / "nowhere"))  # fmt: skip
     assert without.code == 2
     assert "MMLU-Pro folder" in without.err
@@ -212,22 +220,8 @@ def test_a_leaderboard_mmlu_pro_import_pairs_every_question_with_a_native_run(
 def test_lm_evals_chain_of_thought_import_pairs_with_a_native_chain_of_thought(
     cli: Cli, tmp_path: Path, db: str
 ) -> None:
-    pro = DATA.parent / "lm_eval_pro"
-    got = _import(cli, tmp_path, db, str(pro / "cot"), "--data", str(pro / "data"))
-    assert got.code == 0, got.err
-    assert "(smol_hf, 6 questions, cot_lm_eval prompts, micro " in got.out
-    native = cli("eval", "benchmark=mmlu_pro", "data=mmlu_pro_local", f"data.path={pro / 'data'}",
-                 "subjects=[health,math]", "scoring=cot", "formulation=cot_lm_eval",
-                 "scoring.max_new_tokens=256",
-                 "dtype=float32", "device=cpu", "tracking=sql_only", f"tracking.db_url={db}",
-                 f"hydra.run.dir={tmp_path / 'native'}", cwd=tmp_path)  # fmt: skip
-    assert native.code == 0, native.err
-    imported, ours = sorted(stored_runs(db), key=lambda r: r.model_name != "smol_hf")
-    assert imported.protocol.differences(ours.protocol) == []
-    got, report = _compare(cli, tmp_path, db, imported.id, ours.id)
-    micro = report["micro"]
-    assert isinstance(micro, dict), got.err
-    assert (micro["n"], micro["lost"], micro["gained"]) == (6, 0, 0), got.out
+    cot = ["scoring=cot", "scoring.max_new_tokens=256", "formulation=cot_lm_eval"]
+    imported, ours = _pro_pair(cli, tmp_path, db, "cot", *cot)
     theirs = {r.index: r for r in question_results(db, imported.id)}
     for r in question_results(db, ours.id):  # the same generations, read by the same rules
         assert (theirs[r.index].generated, theirs[r.index].extraction) == (r.generated, r.extraction)
