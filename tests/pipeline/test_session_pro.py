@@ -233,3 +233,46 @@ def test_a_chain_of_thought_is_lm_evals_prompt_generation_and_answer(
         sample = theirs[by_index[r.index]]
         assert r.generated == sample["resps"][0][0]  # type: ignore[index]
         assert r.finish in ("stop", "end")
+
+
+def test_a_chain_of_thought_stopped_midway_resumes_and_generates_nothing_twice(
+    cli: Cli, tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mmlu_track.eval.in_process import InProcess
+
+    real = InProcess.generate
+    asked: list[int] = []
+
+    def interrupted(self: InProcess, requests: list[object], progress: object) -> object:
+        if asked:  # the second subject: Ctrl-C, after the first was committed
+            raise KeyboardInterrupt
+        asked.append(len(requests))
+        return real(self, requests, progress)  # type: ignore[arg-type]
+
+    cot = [
+        *PRO,
+        *TINY,
+        f"tracking.db_url={db}",
+        "scoring=cot",
+        "formulation=cot_official",
+        "scoring.max_new_tokens=4",
+    ]
+    monkeypatch.setattr(InProcess, "generate", interrupted)
+    stopped = cli("eval", *cot, f"hydra.run.dir={tmp_path / 'first'}", cwd=tmp_path)
+    assert stopped.code == 130
+    (run,) = stored_runs(db)
+    first = question_results(db, run.id)
+    assert len(first) == asked[0] == 3  # one category's questions, generated and committed
+
+    def counted(self: InProcess, requests: list[object], progress: object) -> object:
+        asked.append(len(requests))
+        return real(self, requests, progress)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(InProcess, "generate", counted)
+    resumed = cli("eval", *cot, f"hydra.run.dir={tmp_path / 'second'}", cwd=tmp_path)
+    assert resumed.code == 0, resumed.err
+    assert asked[1:] == [3]  # only the other category's questions
+    (again,) = stored_runs(db)
+    assert again.id == run.id
+    kept = {r.index: r for r in question_results(db, run.id)}
+    assert all(kept[r.index] == r for r in first)  # the committed generations as they were
