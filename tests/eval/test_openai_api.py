@@ -6,6 +6,7 @@ rule for served vs in-process runs. The CLI is called in-process (`cli` fixture)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from mmlu_track.eval import openai_api, openai_connect
 from mmlu_track.eval.answers import check
-from mmlu_track.eval.backend import LetterRequest, PromptError
+from mmlu_track.eval.backend import GenerationRequest, LetterRequest, PromptError, Score
 from mmlu_track.eval.http_api import backoff_s
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.store.sql import SqlStore
@@ -435,3 +436,30 @@ def test_served_scores_agree_with_in_process_and_the_gate_needs_declared_weights
     gated = cli("compare", *pair, *db, cwd=tmp_path)
     assert gated.code in (0, 1), gated.err  # a verdict (6 questions: inconclusive, exit 1), not a refusal
     assert "not comparable" not in gated.err
+
+
+def test_a_served_chain_of_thought_is_sent_its_limit_and_stop_and_a_cut_answer_is_said(
+    server: LlamaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, API_KEY)
+    cfg: Any = _config(server.base_url)
+    text = "Question: 2 + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 22\nAnswer: Let's think step by step."
+
+    def cot(**scoring: object) -> Score:
+        settings = dataclasses.replace(cfg.scoring, method="generate", extract="cascade", **scoring)
+        served = openai_connect.connect(dataclasses.replace(cfg, scoring=settings))
+        try:
+            (score,) = served.generate([GenerationRequest(text, options=4)], lambda n: None)
+        finally:
+            served.close()
+        return score
+
+    free = cot(max_new_tokens=24)
+    assert free.generated is not None
+    assert free.extraction in ("answer is", "answer:", "last letter", "none", "beyond")
+    cut = cot(max_new_tokens=2)  # the server's max_tokens cuts it: said, as in-process
+    assert (cut.finish, cut.new_tokens) == ("length", 2)
+    word = free.generated.split()[1]  # a stop string the model writes: the server ends there
+    stopped = cot(max_new_tokens=24, stop=(word,))
+    assert stopped.finish == "stop"
+    assert stopped.generated == free.generated[: free.generated.index(word)]
