@@ -8,7 +8,10 @@ stops when all of its rows have: the tokens after the deciding one cannot change
 `parse_generation`'s result, and `Score.generated` holds the decided part only. A newline does not
 stop a row: `parse_generation` skips leading whitespace, newlines included, so `"\nB"` answers B.
 With `pattern`, a later token can always complete a match ("The answer is" ... " B"), so a row
-decodes until it ends, and `Score.generated` is the whole generation.
+decodes until it ends, and `Score.generated` is the whole generation. With `scoring.stop` (a chain
+of thought, `cascade`: MMLU-Pro's `Question:`), a row ends once its decoded text holds a stop string
+(which may span tokens) and is read up to it; `Score.finish` says why it ended (`stop`, `end`,
+`length`) and `Score.new_tokens` how many tokens it took.
 
 With `ScoringConfig.prefix_cache` and the prompts' shared prefixes, generation costs what
 log-prob scoring costs plus its decode steps: each subject's prefix runs once
