@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
-_ROW = "{:<12} {:<9} {:<28} {:<14} {:<16} {:<20} {:>2} {:<8} {:>5} {:>6} {:>7} {:>7} {:>10}  {:<19}  {}"
+_ROW = "{:<12} {:<9} {:<28} {:<14} {:<16} {:<21} {:>2} {:<8} {:>5} {:>6} {:>7} {:>7} {:>10}  {:<19}  {}"
 CIRCULAR_NOTE = (
     "circular runs (scoring …/circular): micro % and macro % are circular accuracy (right in every "
     "rotation of the choices); as given %: the micro accuracy with the choices as published"
@@ -50,7 +50,7 @@ class _Facts(NamedTuple):
     """What tells two runs of one model apart beyond the other columns."""
 
     version: str  # the weights' revision (hub) or hash (files), a random model's seed
-    scoring: str  # the method, `/circular` where every rotation of the choices was asked
+    scoring: str  # the method (`cot`: a chain of thought), `/circular` where every rotation was asked
     dtype: str  # as loaded
     limit: str  # questions per subject, or all
 
@@ -78,7 +78,8 @@ def _facts(run: StoredRun) -> _Facts:
     seeded = f"seed={model.get('tiny_seed')}" if model.get("source") == "tiny" else "-"  # random weights
     version = run.model_revision or seeded
     circular = "/circular" if scoring.get("choice_order") == "circular" else ""
-    return _Facts(version, f"{run.scoring}{circular}", dtype, "all" if limit is None else str(limit))
+    method = "cot" if scoring.get("extract") == "cascade" else run.scoring  # a chain of thought
+    return _Facts(version, f"{method}{circular}", dtype, "all" if limit is None else str(limit))
 
 
 def _pct(x: float | None) -> str:
