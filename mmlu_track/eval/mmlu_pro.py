@@ -13,7 +13,7 @@ rows' `N/A` padding): which protocol strips or drops them is the prompt's busine
 in one line naming the file and row: options not 2..10 texts (counting the real ones, `N/A` padding
 aside, at least 2; a test question has none), an `answer` letter beyond them, on an `N/A`, or
 disagreeing with `answer_index`, an unknown category (the 14 of the paper), no `src`.
-`shots(data, category, k)` refuses a category with fewer validation rows than k.
+`shot_pool(data, protocol, category, k)` refuses a category with fewer validation rows than k.
 """
 
 from __future__ import annotations
@@ -184,17 +184,6 @@ def shot_pool(data: ProData, protocol: str, category: str, k: int) -> tuple[Ques
     if len(pool) < k:
         raise DataError(f"{data.where}: {where}, fewer than k={k} shots")
     return tuple(pool)
-
-
-def shots(data: ProData, category: str, k: int) -> tuple[Question, ...]:
-    """The first `k` validation rows of `category` (the paper's and the recommended protocol's
-    shots); `DataError` when the category has fewer."""
-    have = data.categories[category].dev if category in data.categories else ()
-    if len(have) < k:
-        raise DataError(
-            f"{data.where}: category {category!r} has {len(have)} validation rows, fewer than k={k} shots"
-        )
-    return tuple(have[:k])
 
 
 def leaks(questions: Iterable[Question]) -> list[Question]:

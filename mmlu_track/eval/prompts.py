@@ -93,7 +93,8 @@ FORMULATIONS: dict[str, Formulation] = {
     "original": Formulation("original", _original_header, _original_body),
     "harness": Formulation("harness", _harness_header, _harness_body),
     "question": Formulation("question", _question_header, _question_body),
-    "leaderboard": Formulation("leaderboard", prompts_pro.leaderboard_header, prompts_pro.leaderboard_body),
+    # lm-eval's leaderboard_mmlu_pro asks as the original does, options as published, with no header
+    "leaderboard": Formulation("leaderboard", prompts_pro.leaderboard_header, _original_body),
     "category": Formulation("category", prompts_pro.category_header, prompts_pro.category_body),
     "cot_official": Formulation(
         "cot_official", prompts_cot.official_header, prompts_cot.official_body, prompts_cot.reasoning,
@@ -104,7 +105,6 @@ FORMULATIONS: dict[str, Formulation] = {
         prompts_cot.lm_eval_shot,
     ),
 }  # fmt: skip
-MMLU_FORMULATIONS = ("original", "harness", "question")  # MMLU's; MMLU-Pro's: prompts_pro.PROTOCOLS
 
 
 Messages = list[dict[str, str]]

@@ -25,7 +25,6 @@ from __future__ import annotations
 from mmlu_track.eval.data import Question
 from mmlu_track.eval.mmlu_pro import OPTION_LETTERS, PAD
 
-RENDERINGS = ("cot_official", "cot_lm_eval")
 LEAD = "Answer: Let's think step by step."  # ends every question asked; opens every shot's answer
 _COT_LEAD = "A: Let's think step by step."  # how the validation rows' cot_content starts
 STOP = ("Question:",)  # where a generation ends (both renderings)

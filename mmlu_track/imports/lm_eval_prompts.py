@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mmlu_track.eval import prompts, prompts_cot, prompts_pro
+from mmlu_track.eval import prompts
 from mmlu_track.eval.data import DataError, Question
 from mmlu_track.imports.lm_eval import LmEvalRun, LmEvalSample
 from mmlu_track.records.imported import OWN_PROMPTS
+from mmlu_track.settings.config import COT_FORMULATIONS, MMLU_FORMULATIONS, PRO_FORMULATIONS
 from mmlu_track.settings.subjects import letters
 
 
@@ -80,11 +81,11 @@ def protocol_of(run: LmEvalRun, shots_for: ShotsFor) -> Matched:
 
     style = chat_style(run)
     ours = (
-        prompts.MMLU_FORMULATIONS
+        MMLU_FORMULATIONS
         if run.benchmark == "mmlu"
-        else prompts_cot.RENDERINGS
+        else COT_FORMULATIONS
         if run.max_gen_toks is not None
-        else prompts_pro.PROTOCOLS
+        else PRO_FORMULATIONS
     )
     for formulation in ours:
         try:  # a formulation whose shots the data lacks (too few of a category's) is not the run's

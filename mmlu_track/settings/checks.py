@@ -15,9 +15,11 @@ from dataclasses import replace
 from typing import Any
 
 from mmlu_track.settings.config import (
+    COT_FORMULATIONS,
     DEV_EXAMPLES_PER_SUBJECT,
     EVAL_ONLY_GATE,
     MAX_SEED,
+    PRO_FORMULATIONS,
     SERVED_ONLY,
     CompareConfig,
     EvalConfig,
@@ -304,10 +306,6 @@ def _check_sequential(cfg: EvalConfig) -> None:
         )
 
 
-_PRO_FORMULATIONS = ("leaderboard", "category", "cot_official", "cot_lm_eval")
-_COT = ("cot_official", "cot_lm_eval")  # generated: scoring=cot
-
-
 def _check_benchmark(cfg: EvalConfig) -> None:
     """The subjects, formulation, data and scoring a benchmark allows (`benchmark=`)."""
     allowed = BENCHMARK_SUBJECTS[cfg.benchmark]
@@ -321,12 +319,12 @@ def _check_benchmark(cfg: EvalConfig) -> None:
             if pro
             else f"data={cfg.data.name} is MMLU-Pro's data: add benchmark=mmlu_pro"
         )
-    if pro != (cfg.formulation in _PRO_FORMULATIONS):
+    if pro != (cfg.formulation in (*PRO_FORMULATIONS, *COT_FORMULATIONS)):
         ours = "leaderboard, category" if pro else "original, harness, question"
         raise ConfigError(f"formulation={cfg.formulation} is not one of benchmark={cfg.benchmark}'s: {ours}")
     if not pro:
         return
-    cot = cfg.formulation in _COT
+    cot = cfg.formulation in COT_FORMULATIONS
     if cot and not (cfg.scoring.method == "generate" and cfg.scoring.extract == "cascade"):
         raise ConfigError(f"formulation={cfg.formulation} is a chain of thought: add scoring=cot")
     if not cot and cfg.scoring.method != "logprob":

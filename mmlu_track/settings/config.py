@@ -24,6 +24,11 @@ Formulation = Literal[
     "original", "harness", "question", "leaderboard", "category", "cot_official", "cot_lm_eval"
 ]
 Benchmark = Literal["mmlu", "mmlu_pro"]
+# Each benchmark's formulations, by how they are scored (the one list the checks, the prompts and the
+# importer read): MMLU's; MMLU-Pro's log-likelihood protocols; its chains of thought (scoring=cot).
+MMLU_FORMULATIONS = ("original", "harness", "question")
+PRO_FORMULATIONS = ("leaderboard", "category")
+COT_FORMULATIONS = ("cot_official", "cot_lm_eval")
 ChatStyle = Literal["none", "single_turn", "multiturn"]
 Extract = Literal["first_char", "pattern", "cascade"]
 Failed = Literal["wrong", "random"]

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from mmlu_track.eval import mmlu_pro, prompts
 from mmlu_track.eval.data import Question
 
-from .test_mmlu_pro import SHARED
+from .test_mmlu_pro import SHARED, require_shared
 
 GOLDEN = SHARED / "prompts_q70_business.json"
 COT = "A: Let's think step by step. Two and two make four. The answer is (A)."
@@ -48,12 +46,12 @@ def test_a_chat_shot_answers_with_its_reasoning() -> None:
     assert msgs[1]["content"].endswith("Answer: Let's think step by step.")
 
 
-@pytest.mark.skipif(not GOLDEN.is_file(), reason="the shared MMLU-Pro copy is not here")
 def test_both_renderings_are_the_published_ones_byte_for_byte_on_question_70() -> None:
+    require_shared(GOLDEN)
     golden = json.loads(GOLDEN.read_text())
     data = mmlu_pro.load_local(SHARED)
     (q70,) = [q for q in data.categories["business"].test if q.qid == 70]
-    shots = mmlu_pro.shots(data, "business", 5)
+    shots = mmlu_pro.shot_pool(data, "category", "business", 5)[:5]
     official = golden["official_evaluate_from_local"]
     assert prompts.render("cot_official", "business", shots, q70) == official["prompt"]
     assert official["sampling"]["stop"] == ["Question:"]

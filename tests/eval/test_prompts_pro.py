@@ -9,11 +9,12 @@ import json
 
 import pytest
 
-from mmlu_track.eval import mmlu_pro, prompts_pro
+from mmlu_track.eval import mmlu_pro, prompts, prompts_pro
+from mmlu_track.eval.backend import LetterRequest
 from mmlu_track.eval.data import DataError, Question, SubjectData
 
 from ..conftest import LM_EVAL_DATA
-from .test_mmlu_pro import SHARED
+from .test_mmlu_pro import SHARED, require_shared
 
 PHYSICS = Question("physics", "test", 0, " Which? ", (" right", "wrong", "also wrong"), 0, qid=70, src="x")
 SHOT = Question("math", "validation", 0, "2+2?", ("4", " 5", "N/A", "N/A"), 0, qid=0, src="y")
@@ -25,44 +26,61 @@ DATA = mmlu_pro.ProData(
 )  # fmt: skip
 
 
+LEADERBOARD_SHOTS = 5  # leaderboard_mmlu_pro's num_fewshot
+
+
+def _render(formulation: str, shots: tuple[Question, ...], q: Question) -> str:
+    """A prompt as a run renders it (`prompts.render`, the protocols' headers and bodies)."""
+    return prompts.render(formulation, q.subject, shots, q)
+
+
+def _shots(data: mmlu_pro.ProData, formulation: str, category: str, k: int) -> tuple[Question, ...]:
+    """A run's shots: the first k of the protocol's pool (`mmlu_pro.shot_pool`)."""
+    return mmlu_pro.shot_pool(data, formulation, category, k)[:k]
+
+
+def _continuations(q: Question) -> tuple[str, ...]:
+    """What a run scores after the prompt: its letter request's continuations."""
+    return LetterRequest("", options=len(q.choices)).continuations
+
+
 def test_the_leaderboard_protocol_keeps_what_is_published() -> None:
-    got = prompts_pro.render("leaderboard", prompts_pro.shots_of("leaderboard", DATA, "physics", 1), PHYSICS)
+    got = _render("leaderboard", _shots(DATA, "leaderboard", "physics", 1), PHYSICS)
     # no header; the first validation row whatever the category; N/A and leading spaces kept
     shot = "2+2?\nA. 4\nB.  5\nC. N/A\nD. N/A\nAnswer: A\n\n"
     assert got == shot + " Which? \nA.  right\nB. wrong\nC. also wrong\nAnswer:"
-    assert prompts_pro.continuations(PHYSICS) == (" A", " B", " C")
+    assert _continuations(PHYSICS) == (" A", " B", " C")
 
 
 def test_the_category_protocol_strips_drops_the_padding_and_names_the_category() -> None:
-    got = prompts_pro.render("category", prompts_pro.shots_of("category", DATA, "physics", 1), PHYSICS)
+    got = _render("category", _shots(DATA, "category", "physics", 1), PHYSICS)
     assert got == (
         "The following are multiple choice questions (with answers) about physics.\n\n"
         "Up?\nA. yes\nB. no\nAnswer: B\n\nWhich?\nA. right\nB. wrong\nC. also wrong\nAnswer:"
     )
-    math = prompts_pro.render("category", [SHOT], PHYSICS)
+    math = _render("category", (SHOT,), PHYSICS)
     assert "A. 4\nB. 5\nAnswer: A" in math  # a shot's N/A padding dropped, its options stripped
+    assert prompts_pro.category_body(SHOT) == "2+2?\nA. 4\nB. 5\nAnswer:"
 
 
-def test_too_few_shots_and_an_unknown_protocol_are_refused() -> None:
+def test_too_few_shots_are_refused() -> None:
     with pytest.raises(DataError, match="category 'physics' has 1 validation rows, fewer than k=2"):
-        prompts_pro.shots_of("category", DATA, "physics", 2)
+        _shots(DATA, "category", "physics", 2)
     with pytest.raises(DataError, match="the validation split has 2 rows, fewer than k=5"):
-        prompts_pro.shots_of("leaderboard", DATA, "physics", 5)
-    with pytest.raises(ValueError, match="MMLU-Pro protocol 'cot' is not one of leaderboard, category"):
-        prompts_pro.render("cot", [], PHYSICS)
+        _shots(DATA, "leaderboard", "physics", 5)
 
 
 GOLDEN = SHARED / "prompts_q70_business.json"
 
 
-@pytest.mark.skipif(not GOLDEN.is_file(), reason="the shared MMLU-Pro copy is not here")
 def test_the_leaderboard_prompt_is_lm_evals_own_byte_for_byte() -> None:
+    require_shared(GOLDEN)
     data = mmlu_pro.load_local(SHARED)
     gold = json.loads(GOLDEN.read_text())["lm_eval_0.4.13_leaderboard_mmlu_pro"]
     (q70,) = [q for q in data.categories["business"].test if q.qid == 70]
-    shots = prompts_pro.shots_of("leaderboard", data, "business", prompts_pro.LEADERBOARD_SHOTS)
-    assert prompts_pro.render("leaderboard", shots, q70) == gold["context"]
-    assert list(prompts_pro.continuations(q70)) == gold["continuations"]  # 9 options: " A" … " I"
+    shots = _shots(data, "leaderboard", "business", LEADERBOARD_SHOTS)
+    assert _render("leaderboard", shots, q70) == gold["context"]
+    assert list(_continuations(q70)) == gold["continuations"]  # 9 options: " A" … " I"
 
 
 LM_EVAL_PRO = LM_EVAL_DATA.parent / "lm_eval_pro"  # its make.py: own rows, lm-eval 0.4.13's output on them
@@ -77,10 +95,10 @@ def test_the_leaderboard_prompts_are_lm_evals_own_on_this_projects_rows() -> Non
     lines = [json.loads(line) for line in samples.read_text().splitlines()]
     assert sorted(len(by_id[d["doc"]["question_id"]].choices) for d in lines) == [3, 4, 4, 9, 10, 10]
     assert any(o.startswith(" ") for d in lines for o in d["doc"]["options"])
-    shots = prompts_pro.shots_of("leaderboard", data, "math", prompts_pro.LEADERBOARD_SHOTS)
+    shots = _shots(data, "leaderboard", "math", LEADERBOARD_SHOTS)
     assert any(mmlu_pro.PAD in s.choices for s in shots)
     for line in lines:
         q = by_id[line["doc"]["question_id"]]
         asked = list(line["arguments"].values())
-        assert {a["arg_0"] for a in asked} == {prompts_pro.render("leaderboard", shots, q)}
-        assert tuple(a["arg_1"] for a in asked) == prompts_pro.continuations(q)
+        assert {a["arg_0"] for a in asked} == {_render("leaderboard", shots, q)}
+        assert tuple(a["arg_1"] for a in asked) == _continuations(q)

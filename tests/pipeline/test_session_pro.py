@@ -221,7 +221,9 @@ def test_a_chain_of_thought_is_lm_evals_prompt_and_answer() -> None:
     for qid, sample in theirs.items():
         q = questions[qid]
         context = sample["arguments"]["gen_args_0"]["arg_0"]  # type: ignore[index]
-        assert context == prompts.render("cot_lm_eval", q.subject, mmlu_pro.shots(data, q.subject, 5), q)
+        assert context == prompts.render(
+            "cot_lm_eval", q.subject, mmlu_pro.shot_pool(data, "category", q.subject, 5)[:5], q
+        )
         text, (filtered,) = sample["resps"][0][0], sample["filtered_resps"]  # type: ignore[index]
         if filtered != "[invalid]":  # where lm-eval's one regex matched, the cascade reads the same
             assert extract(text, len(q.choices)) == ("ABCDEFGHIJ".index(filtered), "answer is")

@@ -12,7 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 from mmlu_track.commands.cli import plain
 from mmlu_track.eval import data, load, models, prompts, scoring
 from mmlu_track.settings.checks import compare_config_from_dict, eval_config_from_dict
-from mmlu_track.settings.config import ChatStyle, CompareConfig, Dtype, EvalConfig
+from mmlu_track.settings.config import MMLU_FORMULATIONS, ChatStyle, CompareConfig, Dtype, EvalConfig
 from mmlu_track.settings.identity import identity_dict
 from mmlu_track.settings.parsers import parse_subjects
 from mmlu_track.settings.subjects import SUBJECTS
@@ -127,7 +127,7 @@ def test_literal_choices_match_the_maps() -> None:
     hints = {f.name: f.type for f in dataclasses.fields(EvalConfig)}
     assert "Formulation" in str(hints["formulation"])
     for name in prompts.FORMULATIONS:
-        pro = [] if name in prompts.MMLU_FORMULATIONS else [*PRO, *(["scoring=cot"] if "cot" in name else [])]
+        pro = [] if name in MMLU_FORMULATIONS else [*PRO, *(["scoring=cot"] if "cot" in name else [])]
         assert compose_eval([f"formulation={name}", *pro]).formulation == name
 
 
