@@ -183,7 +183,7 @@ def test_the_57_tasks_of_the_mmlu_group_import_as_one_run(cli: Cli, tmp_path: Pa
 PRO = DATA.parent / "lm_eval_pro"
 
 
-def _pro_pair(cli: Cli, tmp_path: Path, db: str, folder: str, *native: str) -> tuple[Any, Any]:
+def _pro_pair(cli: Cli, tmp_path: Path, db: str, folder: str, *native: str) -> tuple[Any, Any, str]:
     """lm-eval's MMLU-Pro output in `folder` imported, a native run of `native`'s settings on the same
     rows and weights, and their comparison: every question paired, none lost or gained."""
     got = _import(cli, tmp_path, db, str(PRO / folder), "--data", str(PRO / "data"))
@@ -200,16 +200,27 @@ def _pro_pair(cli: Cli, tmp_path: Path, db: str, folder: str, *native: str) -> t
     assert isinstance(micro, dict), compared.err
     assert (micro["n"], micro["lost"], micro["gained"]) == (6, 0, 0), compared.out
     assert f"(smol_hf, 6 questions, {native[-1].split('=')[1]} prompts, micro " in got.out
-    return imported, native_run
+    return imported, native_run, ours.out
 
 
 def test_a_leaderboard_mmlu_pro_import_pairs_every_question_with_a_native_run(
     cli: Cli, tmp_path: Path, db: str
 ) -> None:
-    imported, ours = _pro_pair(cli, tmp_path, db, "leaderboard", "formulation=leaderboard")
+    imported, ours, printed = _pro_pair(cli, tmp_path, db, "leaderboard", "formulation=leaderboard")
+    assert "from MMLU " in printed  # the native run's report: by origin, and chance per question
+    assert "chance (a uniform guess over each question's options)" in printed
+    assert ours.formulation == "leaderboard"
     theirs = {r.index: r for r in question_results(db, imported.id)}
-    for r in question_results(db, ours.id):
-        assert (theirs[r.index].options, theirs[r.index].src) == (r.options, r.src)
+    native = question_results(db, ours.id)
+    assert {r.options for r in native} == {3, 4, 9, 10}
+    for r in native:  # lm-eval's log-likelihoods on the same fp32 weights: each option's within 1e-4
+        lm_eval = theirs[r.index]
+        assert (lm_eval.options, lm_eval.src, lm_eval.prediction) == (r.options, r.src, r.prediction)
+        assert r.logprobs is not None
+        assert lm_eval.logprobs is not None
+        assert len(r.logprobs) == r.options == len(lm_eval.logprobs)
+        assert max(abs(a - b) for a, b in zip(r.logprobs, lm_eval.logprobs, strict=True)) < 1e-4
+        assert (r.src or "").startswith("ori_mmlu-")
     without = _import(cli, tmp_path, f"sqlite:///{tmp_path / 'other.db'}", str(PRO / "leaderboard"),
                       "--data", str(tmp_path / "nowhere"))  # fmt: skip
     assert without.code == 2
@@ -221,7 +232,7 @@ def test_lm_evals_chain_of_thought_import_pairs_with_a_native_chain_of_thought(
     cli: Cli, tmp_path: Path, db: str
 ) -> None:
     cot = ["scoring=cot", "scoring.max_new_tokens=256", "formulation=cot_lm_eval"]
-    imported, ours = _pro_pair(cli, tmp_path, db, "cot", *cot)
+    imported, ours, _ = _pro_pair(cli, tmp_path, db, "cot", *cot)
     theirs = {r.index: r for r in question_results(db, imported.id)}
     for r in question_results(db, ours.id):  # the same generations, read by the same rules
         assert (theirs[r.index].generated, theirs[r.index].extraction) == (r.generated, r.extraction)

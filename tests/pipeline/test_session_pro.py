@@ -1,8 +1,7 @@
-"""MMLU-Pro runs end to end (`benchmark=mmlu_pro`): scored over each question's own letters as lm-eval
-0.4.13's `leaderboard_mmlu_pro` scores them (its output on this project's own rows,
-`tests/data/lm_eval_pro/`, make.py), stored with their options and origin, reported by category and
-origin, compared through the gate, never with an MMLU run, and bad input refused before anything is
-recorded."""
+"""MMLU-Pro runs end to end (`benchmark=mmlu_pro`; scored as lm-eval 0.4.13's `leaderboard_mmlu_pro`
+scores them: tests/pipeline/test_imported.py pairs its output with a native run), stored with their
+options and origin, reported by category and origin, compared through the gate, never with an MMLU
+run, its chains of thought read and resumed, and bad input refused before anything is recorded."""
 
 from __future__ import annotations
 
@@ -28,40 +27,6 @@ PRO = [
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'store.db'}"
-
-
-def _lm_eval() -> dict[int, tuple[list[float], int]]:
-    """lm-eval's log-likelihood of each option and its gold index, by doc_id (the test row's place)."""
-    (path,) = (PRO_DATA / "leaderboard").rglob("samples_*.jsonl")
-    out = {}
-    for line in path.read_text().splitlines():
-        doc = json.loads(line)
-        values = [float(r[0][0] if isinstance(r[0], list) else r[0]) for r in doc["filtered_resps"]]
-        out[doc["doc_id"]] = (values, doc["doc"]["answer_index"])
-    return out
-
-
-def test_the_leaderboard_protocol_scores_as_lm_eval_on_the_same_weights(
-    cli: Cli, tmp_path: Path, db: str
-) -> None:
-    got = cli("eval", *PRO, "formulation=leaderboard", "dtype=float32", "device=cpu", "tracking=sql_only",
-              f"tracking.db_url={db}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)  # fmt: skip
-    assert got.code == 0, got.err
-    assert "from MMLU " in got.out
-    assert "chance (a uniform guess over each question's options)" in got.out
-    (run,) = stored_runs(db)
-    assert (run.protocol.benchmark, run.formulation) == ("mmlu_pro", "leaderboard")
-    theirs = _lm_eval()
-    ours = question_results(db, run.id)
-    assert sorted(r.index for r in ours) == sorted(theirs)
-    assert {r.options for r in ours} == {3, 4, 9, 10}
-    for r in ours:
-        values, gold = theirs[r.index]
-        assert r.logprobs is not None
-        assert len(r.logprobs) == r.options == len(values)
-        assert max(abs(a - b) for a, b in zip(r.logprobs, values, strict=True)) < 1e-4
-        assert (r.prediction, r.gold) == (values.index(max(values)), gold)
-        assert (r.src or "").startswith("ori_mmlu-")
 
 
 def test_two_mmlu_pro_runs_are_gated_and_never_compared_with_mmlu(cli: Cli, tmp_path: Path, db: str) -> None:
