@@ -127,6 +127,8 @@ def test_the_noise_floor_and_the_sequential_gate_work_on_mmlu_pro(cli: Cli, tmp_
         [e.experiment_id for e in MlflowClient(uri).search_experiments()], max_results=50
     )
     assert any(r.data.params.get("benchmark") == "mmlu_pro" for r in runs)
+    notes = [r.data.tags.get("mlflow.note.content", "") for r in runs if r.data.params.get("benchmark")]
+    assert any("(MMLU-Pro, 95 % Wilson intervals)" in n and "MMLU-Pro, category" in n for n in notes)
 
 
 def test_a_chain_of_thought_run_records_how_each_answer_was_read(cli: Cli, tmp_path: Path, db: str) -> None:

@@ -43,8 +43,9 @@ def description(record: RunRecord) -> str:
     interval), then what was evaluated and how, then the categories."""
     start, scores = record.start, record.scores
     cfg = start.config
+    bench = "MMLU" if cfg.benchmark == "mmlu" else "MMLU-Pro"
     prompt = cfg.formulation if cfg.chat.style == "none" else f"{cfg.formulation}, chat {cfg.chat.style}"
-    prompt = prompt if cfg.benchmark == "mmlu" else f"MMLU-Pro, {prompt}"
+    prompt = prompt if cfg.benchmark == "mmlu" else f"{bench}, {prompt}"
     limit = "all questions" if cfg.limit is None else f"limit={cfg.limit} per subject (seed {cfg.seed})"
     if (imported := start.imported) is not None and imported.limit is not None:
         limit = f"the first {imported.limit:g} per subject ({imported.tool}'s --limit)"
@@ -52,7 +53,7 @@ def description(record: RunRecord) -> str:
         limit += f" · {cfg.shards} shards"
     headline = (
         f"Micro accuracy {percent(scores.micro)}, macro {100 * scores.macro.acc:.2f} % "
-        "(MMLU, 95 % Wilson intervals)"
+        f"({bench}, 95 % Wilson intervals)"
     )
     if c := record.circular:  # its headline: circular accuracy, the accuracy as given beside it
         headline = (
