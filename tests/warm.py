@@ -7,19 +7,25 @@ signals, locks and concurrency need. Use `subprocess` instead where a cold inter
 (the installed wheel, what an import pulls in) or where another program starts it.
 `Popen(["-m", "mmlu_track", ...])` and `Popen(["-c", code])` mean what `python ARGS` means; the
 process's stdout and stderr go to files, read back by `communicate`. One server per test process
-(and so per xdist worker), started on first use.
+(and so per xdist worker), started on first use. `python_on_path` gives a program that calls
+`python -m …` itself (a workflow's `run:` step) a `python` that runs warm.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import multiprocessing
 import os
 import runpy
 import signal
+import socketserver
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 PRELOAD = ["tests.warm_preload"]
@@ -59,7 +65,10 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -
 
         traceback.print_exc()
         code = 1
-    atexit._run_exitfuncs()  # as an interpreter's exit would (the fork cleared the server's)
+    # As an interpreter's exit: threads joined and their exit hooks run (a process pool shuts its
+    # workers down there), then atexit's (the fork cleared the server's).
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     if isinstance(code, str):
@@ -137,3 +146,55 @@ def run(args: list[str], *, cwd: Path | str | None = None, env: dict[str, str] |
     proc = Popen(args, cwd=cwd, env=env)
     out, err = proc.communicate(timeout)
     return subprocess.CompletedProcess(args, proc.wait(), out, err)
+
+
+# A `python` for programs the tests start that start `python` themselves (a workflow's `run:` step):
+# `python -m MODULE ...` and `python -c CODE ...` run warm, through a socket this process serves;
+# anything else is the real interpreter. Its output comes back when it ends.
+_SHIM = """#!{python} -SE
+import json, os, shutil, signal, socket, sys
+args = sys.argv[1:]
+if not args or args[0] not in ("-m", "-c"):
+    os.execv({python!r}, [{python!r}, *args])
+asked = socket.socket(socket.AF_UNIX)
+asked.connect({sock!r})
+asked.sendall(json.dumps({{"args": args, "cwd": os.getcwd(), "env": dict(os.environ)}}).encode() + b"\\n")
+answers = asked.makefile("r")
+pid = json.loads(answers.readline())["pid"]
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda n, _: os.kill(pid, n))
+done = json.loads(answers.readline())
+for path, stream in ((done["out"], sys.stdout), (done["err"], sys.stderr)):
+    with open(path, "rb") as written:
+        shutil.copyfileobj(written, stream.buffer)
+    stream.flush()
+code = done["code"]
+sys.exit(128 - code if code < 0 else code)
+"""
+
+
+class _Serve(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        asked = json.loads(self.rfile.readline())
+        proc = Popen(asked["args"], cwd=asked["cwd"], env=asked["env"])
+        self.wfile.write(json.dumps({"pid": proc.pid}).encode() + b"\n")
+        code = proc.wait()
+        self.wfile.write(json.dumps({"code": code, "out": proc._out, "err": proc._err}).encode() + b"\n")
+
+
+@contextlib.contextmanager
+def python_on_path(path: str) -> Iterator[str]:
+    """`path` (a PATH) with a `python` first that runs `-m`/`-c` warm while this lasts."""
+    folder = Path(tempfile.mkdtemp(prefix="warm-"))
+    sock = str(folder / "sock")
+    server = socketserver.ThreadingUnixStreamServer(sock, _Serve)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    shim = folder / "bin" / "python"
+    shim.parent.mkdir()
+    shim.write_text(_SHIM.format(python=sys.executable, sock=sock))
+    shim.chmod(0o755)
+    try:
+        yield f"{shim.parent}{os.pathsep}{path}"
+    finally:
+        server.shutdown()
+        server.server_close()

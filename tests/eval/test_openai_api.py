@@ -407,24 +407,25 @@ REFERENCES = [[*LOCAL, "k=0"], [*LOCAL, "k=2"], [*LOCAL, "k=2", "scoring=generat
 def test_served_scores_agree_with_in_process_and_the_gate_needs_declared_weights(
     server: LlamaServer, cli: Cli, local_runs: Callable[..., None], tmp_path: Path
 ) -> None:
+    """k=0 served by llama-cpp-python (as "q4_1", not declared the in-process runs' weights): the
+    same prompts, log-probs within the bounds, the same predictions but for quantization noise; the
+    gate refuses to compare it with the in-process run, naming the revision that would declare the
+    weights the same. (Declared the same weights, a pair gets a verdict: the chat test, both engines.)"""
     local_runs(*REFERENCES)
     store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
     weights = store.runs()[0].model_revision  # the GGUF's sha256, as the in-process runs recorded it
-    # k=0 served as "q4_1" (not declared the same weights), k=2 declared the in-process runs' weights
-    for k, revision in ((0, "q4_1"), (2, weights)):
-        args = [*_served(server.base_url), f"k={k}", f"model.revision={revision}", "tracking.mlflow=false"]
-        served = _eval(cli, tmp_path, *args, out=f"served{k}")
-        assert served.code == 0, served.err
+    args = [*_served(server.base_url), "k=0", "model.revision=q4_1", "tracking.mlflow=false"]
+    served = _eval(cli, tmp_path, *args, out="served0")
+    assert served.code == 0, served.err
     runs = {(r.config.model.source, r.k): r for r in store.runs() if r.config.scoring.method == "logprob"}
-    for k in (0, 2):
-        a = {(q.subject, q.index): q for q in store.question_results(runs[("gguf", k)].id)}
-        b = {(q.subject, q.index): q for q in store.question_results(runs[("openai_api", k)].id)}
-        assert a.keys() == b.keys()
-        assert all(a[q].prompt_hash == b[q].prompt_hash for q in a)
-        deltas = np.abs([np.subtract(a[q].logprobs, b[q].logprobs) for q in a])  # type: ignore[arg-type]
-        assert deltas.max() < BOUNDS[k][0]
-        assert deltas.mean() < BOUNDS[k][1]
-        assert np.mean([a[q].prediction == b[q].prediction for q in a]) >= MIN_SAME_PREDICTIONS
+    a = {(q.subject, q.index): q for q in store.question_results(runs[("gguf", 0)].id)}
+    b = {(q.subject, q.index): q for q in store.question_results(runs[("openai_api", 0)].id)}
+    assert a.keys() == b.keys()
+    assert all(a[q].prompt_hash == b[q].prompt_hash for q in a)
+    deltas = np.abs([np.subtract(a[q].logprobs, b[q].logprobs) for q in a])  # type: ignore[arg-type]
+    assert deltas.max() < BOUNDS[0][0]
+    assert deltas.mean() < BOUNDS[0][1]
+    assert np.mean([a[q].prediction == b[q].prediction for q in a]) >= MIN_SAME_PREDICTIONS
     db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}", "tracking.mlflow=false"
     pair = f"baseline={runs[('gguf', 0)].id}", f"candidate={runs[('openai_api', 0)].id}"
     refused = cli("compare", *pair, *db, cwd=tmp_path)
@@ -432,10 +433,6 @@ def test_served_scores_agree_with_in_process_and_the_gate_needs_declared_weights
     (line,) = refused.errors
     assert "scoring engine differs (baseline in-process, candidate served (model.source=openai_api))" in line
     assert f"model.revision={weights}" in line
-    pair = f"baseline={runs[('gguf', 2)].id}", f"candidate={runs[('openai_api', 2)].id}"
-    gated = cli("compare", *pair, *db, cwd=tmp_path)
-    assert gated.code in (0, 1), gated.err  # a verdict (6 questions: inconclusive, exit 1), not a refusal
-    assert "not comparable" not in gated.err
 
 
 def test_a_served_chain_of_thought_is_sent_its_limit_and_stop_and_a_cut_answer_is_said(
