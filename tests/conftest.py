@@ -290,6 +290,29 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.fixture(scope="session")
+def _empty_mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow SQLite store, made by MLflow itself once per worker (its schema: ~1 s)."""
+    import warnings
+
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-empty") / "mlflow.db"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def mlflow_store(tmp_path: Path, _empty_mlflow_db: Path) -> str:
+    """tmp_path/mlflow.db (also where a run started in tmp_path puts MLflow's default store) as a
+    copy of an empty store: for the tests that log to MLflow without testing a store's creation
+    (`store/mlflow/test_client.py`, `test_live.py` and the launch tests create theirs)."""
+    shutil.copyfile(_empty_mlflow_db, tmp_path / "mlflow.db")
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One real `mlflow server` on 127.0.0.1 (SQLite backend) for the whole run, all workers
     (`shared_service.py`): tests that need an empty experiment name their own

@@ -18,6 +18,7 @@ def _cli(cli: Cli, *args: str, cwd: Path) -> CliResult:
     return cli("eval", *args, cwd=cwd)
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_end_to_end_run_writes_results_and_is_reproducible(cli: Cli, tmp_path: Path) -> None:
     outs = []
     for name in ("a", "b"):  # scored again on purpose: the same command alone would take the first run
@@ -82,6 +83,7 @@ def test_bad_input_is_one_clear_message(
     assert "Traceback" not in proc.err
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_multirun_gives_one_output_per_job(cli: Cli, tmp_path: Path) -> None:
     proc = _cli(
         cli,

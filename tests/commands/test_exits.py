@@ -200,6 +200,7 @@ def test_a_bug_reading_a_listed_run_is_not_an_unreadable_record(
     assert "AttributeError: injected" in proc.errors[0]
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_bug_while_logging_to_mlflow_is_a_bug_not_a_not_logged_warning(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -215,6 +216,7 @@ def test_a_bug_while_logging_to_mlflow_is_a_bug_not_a_not_logged_warning(
 
 
 @pytest.mark.parametrize("where", ["comparison.shown", "registry.quiet"])
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_bug_logging_a_comparison_or_reading_the_registry_is_a_bug(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:

@@ -36,6 +36,7 @@ def test_help_says_what_it_stores_and_its_exit_codes(cli: Cli, tmp_path: Path) -
     assert "70 a bug in mmlu_track" in text
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_the_same_files_import_once_and_the_run_is_listed_as_any(cli: Cli, tmp_path: Path, db: str) -> None:
     first = cli("runs", "--db", db, "import", str(DATA / "zero_shot"), "--mlflow-uri",
                 f"sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path)  # fmt: skip

@@ -83,6 +83,7 @@ def test_pairs_count_flips_and_the_recommendation_takes_the_worst() -> None:
         pair_noise("x", ref, [True, False])
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_the_noise_command_measures_the_tiny_model(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ..conftest import CliResult
 from ..serve import API_KEY, FaultProxy, LlamaServer
 from ..test_failures_secrets import _nowhere
@@ -25,6 +27,7 @@ def _echo_headers(path: str, headers: dict[str, str]) -> tuple[int, dict[str, An
     return None
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_servers_echoed_headers_are_recorded_without_the_key(
     server: LlamaServer, cli: Cli, tmp_path: Path
 ) -> None:

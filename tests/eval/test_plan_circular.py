@@ -168,6 +168,7 @@ def test_a_circular_run_reports_and_records_the_rotations_and_rotation_0_is_the_
     }
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_the_gate_on_circular_accuracy(cli: Cli, tmp_path: Path) -> None:
     """Two circular runs gate on all-4-correct; a circular and an as-given run are refused on
     `circular` (exit 2, naming the difference) and compared on plain accuracy."""

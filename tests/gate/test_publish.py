@@ -7,12 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from mmlu_track.store.sql import SqlStore
 
 from ..conftest import CliResult, synthetic_run
 from .conftest import Decide
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_total_regression_is_logged_with_p_zero_not_one(
     cli: Callable[..., CliResult], tmp_path: Path
 ) -> None:

@@ -186,6 +186,7 @@ def test_fewshot_gap_reports_per_subject_and_category(cli: Cli, tmp_path: Path, 
     assert same_k.code == 2
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_comparison_logged_to_mlflow_and_alias_names_the_baseline(cli: Cli, tmp_path: Path, db: str) -> None:
     from mlflow.tracking import MlflowClient
 

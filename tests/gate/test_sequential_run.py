@@ -220,6 +220,7 @@ def test_no_decision_says_how_many_questions_would_be_needed(
     assert len(_runs(db)) == n_runs + 1
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     over = [*TINY, f"tracking.db_url={db}"]

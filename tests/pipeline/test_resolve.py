@@ -54,6 +54,7 @@ def test_cfg_job_shows_the_choices_under_the_config_as_asked(
     assert list(tmp_path.iterdir()) == []  # shown, nothing run
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_run_records_its_settings_as_asked_and_its_choices_beside_them(
     cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -29,6 +29,7 @@ def _no_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(load, "load_backend", refuse)
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_the_same_command_again_takes_its_finished_run_without_loading_the_model(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,6 +56,7 @@ def test_the_same_command_again_takes_its_finished_run_without_loading_the_model
     assert sorted((tmp_path / "outputs").glob("*/*")) == folders
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_rerun_scores_again_as_a_run_told_apart_and_other_settings_are_another_run(
     cli: Cli, tmp_path: Path
 ) -> None:

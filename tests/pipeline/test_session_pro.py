@@ -105,6 +105,7 @@ def test_a_category_with_fewer_shots_than_k_is_one_line(cli: Cli, tmp_path: Path
     assert "category 'health' has 3 validation rows, fewer than k=5 shots" in line
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_the_noise_floor_and_the_sequential_gate_work_on_mmlu_pro(cli: Cli, tmp_path: Path, db: str) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     logged = [*PRO, *TINY[:2], f"tracking.db_url={db}", f"tracking.mlflow_uri={uri}"]

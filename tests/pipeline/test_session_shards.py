@@ -61,6 +61,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> RunOutput:
     return run(tiny_run_cfg(f"sqlite:///{where / 'ref.db'}", *ARGS), where, display=QUIET)
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_four_shards_in_turn_make_one_run_equal_to_the_unsharded_one(
     tmp_path: Path, reference: RunOutput
 ) -> None:

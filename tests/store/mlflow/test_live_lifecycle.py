@@ -91,6 +91,7 @@ def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run
     assert done.data.tags[RUN_ID_TAG] == stored.id
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_failing_evaluation_ends_its_mlflow_run_failed_and_a_rerun_finishes_it(
     tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
