@@ -59,10 +59,19 @@ runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
 
 
+_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free on 127.0.0.1 now and never given before in this process: the kernel may hand the
+    same one out twice in a row (a Ray head was once given one port for two of its servers)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def packaged_gguf() -> Path:
