@@ -18,6 +18,7 @@ import json
 import multiprocessing
 import os
 import runpy
+import shutil
 import signal
 import socketserver
 import subprocess
@@ -161,8 +162,13 @@ asked.connect({sock!r})
 asked.sendall(json.dumps({{"args": args, "cwd": os.getcwd(), "env": dict(os.environ)}}).encode() + b"\\n")
 answers = asked.makefile("r")
 pid = json.loads(answers.readline())["pid"]
+def forward(n, _):
+    try:
+        os.kill(pid, n)
+    except ProcessLookupError:  # it has just ended: its code comes next
+        pass
 for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda n, _: os.kill(pid, n))
+    signal.signal(sig, forward)
 done = json.loads(answers.readline())
 for path, stream in ((done["out"], sys.stdout), (done["err"], sys.stderr)):
     with open(path, "rb") as written:
@@ -198,3 +204,4 @@ def python_on_path(path: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+        shutil.rmtree(folder, ignore_errors=True)

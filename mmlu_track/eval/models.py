@@ -19,7 +19,6 @@ import fcntl
 import functools
 import importlib.metadata
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
@@ -313,37 +312,36 @@ def _load_hub(
 def _load_tiny(
     cfg: ModelConfig, run: EvalConfig, dtype: torch.dtype
 ) -> tuple[Any, Any, str, str | None, str | None]:
-    from transformers import LlamaConfig
-
     package, filename = PACKAGED_SMOLLM2
     gguf_cfg = ModelConfig(name="tokenizer", source="gguf", package=package, gguf_file=filename)
     key_dir, gguf, _ = gguf_cache(gguf_cfg, Path(run.cache_dir).expanduser())
     tok = _converted_tokenizer_loaded(_converted_tokenizer(key_dir, gguf))
+    ids = (len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+    model = copy.deepcopy(_tiny_built(ids, cfg.tiny_hidden_size, cfg.tiny_num_layers, cfg.tiny_seed, dtype))
+    return model, tok, f"tiny(seed={cfg.tiny_seed})", None, None
+
+
+@functools.lru_cache(maxsize=4)
+def _tiny_built(ids: tuple[int, ...], hidden: int, layers: int, seed: int, dtype: torch.dtype) -> Any:
+    """The tiny model for a tokenizer's (vocabulary size, BOS, EOS, PAD), built once per process
+    (its random initialisation is 60 ms; a caller's copy 5 ms), torch's global generator left as it was."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    vocab, bos, eos, pad = ids
     config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=cfg.tiny_hidden_size,
-        intermediate_size=2 * cfg.tiny_hidden_size,
-        num_hidden_layers=cfg.tiny_num_layers,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=4096,
         initializer_range=0.2,  # wide enough that letter log-probs differ by more than rounding
         tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
     )
-    model = copy.deepcopy(_tiny_built(config.to_json_string(), cfg.tiny_seed, dtype))
-    return model, tok, f"tiny(seed={cfg.tiny_seed})", None, None
-
-
-@functools.lru_cache(maxsize=4)
-def _tiny_built(config_json: str, seed: int, dtype: torch.dtype) -> Any:
-    """The tiny model of this config and seed, built once per process (its random initialisation is
-    60 ms; a caller's copy 5 ms), torch's global generator left as it was."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    config = LlamaConfig.from_dict(json.loads(config_json))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
