@@ -32,18 +32,40 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
 
 
 def own_folder(output_dir: Path, run_id: str) -> Path:
-    """`output_dir`, or a subfolder of it when another run's results are already there."""
+    """`output_dir` when it holds no other run's files, else its subfolder `run-<id>`. A run takes
+    a folder by creating `CLAIM_FILE` there exclusively (its id inside): of two runs finishing into
+    one folder at once, one gets it (a check for results.json alone let both in, and the second's
+    results replaced the first's)."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    existing = output_dir / RESULTS_FILE
-    if existing.is_file():
+    if _holder(output_dir, run_id) == run_id:
+        return output_dir
+    own = output_dir / f"run-{run_id[:12]}"  # named by this run: no other run takes it
+    own.mkdir(exist_ok=True)
+    return own
+
+
+CLAIM_FILE = ".mmlu_track_run"
+
+
+def _holder(folder: Path, run_id: str) -> str | None:
+    """The run whose folder this is (`run_id` once it has claimed a free one); None where a file
+    there cannot be read (never written over)."""
+    results = folder / RESULTS_FILE
+    if results.is_file():  # a folder written before claims existed, or resumed: its results say
         try:
-            other = json.loads(existing.read_text(encoding="utf-8")).get("run_id")
+            return str(json.loads(results.read_text(encoding="utf-8")).get("run_id"))
         except (OSError, ValueError):
-            other = None
-        if other != run_id:
-            output_dir = output_dir / f"run-{run_id[:12]}"
-            output_dir.mkdir(parents=True, exist_ok=True)
-    return output_dir
+            return None
+    claim = folder / CLAIM_FILE
+    try:
+        with claim.open("x", encoding="utf-8") as f:
+            f.write(run_id)
+        return run_id
+    except FileExistsError:
+        try:  # another run's claim, or this run's own (a resume); empty while its writer is mid-write
+            return claim.read_text(encoding="utf-8") or None
+        except OSError:
+            return None
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mmlu_track.pipeline.outputs import (
+    CLAIM_FILE,
     RESULTS_FILE,
     abandoned_line,
     own_folder,
@@ -26,14 +27,20 @@ from ..conftest import compose_eval, synthetic_record
 
 def test_a_run_writes_into_its_own_folder_and_its_json_whole(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert own_folder(out, "a" * 32) == out  # made
+    assert own_folder(out, "a" * 32) == out  # made, and claimed
+    assert own_folder(out, "c" * 32) == out / f"run-{'c' * 12}"  # before a's results exist: still a's
     write_json(out / RESULTS_FILE, {"run_id": "a" * 32, "note": "é"})
-    assert [p.name for p in out.iterdir()] == [RESULTS_FILE]  # no temporary file left
+    assert sorted(p.name for p in out.iterdir()) == [CLAIM_FILE, RESULTS_FILE, f"run-{'c' * 12}"]  # no .tmp
     assert json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))["note"] == "é"
     assert own_folder(out, "a" * 32) == out  # its own results: the same folder (a resume)
     assert own_folder(out, "b" * 32) == out / f"run-{'b' * 12}"  # another run's: a subfolder
     (out / RESULTS_FILE).write_text("{half")  # unreadable: never written over either
     assert own_folder(out, "a" * 32) == out / f"run-{'a' * 12}"
+    older = tmp_path / "older"  # written before claims: its results.json alone says whose it is
+    older.mkdir()
+    write_json(older / RESULTS_FILE, {"run_id": "d" * 32})
+    assert own_folder(older, "d" * 32) == older
+    assert own_folder(older, "e" * 32) == older / f"run-{'e' * 12}"
 
 
 def test_sigterm_unwinds_as_an_exit_only_where_nobody_handles_it() -> None:
