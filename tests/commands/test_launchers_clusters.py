@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from ..pipeline.test_session_shards import _same_as
 
 ARGS = ["k=0", "subjects=[anatomy,virology]", "limit=20"]
 COMMON = ["experiment=smoke", "device=cpu", "shards=2", "tracking.experiment=launched"]
-SWEEP = [sys.executable, "-m", "mmlu_track", "-m", *COMMON, "shard=range(2)"]
+SWEEP = ["-m", "mmlu_track", "-m", *COMMON, "shard=range(2)"]  # a driver runs warm (`warm.py`); its jobs cold
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +91,7 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
     with SlurmCluster(tmp_path / "slurm") as slurm:
         env = {**slurm.env, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": ""}
         # Relative stores, each job in its own folder: before, one store per job folder, nothing finalized.
-        done = subprocess.run([*SWEEP, *ARGS, *slurm_args, "hydra.job.chdir=true"], cwd=launch, env=env,
-                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        done = warm.run([*SWEEP, *ARGS, *slurm_args, "hydra.job.chdir=true"], cwd=launch, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         _one_run_in(launch, reference, "slurm")
         assert "micro average" in done.stdout  # the driver prints what only submitit's logs held
@@ -102,8 +100,7 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
         # Work enough that both shards are caught mid-run, and little for the resumes to redo.
         big = [f"tracking.db_url=sqlite:///{tmp_path / 'big.db'}", "subjects=all", "limit=6", "k=5",
                "batch_size=1", "tracking=sql_only"]  # fmt: skip
-        sweep = subprocess.Popen([*SWEEP, *slurm_args, *big], cwd=launch, env=env, text=True,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        sweep = warm.Popen([*SWEEP, *slurm_args, *big], cwd=launch, env=env)
         request.addfinalizer(lambda: (sweep.kill(), sweep.communicate()))  # nothing left behind
         store = SqlStore(f"sqlite:///{tmp_path / 'big.db'}")
 
@@ -165,16 +162,15 @@ def test_a_two_node_ray_cluster_runs_the_shards_of_one_run_and_never_retries_a_b
         ray_args = ["hydra/launcher=ray", f"+hydra.launcher.ray.init.address={ray.address}",
                     "+hydra.launcher.ray.init.object_store_memory=null"]  # fmt: skip
         env = {**ray.env, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": ""}
-        done = subprocess.run([*SWEEP, *ARGS, *ray_args], cwd=launch, env=env, capture_output=True, text=True,
-                              timeout=300, check=False)  # fmt: skip
+        done = warm.run([*SWEEP, *ARGS, *ray_args], cwd=launch, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         _one_run_in(launch, reference, "ray")
         assert not list((tmp_path / "ray").rglob("*.db"))  # nothing in the raylets' folders
 
-        bad = subprocess.run(
-            [*SWEEP[:4], "experiment=smoke", "device=cpu", "model=hf_hub",
+        bad = warm.run(
+            [*SWEEP[:3], "experiment=smoke", "device=cpu", "model=hf_hub",
              f"model.name_or_path={tmp_path / 'none'}", *ray_args, "tracking=sql_only"],
-            cwd=launch, env=env, capture_output=True, text=True, timeout=300, check=False,
+            cwd=launch, env=env,
         )  # fmt: skip
     assert bad.returncode == 2, bad.stderr[-3000:]
     said = [line for line in bad.stderr.splitlines() if line.startswith("mmlu_track: error: sweep job 0: ")]
