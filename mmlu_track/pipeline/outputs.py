@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 RESULTS_FILE = "results.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 EARLY_STOP_FILE = "early_stop.json"  # a run the sequential gate stopped: why, and what it used
+CLAIM_FILE = ".mmlu_track_run"  # the id of the run that took the folder (`own_folder`)
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:
@@ -37,19 +38,17 @@ def own_folder(output_dir: Path, run_id: str) -> Path:
     one folder at once, one gets it (a check for results.json alone let both in, and the second's
     results replaced the first's)."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    if _holder(output_dir, run_id) == run_id:
+    if _taken_by(output_dir, run_id) == run_id:
         return output_dir
     own = output_dir / f"run-{run_id[:12]}"  # named by this run: no other run takes it
     own.mkdir(exist_ok=True)
     return own
 
 
-CLAIM_FILE = ".mmlu_track_run"
-
-
-def _holder(folder: Path, run_id: str) -> str | None:
-    """The run whose folder this is (`run_id` once it has claimed a free one); None where a file
-    there cannot be read (never written over)."""
+def _taken_by(folder: Path, run_id: str) -> str | None:
+    """Whose folder this is: the run its results.json names, else the run whose claim is there
+    (`run_id`'s own, created here, when the folder was free); None where what is there cannot be
+    read (never written over)."""
     results = folder / RESULTS_FILE
     if results.is_file():  # a folder written before claims existed, or resumed: its results say
         try:
