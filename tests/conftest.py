@@ -30,7 +30,7 @@ from .serve import (
     stop_postgres,
     stop_started,
 )
-from .shared_service import shared, workers_root
+from .shared_service import built_once, shared, workers_root
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
@@ -122,6 +122,17 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ.pop("MMLU_TRACK_CACHE", None)
     else:
         os.environ["MMLU_TRACK_CACHE"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_server(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator[None]:
+    """One warm server (`warm.py`) for all workers, started by the first test that asks for a warm
+    process, with this session's environment (`cache_dir`'s included); stopped by the last worker."""
+    from . import warm
+
+    warm.use_shared_root(workers_root(tmp_path_factory), dict(os.environ))
+    yield
+    warm.release()
 
 
 @pytest.fixture(scope="session")
@@ -299,16 +310,18 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.fixture(scope="session")
 def _empty_mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty MLflow SQLite store, made by MLflow itself once per worker (its schema: ~1 s)."""
-    import warnings
+    """An empty MLflow SQLite store, made by MLflow itself once for all workers (its schema: ~1 s)."""
 
-    from mlflow.tracking import MlflowClient
+    def build(path: Path) -> None:
+        import warnings
 
-    path = tmp_path_factory.mktemp("mlflow-empty") / "mlflow.db"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
+        from mlflow.tracking import MlflowClient
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+
+    return built_once(workers_root(tmp_path_factory), "mlflow-empty.db", build)
 
 
 @pytest.fixture

@@ -6,20 +6,22 @@ Each is a real OS process (its own PID, signals, locks, open files, exit code): 
 signals, locks and concurrency need. Use `subprocess` instead where a cold interpreter is the point
 (the installed wheel, what an import pulls in) or where another program starts it.
 `Popen(["-m", "mmlu_track", ...])` and `Popen(["-c", code])` mean what `python ARGS` means; the
-process's stdout and stderr go to files, read back by `communicate`. One server per test process
-(and so per xdist worker), started on first use. `python_on_path` gives a program that calls
-`python -m …` itself (a workflow's `run:` step) a `python` that runs warm.
+process's stdout and stderr go to files, read back by `communicate`. One server (`warm_server.py`)
+for the whole test run, started by the first worker that asks and stopped by the last to let go
+(`use_shared_root`, `release`: the conftest's); without a shared root, one per process.
+`python_on_path` gives a program that calls `python -m …` itself (a workflow's `run:` step) a
+`python` that runs warm.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
-import runpy
+import select
 import shutil
 import signal
+import socket
 import socketserver
 import subprocess
 import sys
@@ -28,87 +30,102 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-PRELOAD = ["tests.warm_preload"]
+ROOT = Path(__file__).resolve().parent.parent
+_SERVER: dict[str, Any] = {}  # the server's {"sock", "pid"} while this process holds a lease
+_LEASE = contextlib.ExitStack()
+_SHARED: dict[str, Any] = {}  # "root": where the workers meet, "env": the server's (`use_shared_root`)
+_STARTING = threading.Lock()  # `python_on_path` asks from its server's threads
 
-_CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(PRELOAD)
+
+def use_shared_root(root: Path, env: dict[str, str]) -> None:
+    """Share the server with every process given `root` (each xdist worker gets the same); it starts
+    with `env` (the session's, not that of the test that happens to ask first: what the preload
+    reads as it imports stays the same whichever test that is)."""
+    _SHARED.update(root=root, env=env)
 
 
-def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
-    """As `python ARGS` would: in `cwd`, with `env`, stdout and stderr to the files."""
-    import atexit
+def release() -> None:
+    """Let go of the server: stopped if this process was the last to use it."""
+    _LEASE.close()
+    _SERVER.clear()
 
-    # As a fresh interpreter in a terminal: Ctrl-C raises KeyboardInterrupt (a server started by a
-    # non-interactive shell may have inherited SIGINT ignored).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
-    for fd, path in ((1, out), (2, err)):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
-    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
-    code: int | str | None = 0
-    try:
-        if args[0] == "-m":
-            sys.argv = [args[1], *args[2:]]
-            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
-        elif args[0] == "-c":
-            sys.argv = ["-c", *args[2:]]
-            exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__"})
-        else:
-            raise ValueError(f"warm.Popen runs `-m MODULE ...` or `-c CODE`, not {args!r}")
-    except SystemExit as exc:
-        code = exc.code
-    except BaseException:
-        import traceback
 
-        traceback.print_exc()
-        code = 1
-    # As an interpreter's exit: threads joined and their exit hooks run (a process pool shuts its
-    # workers down there), then atexit's (the fork cleared the server's).
-    threading._shutdown()  # type: ignore[attr-defined]
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-        code = 1
-    os._exit(code or 0)
+def _start(folder: Path) -> dict[str, Any]:
+    """`python -m tests.warm_server` in `folder`: {"sock", "pid"} once it accepts (its preload done)."""
+    from .serve import _STARTED
+
+    sock = str(folder / "sock")
+    with (folder / "server.log").open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.warm_server", sock],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=_SHARED.get("env", os.environ),
+        )  # fmt: skip
+    _STARTED[proc.pid] = proc
+    deadline = time.monotonic() + 300
+    while True:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(sock)
+                return {"sock": sock, "pid": proc.pid}
+            except OSError:
+                pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            said = (folder / "server.log").read_text()[-3000:]
+            raise RuntimeError(f"the warm server did not start: {said}")
+        time.sleep(0.1)
+
+
+def _server() -> str:
+    """The server's socket, leased (and started, by the first to ask) on first use."""
+    with _STARTING:
+        if not _SERVER:
+            from .serve import stop_started
+            from .shared_service import shared
+
+            root = _SHARED.get("root") or Path(tempfile.mkdtemp(prefix="warm-root-"))
+            _SERVER.update(_LEASE.enter_context(shared(root, "warm-server", _start, stop_started)))
+        return str(_SERVER["sock"])
 
 
 class Popen:
     """The part of `subprocess.Popen` the tests use, for a warm `python ARGS` process."""
 
     def __init__(self, args: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None):
+        if not args or args[0] not in ("-m", "-c"):
+            raise ValueError(f"warm.Popen runs `-m MODULE ...` or `-c CODE`, not {args!r}")
         folder = tempfile.mkdtemp(prefix="warm-")
         self._out, self._err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
         for path in (self._out, self._err):
             Path(path).touch()
-        self._proc = _CTX.Process(
-            target=_child,
-            args=(
-                list(args),
-                str(cwd or os.getcwd()),
-                dict(os.environ if env is None else env),
-                self._out,
-                self._err,
-            ),
-        )
-        self._proc.start()
-        self.pid: int = self._proc.pid or 0
+        env = dict(os.environ if env is None else env)
+        asked = {"args": list(args), "cwd": str(cwd or os.getcwd()), "env": env, "sys_path": sys.path,
+                 "out": self._out, "err": self._err}  # fmt: skip
+        self._conn = socket.socket(socket.AF_UNIX)
+        self._conn.connect(_server())
+        self._conn.sendall(json.dumps(asked).encode() + b"\n")
+        self._answers = self._conn.makefile("r", encoding="utf-8")
+        self.pid: int = json.loads(self._answers.readline())["pid"]
         self.returncode: int | None = None
 
+    def _ended(self, timeout: float | None) -> bool:
+        """Whether the server has said the exit code within `timeout` s (None: however long)."""
+        if self.returncode is None and select.select([self._conn], [], [], timeout)[0]:
+            self.returncode = int(json.loads(self._answers.readline())["code"])
+            self._answers.close()
+            self._conn.close()
+        return self.returncode is not None
+
     def poll(self) -> int | None:
-        if self.returncode is None and not self._proc.is_alive():
-            self._proc.join()
-            self.returncode = self._proc.exitcode
+        self._ended(0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        self._proc.join(timeout)
-        if self.poll() is None:
+        if not self._ended(timeout):
             raise TimeoutError(f"warm process {self.pid} still running after {timeout} s")
         assert self.returncode is not None
         return self.returncode
