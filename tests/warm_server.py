@@ -93,6 +93,9 @@ def serve(address: str) -> None:
     # multiprocessing's own (it ends a pool's workers and runs its finalizers).
     atexit._clear()
     atexit.register(util._exit_function)  # type: ignore[attr-defined]
+    # Ctrl-C in the terminal reaches the whole process group: the children stop (`_child` restores
+    # KeyboardInterrupt), the server stays for pytest's teardown to stop, as multiprocessing's does.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(address)
     listener.listen(64)
