@@ -59,7 +59,7 @@ def _start(folder: Path) -> dict[str, Any]:
     sock = str(folder / "sock")
     with (folder / "server.log").open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.warm_server", sock],
+            [sys.executable, "-m", "tests.warm_server", sock, str(_run_pid())],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=_SHARED.get("env", os.environ),
         )  # fmt: skip
@@ -78,6 +78,11 @@ def _start(folder: Path) -> dict[str, Any]:
             said = (folder / "server.log").read_text()[-3000:]
             raise RuntimeError(f"the warm server did not start: {said}")
         time.sleep(0.1)
+
+
+def _run_pid() -> int:
+    """The test run's main process: an xdist worker's parent, else this process."""
+    return os.getppid() if "PYTEST_XDIST_WORKER" in os.environ else os.getpid()
 
 
 def _server() -> str:

@@ -1,7 +1,9 @@
 """The warm server (`warm.py`'s client asks it): one process for the whole test run, every xdist
 worker's, that imports `warm_preload` once and forks a child for each `python ARGS` asked.
 
-Run as `python -m tests.warm_server SOCKET`. On SOCKET each connection sends one JSON line
+Run as `python -m tests.warm_server SOCKET PID`: it ends with the process PID (the test run's
+main process), as multiprocessing's fork server ends with its parent: a run killed outright leaves
+no server behind. On SOCKET each connection sends one JSON line
 {"args", "cwd", "env", "sys_path", "out", "err"}; the server forks the child, answers
 {"pid": ...}, and when the child has ended {"code": ...} (negative: the signal that ended it, as
 `subprocess` and `multiprocessing` say it). One thread, one loop over the listening socket and
@@ -82,8 +84,8 @@ def _fork(asked: dict[str, Any], own: list[int]) -> int:
     os._exit(1)  # unreachable: `_child` exits
 
 
-def serve(address: str) -> None:
-    """Import the preload, then answer on `address` until SIGTERM."""
+def serve(address: str, run_pid: int) -> None:
+    """Import the preload, then answer on `address` until SIGTERM or the end of process `run_pid`."""
     import atexit
     from multiprocessing import util
 
@@ -101,6 +103,8 @@ def serve(address: str) -> None:
     listener.listen(64)
     loop = selectors.DefaultSelector()
     loop.register(listener, selectors.EVENT_READ)
+    run = os.pidfd_open(run_pid)
+    loop.register(run, selectors.EVENT_READ)
     children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, its asker)
     while True:
         for key, _ in loop.select():
@@ -112,13 +116,15 @@ def serve(address: str) -> None:
                     conn.close()
                     continue
                 asked = json.loads(line)
-                own = [listener.fileno(), loop.fileno(), conn.fileno()]
+                own = [listener.fileno(), loop.fileno(), run, conn.fileno()]
                 own += [*children, *(c.fileno() for _, c in children.values())]
                 pid = _fork(asked, own)
                 pidfd = os.pidfd_open(pid)
                 children[pidfd] = (pid, conn)
                 loop.register(pidfd, selectors.EVENT_READ)
                 _send(conn, {"pid": pid})
+            elif key.fd == run:  # the test run is gone: its tests will ask for nothing more
+                os._exit(0)
             else:
                 pidfd = key.fd
                 loop.unregister(pidfd)
@@ -135,4 +141,4 @@ def _send(conn: socket.socket, doc: dict[str, int]) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], int(sys.argv[2]))
