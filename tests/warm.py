@@ -119,7 +119,11 @@ class Popen:
 
     def _ended(self, timeout: float | None) -> bool:
         """Whether the server has said the exit code within `timeout` s (None: however long)."""
-        if self.returncode is None and select.select([self._conn], [], [], timeout)[0]:
+        if self.returncode is not None:
+            return True
+        ready = select.poll()  # not select.select: a worker's descriptors may number past 1024
+        ready.register(self._conn, select.POLLIN)
+        if ready.poll(None if timeout is None else timeout * 1000):
             self.returncode = int(json.loads(self._answers.readline())["code"])
             self._answers.close()
             self._conn.close()
