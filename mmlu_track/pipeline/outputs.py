@@ -52,9 +52,10 @@ def _taken_by(folder: Path, run_id: str) -> str | None:
     results = folder / RESULTS_FILE
     if results.is_file():  # a folder written before claims existed, or resumed: its results say
         try:
-            return str(json.loads(results.read_text(encoding="utf-8")).get("run_id"))
+            doc = json.loads(results.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
+        return str(doc["run_id"]) if isinstance(doc, dict) and "run_id" in doc else None
     claim = folder / CLAIM_FILE
     try:
         with claim.open("x", encoding="utf-8") as f:

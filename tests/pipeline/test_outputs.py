@@ -36,6 +36,8 @@ def test_a_run_writes_into_its_own_folder_and_its_json_whole(tmp_path: Path) -> 
     assert own_folder(out, "b" * 32) == out / f"run-{'b' * 12}"  # another run's: a subfolder
     (out / RESULTS_FILE).write_text("{half")  # unreadable: never written over either
     assert own_folder(out, "a" * 32) == out / f"run-{'a' * 12}"
+    (out / RESULTS_FILE).write_text("[]")  # JSON, but not a run's results: neither
+    assert own_folder(out, "a" * 32) == out / f"run-{'a' * 12}"
     older = tmp_path / "older"  # written before claims: its results.json alone says whose it is
     older.mkdir()
     write_json(older / RESULTS_FILE, {"run_id": "d" * 32})
