@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 _SERVER: dict[str, Any] = {}  # the server's {"sock", "pid"} while this process holds a lease
 _LEASE = contextlib.ExitStack()
 _SHARED: dict[str, Any] = {}  # "root": where the workers meet, "env": the server's (`use_shared_root`)
@@ -54,6 +53,7 @@ def release() -> None:
 
 def _start(folder: Path) -> dict[str, Any]:
     """`python -m tests.warm_server` in `folder`: {"sock", "pid"} once it accepts (its preload done)."""
+    from .conftest import ROOT
     from .serve import _STARTED
 
     sock = str(folder / "sock")

@@ -22,10 +22,10 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 
-def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
+def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> NoReturn:
     """As `python ARGS` would: in `cwd`, with `env`, stdout and stderr to the files, stdin empty."""
     import atexit
 
@@ -81,7 +81,6 @@ def _fork(asked: dict[str, Any], own: list[int]) -> int:
             os.close(fd)
     sys.path[:] = asked["sys_path"]
     _child(asked["args"], asked["cwd"], asked["env"], asked["out"], asked["err"])
-    os._exit(1)  # unreachable: `_child` exits
 
 
 def serve(address: str, run_pid: int) -> None:
