@@ -33,6 +33,9 @@ from .serve import (
 from .shared_service import built_once, shared, workers_root
 
 ROOT = Path(__file__).resolve().parent.parent
+# The team's shared folder (offline assets, real data files as published): beside the checkout, as
+# on CI's machines, or where MMLU_TRACK_SHARED names it; a test that needs it says so where it is missing.
+SHARED_DIR = Path(os.environ.get("MMLU_TRACK_SHARED") or ROOT.parent / "shared")
 CONF_DIR = ROOT / "conf"
 
 

@@ -134,7 +134,7 @@ PROMPT_CASES: list[tuple[str, Callable[[Path], list[str]], Callable[[Path], list
      "shot_selection differs (baseline first, candidate random)"),
     ("random shots, other seed", lambda _: ["shot_selection=random", "limit=null"],
      lambda _: ["shot_selection=random", "seed=99", "limit=null"],
-     "the seed of random shots (seed=) differs (baseline 1234, candidate 99)"),
+     "the seed of random shots (shot_seed, else seed) differs (baseline 1234, candidate 99)"),
     ("one dev answer changed", lambda _: [], _dev_changed,
      "the few-shot examples (dev rows fingerprint) differs"),
     ("a shorter context", lambda _: [], lambda _: ["max_length=200", "allow_truncation=true"],

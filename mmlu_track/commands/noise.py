@@ -38,7 +38,7 @@ from mmlu_track.pipeline.prepare import Origin
 from mmlu_track.pipeline.resolve import resolve
 from mmlu_track.pipeline.session import RunOutput
 from mmlu_track.records.results import QuestionResult
-from mmlu_track.records.run import RunRecord
+from mmlu_track.records.run import RunRecord, RunRole
 from mmlu_track.records.stored import NoiseEntry
 from mmlu_track.settings.config import EvalConfig, GateConfig, NoiseConfig
 from mmlu_track.settings.resolved import Resolved
@@ -66,7 +66,9 @@ class Variant:
         # The gated runs share the reference's identity: each takes or resumes only a run scored at
         # its own batching, so that no run stands in for another (a batch-1 run is never the repeat).
         label = f"noise {self.name}"
-        return Origin(reuse=self.reuse, own_batching=self.gated, label=label, resolved=resolved)
+        return Origin(
+            reuse=self.reuse, own_batching=self.gated, label=label, resolved=resolved, role=RunRole.NOISE
+        )
 
     @property
     def batching(self) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from mmlu_track.commands import import_runs
 from mmlu_track.records.protocol import RecordError
+from mmlu_track.records.run import RunRole
 from mmlu_track.records.stored import RunStatus, ambiguous
 from mmlu_track.settings.config import DEFAULT_ALPHA, TrackingConfig, env_default
 from mmlu_track.store.db import parse_url
@@ -31,7 +32,11 @@ if TYPE_CHECKING:
     from mmlu_track.records.stored import StoredRun
     from mmlu_track.store.sql import SqlStore
 
-_ROW = "{:<12} {:<9} {:<28} {:<14} {:<16} {:<21} {:>2} {:<8} {:>5} {:>6} {:>7} {:>7} {:>10}  {:<19}  {}"
+_ROW = "{:<12} {:<9} {:<5} {:<28} {:<14} {:<16} {:<21} {:>2} {:<8} {:>5} {:>6} {:>7} {:>7} {:>10}  {:<19}  {}"
+NOISE_NOTE = (
+    "role noise: a run the noise command made (a repeat, another batching, other shots): a model name "
+    "never resolves to it in compare unless noise_runs=true; runs list --no-noise hides them"
+)
 CIRCULAR_NOTE = (
     "circular runs (scoring …/circular): micro % and macro % are circular accuracy (right in every "
     "rotation of the choices); as given %: the micro accuracy with the choices as published"
@@ -99,7 +104,7 @@ def _accuracies(run: StoredRun, circular: bool) -> tuple[str, str, str]:
 
 
 def _list(store: SqlStore, args: argparse.Namespace) -> int:
-    runs = store.runs(limit=args.limit)
+    runs = store.runs(limit=args.limit, noise=not args.no_noise)
     if not runs:
         print(f"no runs in {store.url}")
         return 0
@@ -107,6 +112,7 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
         _ROW.format(
             "run",
             "status",
+            "role",  # noise: made by the noise command, never what a model name resolves to
             "model",
             "version",
             "scoring",
@@ -131,6 +137,7 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
         cells = (
             r.id[:12],
             "dead" if store.dead(r) else r.status,
+            "noise" if r.role == RunRole.NOISE else "-",
             r.model_name[:28],
             facts.version[:14],
             facts.scoring,
@@ -143,6 +150,8 @@ def _list(store: SqlStore, args: argparse.Namespace) -> int:
         print(_ROW.format(*cells, *accuracies, created, r.mlflow_run_id or "-"))
     if circular:
         print(CIRCULAR_NOTE)
+    if any(r.role == RunRole.NOISE for r in runs):
+        print(NOISE_NOTE)
     if measured := store.noise.entries(1000):
         references = {e.reference_run_id[:12] for e in measured}
         print(
@@ -325,6 +334,7 @@ def _parser() -> OneLineParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="list runs, newest first")
     p_list.add_argument("--limit", type=int, default=50)
+    p_list.add_argument("--no-noise", action="store_true", help="leave out the noise command's runs")
     p_show = sub.add_parser("show", help="show one run")
     p_show.add_argument("run", help="run id (or a unique prefix), or its MLflow run id")
     p_sync = sub.add_parser("sync", help="log finished runs that are not in MLflow yet")

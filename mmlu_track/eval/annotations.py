@@ -35,6 +35,7 @@ from mmlu_track.eval.data import DataError, Question, SubjectData, _read_jsonl, 
 from mmlu_track.records.annotations import ERROR_TYPES, LABELS, OK, UNKNOWN, AnnotationSet
 from mmlu_track.settings.subjects import SUBJECTS
 from mmlu_track.support.console import warn
+from mmlu_track.support.errors import json_problem
 
 Key = tuple[str, str, tuple[str, ...]]  # subject, question, choices (whitespace collapsed)
 EXAMPLES = 3
@@ -129,7 +130,7 @@ def _read_json(path: Path) -> list[dict[str, Any]]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise DataError(f"{path} is not JSON: {err}") from None
+        raise DataError(f"{path} is not JSON: {json_problem(err)}") from None
     if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):
         raise DataError(f"{path}: expected a JSON list of annotation objects")
     return doc

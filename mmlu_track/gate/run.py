@@ -26,7 +26,7 @@ from mmlu_track.gate.policy import (
 )
 from mmlu_track.gate.publish import publish
 from mmlu_track.gate.questions import disputed, only_clean
-from mmlu_track.gate.stats import ComparisonError, compare, pair
+from mmlu_track.gate.stats import ComparisonError, compare, origins, pair
 from mmlu_track.records.results import QuestionResult, is_pro
 from mmlu_track.records.stored import ambiguous
 from mmlu_track.settings.config import CompareConfig, CompareMode, GateConfig
@@ -44,24 +44,30 @@ def _by_id(store: SqlStore, ref: str) -> StoredRun | None:
     return found[0] if found else None
 
 
-def resolve(
-    store: SqlStore,
-    ref: str,
-    other: tuple[StoredRun, str] | None,
-    mode: CompareMode,
-    mlflow_uri: str | None,
-    metric: str = "accuracy",
-) -> StoredRun:
+class Lookup(NamedTuple):
+    """How a name is resolved to a run: the comparison's mode and metric (what makes a run
+    comparable), the MLflow URI a `models:/` alias is read from, and whether a model name may
+    resolve to the noise command's runs (`noise_runs`)."""
+
+    mode: CompareMode
+    mlflow_uri: str | None
+    metric: str = "accuracy"
+    noise: bool = False
+
+
+def resolve(store: SqlStore, ref: str, other: tuple[StoredRun, str] | None, how: Lookup) -> StoredRun:
     """A run from a SQL id or prefix, an MLflow run id, `models:/<name>@<alias>`, or a model name.
 
-    A model name resolves to its newest finished run; with `other` (the run already resolved and
-    its side, "baseline" or "candidate"), to its newest run comparable with that one.
+    A model name resolves to its newest finished evaluation (with `noise`, the noise command's runs
+    count too); with `other` (the run already resolved and its side, "baseline" or "candidate"), to
+    its newest run comparable with that one.
     """
+    mode, metric, noise = how.mode, how.metric, how.noise
     if ref.startswith("models:/"):
         from mmlu_track.store.mlflow import MlflowUnavailable, alias_run_id
 
         try:
-            ref = alias_run_id(mlflow_uri, ref)
+            ref = alias_run_id(how.mlflow_uri, ref)
         except LookupError as err:
             raise ComparisonError(str(err)) from err
         except MlflowUnavailable as err:
@@ -69,10 +75,14 @@ def resolve(
     run = _by_id(store, ref)
     if run is not None:
         return run
-    runs = store.finished_runs(ref)
+    runs = store.finished_runs(ref, noise)
     if not runs:
+        only_noise = not noise and store.finished_runs(ref, True)
         raise ComparisonError(
-            f"unknown run {ref!r}: not a run id, MLflow run id or model name with a finished run "
+            f"{ref!r} has only the noise command's runs in {store.url}: evaluate the model, name a run by "
+            "its id, or add noise_runs=true"
+            if only_noise
+            else f"unknown run {ref!r}: not a run id, MLflow run id or model name with a finished run "
             f"in {store.url}"
         )
     if other is None:
@@ -161,13 +171,13 @@ def resolve_pair(store: SqlStore, cfg: CompareConfig) -> tuple[StoredRun, Stored
 
     A model name resolves to its newest run comparable with the other side (never to that run
     itself): the candidate is resolved first, unless only the baseline is named by id."""
-    uri, metric = cfg.tracking.mlflow_uri, cfg.gate.metric
+    how = Lookup(cfg.mode, cfg.tracking.mlflow_uri, cfg.gate.metric, cfg.noise_runs)
     if _looks_like_id(store, cfg.baseline) and not _looks_like_id(store, cfg.candidate):
-        base = resolve(store, cfg.baseline, None, cfg.mode, uri, metric)
-        cand = resolve(store, cfg.candidate, (base, "baseline"), cfg.mode, uri, metric)
+        base = resolve(store, cfg.baseline, None, how)
+        cand = resolve(store, cfg.candidate, (base, "baseline"), how)
     else:
-        cand = resolve(store, cfg.candidate, None, cfg.mode, uri, metric)
-        base = resolve(store, cfg.baseline, (cand, "candidate"), cfg.mode, uri, metric)
+        cand = resolve(store, cfg.candidate, None, how)
+        base = resolve(store, cfg.baseline, (cand, "candidate"), how)
     if base.id == cand.id:
         raise ComparisonError(
             f"baseline and candidate are the same run {base.id[:12]} ({cfg.baseline!r} and "
@@ -204,9 +214,9 @@ def decided(
     statistics, the verdict and every note beside it."""
     noise = store.noise.latest(cand.protocol)
     g = auto_margin(cfg.gate, noise, cand.model_name, pairs.compared)
-    comp = compare(
-        pair(pairs.baseline, pairs.candidate, cfg.gate.metric), g, grouped=not is_pro(pairs.candidate)
-    )
+    metric, pro = cfg.gate.metric, is_pro(pairs.candidate)
+    groups = origins(pairs.baseline, pairs.candidate, metric) if pro else None
+    comp = compare(pair(pairs.baseline, pairs.candidate, metric), g, groups=groups)
     verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
     sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))
     notes = [f"{side} run scored {n} truncated prompts (allow_truncation=true)" for side, n in sides if n]

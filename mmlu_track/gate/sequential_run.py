@@ -35,8 +35,8 @@ from mmlu_track.gate.policy import (
     same_prompts,
 )
 from mmlu_track.gate.publish import publish
-from mmlu_track.gate.run import resolve
-from mmlu_track.gate.stats import Comparison, ComparisonError, compare, pair, pts
+from mmlu_track.gate.run import Lookup, resolve
+from mmlu_track.gate.stats import Comparison, ComparisonError, compare, origins, pair, pts
 from mmlu_track.records.results import QuestionResult, is_pro
 from mmlu_track.records.run import EarlyStop
 from mmlu_track.records.stored import RecordedVerdict, RunStatus
@@ -85,7 +85,8 @@ class SequentialLooks:
         self.uri = cfg.tracking.mlflow_uri
         self.reference = _baseline(gate)
         # Fail before the model loads when the reference names nothing.
-        found = resolve(store, self.reference, None, "gate", self.uri, gate.metric)
+        self.how = Lookup("gate", self.uri, gate.metric)
+        found = resolve(store, self.reference, None, self.how)
         self.base = require_finished(found, "baseline", store)
         self.candidate: StoredRun | None = None
         self.baseline: dict[tuple[str, int], QuestionResult] = {}
@@ -97,7 +98,7 @@ class SequentialLooks:
     def begin(self, cand: StoredRun) -> None:
         """Pick the baseline comparable with the candidate (a model name: its newest such run), and
         refuse to resume a run of this identity under other gate settings."""
-        found = resolve(self.store, self.reference, (cand, "candidate"), "gate", self.uri, self.gate.metric)
+        found = resolve(self.store, self.reference, (cand, "candidate"), self.how)
         self.base = require_finished(found, "baseline", self.store)
         if problems := incomparable(self.base, cand, "gate", self.gate.metric):
             raise ComparisonError(f"runs are not comparable: {problems[0]}")
@@ -128,9 +129,7 @@ class SequentialLooks:
         if _fixed(was) != _fixed(self.gate):
             return False
         try:
-            now = resolve(
-                self.store, self.reference, (candidate, "candidate"), "gate", self.uri, self.gate.metric
-            )
+            now = resolve(self.store, self.reference, (candidate, "candidate"), self.how)
         except ComparisonError:
             return False  # the scoring path says why, as before
         if now.id != found.baseline_run_id:
@@ -237,7 +236,8 @@ class SequentialLooks:
                 f"candidate run {cand.id[:12]} is kept ({cand.status}): compare it with another baseline"
             )
         base_used = [self.baseline[(r.subject, r.index)] for r in self.used]
-        comp = compare(pair(base_used, self.used, gate.metric), gate, grouped=not is_pro(self.used))
+        groups = origins(base_used, self.used, gate.metric) if is_pro(self.used) else None
+        comp = compare(pair(base_used, self.used, gate.metric), gate, groups=groups)
         verdict = _verdict(res, gate, self.count, cand.n_questions)
         verdict = _say_needed(verdict, comp, cand.n_questions, self.cfg.limit is not None)
         if (drop := flagged_drop(comp, gate)) and verdict.status != "regression":

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from mmlu_track.records.results import QuestionResult
+from mmlu_track.records.results import ORIGINS, QuestionResult, origin
 from mmlu_track.settings.config import GateConfig
 from mmlu_track.settings.subjects import CATEGORIES, category
 from mmlu_track.stats import decision, paired
@@ -282,25 +282,46 @@ def _adjusted(p_values: list[float], alpha: float, method: str) -> list[float]:
             gc.unfreeze()
 
 
-def compare(pairs: Pairs, settings: GateConfig, *, grouped: bool = True) -> Comparison:
+def origins(
+    baseline: Sequence[QuestionResult], candidate: Sequence[QuestionResult], metric: str = "accuracy"
+) -> list[Group]:
+    """MMLU-Pro's questions grouped by where they came from (`records.results.ORIGINS`: taken from
+    MMLU, or new), as a single run's report groups them; the groups of `compare(..., groups=)`."""
+    base = {(r.subject, r.index): r for r in baseline}
+    by: dict[str, tuple[list[float], list[float]]] = {}
+    for r in sorted(candidate, key=lambda r: (r.subject, r.index)):
+        if (where := origin(r)) is not None and (b := base.get((r.subject, r.index))) is not None:
+            xs, ys = by.setdefault(where, ([], []))
+            xs.append(float(b.outcome(metric)))
+            ys.append(float(r.outcome(metric)))
+    return [(o, np.array(by[o][0]), np.array(by[o][1])) for o in ORIGINS if o in by]
+
+
+def _categories(pairs: Pairs) -> list[Group]:
+    """MMLU's subjects in their categories, in the categories' order."""
+    by_cat: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    for s, (x, y) in pairs.items():
+        xs, ys = by_cat.setdefault(category(s), ([], []))
+        xs.append(x)
+        ys.append(y)
+    return [
+        (c, np.concatenate(by_cat[c][0]), np.concatenate(by_cat[c][1])) for c in CATEGORIES if c in by_cat
+    ]
+
+
+def compare(pairs: Pairs, settings: GateConfig, *, groups: Sequence[Group] | None = None) -> Comparison:
     """All paired statistics for two runs; subjects flagged per `settings` (see module docs).
-    `grouped`: MMLU's subjects in their categories (an MMLU-Pro run's subjects are its categories)."""
+    `groups`: the rows between subjects and the whole (an MMLU-Pro run's subjects are its categories:
+    its questions by origin, `origins`); None: MMLU's subjects in their categories."""
     if not pairs:
         raise ComparisonError("no paired questions to compare")
     a = settings.alpha
     x_all = np.concatenate([x for x, _ in pairs.values()])
     y_all = np.concatenate([y for _, y in pairs.values()])
-    by_cat: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
-    for s, (x, y) in pairs.items() if grouped else ():
-        xs, ys = by_cat.setdefault(category(s), ([], []))
-        xs.append(x)
-        ys.append(y)
-    cats = [
-        (c, np.concatenate(by_cat[c][0]), np.concatenate(by_cat[c][1])) for c in CATEGORIES if c in by_cat
-    ]
-    groups = [*((s, x, y) for s, (x, y) in pairs.items()), *cats, ("micro", x_all, y_all)]
-    b, c, n = _counts(groups)
-    k, g = len(pairs), len(groups)
+    cats = list(groups) if groups is not None else _categories(pairs)
+    rows = [*((s, x, y) for s, (x, y) in pairs.items()), *cats, ("micro", x_all, y_all)]
+    b, c, n = _counts(rows)
+    k, g = len(pairs), len(rows)
     macro_counts = paired.effective_counts(b[:k], c[:k], n[:k], np.ones(k))  # macro_delta_interval's
     # Every limit in one bisection: each group's two-sided interval, the macro's, and the lower
     # limit the verdict holds against -delta (`decision.lower_limit`).
@@ -313,7 +334,7 @@ def compare(pairs: Pairs, settings: GateConfig, *, grouped: bool = True) -> Comp
         np.concatenate([np.full(g, True), np.full(g, False), [True, False, True]]),
     )
     lows, highs, (macro_low, macro_high, lower) = limits[:g], limits[g : 2 * g], limits[2 * g :]
-    everything = _deltas(groups, (b, c, n), lows, highs)
+    everything = _deltas(rows, (b, c, n), lows, highs)
     subjects, categories, micro = everything[:k], tuple(everything[k:-1]), everything[-1]
     adj_reg = _adjusted([untested_as_one(s.p_regression) for s in subjects], a, settings.correction)
     adj_imp = _adjusted([untested_as_one(s.p_improvement) for s in subjects], a, settings.correction)

@@ -34,6 +34,7 @@ from mmlu_track.eval.data import DataError, Question, SubjectData
 from mmlu_track.imports import lm_eval_fields as fields
 from mmlu_track.imports.lm_eval_pro import PRO_TASK, ProTests, cot_category, generation
 from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS, SUBJECTS
+from mmlu_track.support.errors import json_problem
 
 TASK = re.compile(r"mmlu_(?P<subject>[a-z_]+)")
 # lm-eval's other MMLU task families: their prompts or scoring are not the default task's
@@ -262,7 +263,7 @@ def _read_samples(path: Path, tests: _Tests | ProTests) -> list[LmEvalSample]:
         except UnicodeDecodeError:
             raise DataError(f"{where}: not UTF-8 text (lm-eval writes its samples as UTF-8)") from None
         except json.JSONDecodeError as err:
-            raise DataError(f"{where}: not a JSON line ({err.msg}; truncated?)") from None
+            raise DataError(f"{path}: not a JSON line: {json_problem(err, n)}") from None
         out.append(_sample(line, tests, where))
     return out
 
@@ -271,7 +272,7 @@ def _results(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(_bytes(path).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: not an lm-eval results file ({err})") from None
+        raise DataError(f"{path}: not an lm-eval results file ({json_problem(err)})") from None
     if not isinstance(doc, dict) or not all(isinstance(doc.get(k), dict) for k in ("configs", "n-shot")):
         raise DataError(f"{path}: not an lm-eval results file (no configs and n-shot)")
     return doc

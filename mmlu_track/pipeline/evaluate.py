@@ -94,6 +94,7 @@ def run(
     with _before_any_work():
         shard, uri = Shard(cfg.shard, cfg.shards), resolved.mlflow_uri
         recorder = RunRecorder(cfg.tracking, shard, store, batching, origin.label, uri)
+        recorder.role = origin.role
     try:
         with sigterm_as_exit():
             with _before_any_work():

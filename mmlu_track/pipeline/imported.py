@@ -41,6 +41,7 @@ from mmlu_track.settings.config import (
     ScoringConfig,
     TrackingConfig,
 )
+from mmlu_track.settings.identity import canonical
 from mmlu_track.settings.resolved import Resolved
 from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS
 from mmlu_track.store.liveness import RunFinished, RunInProgress
@@ -165,19 +166,21 @@ def _start(
     dtype = (args.get("dtype") or run.versions.get("model_dtype", "auto")).removeprefix("torch.")
     revision = args.get("revision") or run.versions.get("model_sha") or None
     pretrained = args.get("pretrained", run.model_name)
-    cfg = EvalConfig(
-        model=ModelConfig(name=name, source="hub", name_or_path=pretrained, revision=revision),
-        scoring=_scoring(run),
-        data=sources.data(run),
-        tracking=tracking,
-        k=run.shots,
-        formulation=matched.formulation or _formulation(run),  # type: ignore[arg-type]
-        benchmark=run.benchmark,  # type: ignore[arg-type]
-        chat=ChatConfig(style=matched.style.chat, system=run.system_instruction),  # type: ignore[arg-type]
-        subjects=tuple(run.subjects),
-        dtype=dtype if dtype in DTYPES else "auto",  # type: ignore[arg-type]
-        threads=1,
-    )
+    cfg = canonical(
+        EvalConfig(
+            model=ModelConfig(name=name, source="hub", name_or_path=pretrained, revision=revision),
+            scoring=_scoring(run),
+            data=sources.data(run),
+            tracking=tracking,
+            k=run.shots,
+            formulation=matched.formulation or _formulation(run),  # type: ignore[arg-type]
+            benchmark=run.benchmark,  # type: ignore[arg-type]
+            chat=ChatConfig(style=matched.style.chat, system=run.system_instruction),  # type: ignore[arg-type]
+            subjects=tuple(run.subjects),
+            dtype=dtype if dtype in DTYPES else "auto",  # type: ignore[arg-type]
+            threads=1,
+        )
+    )  # at 0 shots lm-eval's --fewshot_as_multiturn asks what single_turn does
     samples = _in_order(run.samples, run.benchmark)
     shots = sources.shots_for(run)
     host = provenance.host()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from mmlu_track.eval import load, prompts, provenance
 from mmlu_track.eval.backend import Backend
 from mmlu_track.eval.plan import Asked, Plan, fits_check, identity, plan, render, rotations, style
-from mmlu_track.records.run import DataInfo, HostInfo, RunStart
+from mmlu_track.records.run import DataInfo, HostInfo, RunRole, RunStart
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.settings.resolved import Resolved
 
@@ -37,6 +37,9 @@ class Origin:
     # The choices made from the settings as the command started (`pipeline.resolve`); None: the
     # evaluation makes them itself, once, as it starts.
     resolved: Resolved | None = None
+    # What the run is: an evaluation of the model, or one of the noise command's measurements
+    # (`records.stored.RunRole`: a model name never resolves to those unless asked).
+    role: RunRole = RunRole.EVALUATION
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ def prepare(cfg: EvalConfig, origin: Origin, resolved: Resolved, planned: Plan |
             annotations=the_plan.annotated.info if the_plan.annotated else None,
         ),
         template_hash=prompts.template_hash(cfg.formulation, how),
+        role=origin.role,
         example_prompt=rendered[first.subject][0].text,
         seeds=seeds,
         versions=provenance.versions(),

@@ -50,10 +50,14 @@ def finished_twin(
     if cfg.chat.style == "none":
         hashes = [prompts.template_hash(cfg.formulation)]
     else:  # the chat template is the pinned weights' own: a finished run of theirs recorded its hash
-        hashes = list(dict.fromkeys(r.template_hash for r in recorder.store.finished_runs(cfg.model.name)))
+        hashes = list(
+            dict.fromkeys(r.template_hash for r in recorder.store.finished_runs(cfg.model.name, noise=True))
+        )
     for template_hash in hashes:
         ident = _identity(cfg, the_plan, weights, template_hash)
-        if (going := recorder.store.unfinished(ident)) is not None:  # still going or interrupted: resumes
+        if (
+            going := recorder.store.unfinished(ident, role=recorder.role)
+        ) is not None:  # still going or interrupted: resumes
             return going if stopped and going.status == RunStatus.STOPPED else None
         kept = recorder.finished(ident)
         if kept is not None:

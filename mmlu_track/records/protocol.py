@@ -144,6 +144,8 @@ class EvalProtocol:
         checks += ["max_length", "allow_truncation"]
         for name in checks:
             x, y = getattr(b, name), getattr(c, name)
+            if name == "chat" and fewshot_gap and min(b.k, c.k) == 0:  # a 0-shot run is single_turn
+                x, y = (_ONE_TURN.get(v, v) for v in (x, y))  # (settings.identity.canonical): as multiturn
             if x != y and not (name in _RECORDED and None in (x, y)):
                 out.append(
                     f"{_LABELS[name]} differs (baseline {_value(name, x)}, candidate {_value(name, y)})"
@@ -154,6 +156,8 @@ class EvalProtocol:
         """The settings this run has no record of (stored before they were): not compared."""
         return [_LABELS[name] for name in _RECORDED if getattr(self, name) is None]
 
+
+_ONE_TURN = {"multiturn": "single_turn"}  # at 0 shots there are no shots to put as turns
 
 # Fields every run records from now on: None there means "not recorded" (compared on what the runs
 # have); in the others None is a value (no limit, the first shots, each model's own context).
@@ -167,7 +171,7 @@ _LABELS = {
     "calibration": "scoring.calibration",
     "k": "k",
     "shot_selection": "shot_selection",
-    "shot_seed": "the seed of random shots (seed=)",
+    "shot_seed": "the seed of random shots (shot_seed, else seed)",
     "dev_fingerprint": "the few-shot examples (dev rows fingerprint)",
     "max_length": "the context limit max_length",
     "allow_truncation": "allow_truncation",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from mmlu_track.records import codec
@@ -79,6 +80,13 @@ class HostInfo:
     )
 
 
+class RunRole(StrEnum):
+    """Why a run was made (`runs.role`): what a model name resolves to and what a run reuses."""
+
+    EVALUATION = "evaluation"  # an evaluation of the model: a version to compare, reuse and gate
+    NOISE = "noise"  # made by the noise command: a measurement of the protocol, not a model version
+
+
 @dataclass(frozen=True)
 class RunStart:
     """A run as it starts scoring."""
@@ -98,6 +106,7 @@ class RunStart:
     # config then holds the MLflow URI as chosen).
     resolved: Resolved | None = None
     imported: Imported | None = None  # a run read from lm-eval's output (`records.imported`), not scored here
+    role: RunRole = RunRole.EVALUATION  # why it was made: what a model name resolves to and what it reuses
 
     @property
     def mlflow_uri(self) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from mmlu_track.records import codec
 from mmlu_track.records.protocol import EvalProtocol, RecordError
-from mmlu_track.records.run import EarlyStop, RunRecord, Timing
+from mmlu_track.records.run import EarlyStop, RunRecord, RunRole, Timing
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.settings.config import EvalConfig
 from mmlu_track.settings.typed import ConfigError
@@ -80,6 +80,7 @@ class StoredRun:
     record_json: str | None
     stop_json: str | None
     protocol_json: str | None
+    role: RunRole = RunRole.EVALUATION
 
     def _read(self, column: str, text: str, reader: Callable[[dict[str, Any]], T]) -> T:
         """A JSON column as its record; anything unreadable is one `RecordError` naming the run."""

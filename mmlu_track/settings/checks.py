@@ -28,6 +28,7 @@ from mmlu_track.settings.config import (
     NoiseConfig,
     TrackingConfig,
 )
+from mmlu_track.settings.identity import canonical
 from mmlu_track.settings.parsers import PARSERS
 from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS
 from mmlu_track.settings.typed import ConfigError, from_mapping
@@ -323,6 +324,12 @@ def _check_benchmark(cfg: EvalConfig) -> None:
         ours = "leaderboard, category" if pro else "original, harness, question"
         raise ConfigError(f"formulation={cfg.formulation} is not one of benchmark={cfg.benchmark}'s: {ours}")
     if not pro:
+        if cfg.scoring.extract == "cascade":  # what the scoring does, whatever group or key set it
+            raise ConfigError(
+                "scoring=cot (answers read by the chain-of-thought extraction cascade) has a defined "
+                "protocol only as MMLU-Pro's: benchmark=mmlu_pro formulation=cot_official or cot_lm_eval; "
+                "on MMLU use scoring=logprob, generate or generate_pattern"
+            )
         return
     cot = cfg.formulation in COT_FORMULATIONS
     if cot and not (cfg.scoring.method == "generate" and cfg.scoring.extract == "cascade"):
@@ -353,4 +360,4 @@ def eval_config_from_dict(raw: Mapping[str, Any]) -> EvalConfig:
     _check_values(cfg)
     _check_benchmark(cfg)
     _check_sequential(cfg)
-    return cfg
+    return canonical(cfg)

@@ -312,6 +312,9 @@ class CompareConfig:
     tracking: TrackingConfig = TrackingConfig()
     mode: CompareMode = "gate"  # gate (release verdict, exit 0/1) | fewshot_gap (k-shot vs 0-shot analysis)
     compare_experiment: str = "mmlu_track_compare"  # the MLflow experiment of comparisons
+    # A model name resolves to the model's evaluations only; true: to the noise command's runs too
+    # (measurements of the protocol: a repeat, another batching, other shots, not versions of the model).
+    noise_runs: bool = False
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 from mmlu_track.settings.config import ChatConfig, EvalConfig, to_dict
+from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS
 
 # Settings of a served model that say how to reach it, not what it computes: outside the identity.
 SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_retries", "top_logprobs")
@@ -21,6 +22,27 @@ RESULT_NEUTRAL = (*_HOW_RUN, *(f"model.{key}" for key in SERVER_ONLY))
 # Of those, what a comparison still names when it differs, apart and as not changing results: a
 # noise check between batch sizes says which ones it checked.
 SHOWN_NEUTRAL = ("batch_size", "batch_tokens", "shards", "model.max_concurrency", "model.top_logprobs")
+
+
+def canonical(cfg: EvalConfig) -> EvalConfig:
+    """The settings in the one form of what they ask, so that a run's identity, its questions'
+    fingerprint and every comparison of runs never depend on how a value was typed: the subjects in
+    the benchmark's own order (a set: the order typed changes no question), the stop strings sorted
+    and once each (a generation ends at the earliest of them, whichever is listed first), and
+    `chat=multiturn` at 0 shots as `single_turn` (with no shots to put as turns both render the same
+    messages: the header as system message, the question as the one user turn). `scoring.patterns`
+    keeps its order: it is the order the extraction tries them in."""
+    order = {s: i for i, s in enumerate(BENCHMARK_SUBJECTS[cfg.benchmark])}
+    subjects = tuple(sorted(cfg.subjects, key=lambda s: (order.get(s, len(order)), s)))
+    stop = tuple(sorted(set(cfg.scoring.stop)))
+    chat = cfg.chat
+    if chat.style == "multiturn" and cfg.k == 0:
+        chat = dataclasses.replace(chat, style="single_turn")
+    if (subjects, stop, chat) == (cfg.subjects, cfg.scoring.stop, cfg.chat):
+        return cfg
+    return dataclasses.replace(
+        cfg, subjects=subjects, scoring=dataclasses.replace(cfg.scoring, stop=stop), chat=chat
+    )
 
 
 def is_result_neutral(key: str) -> bool:

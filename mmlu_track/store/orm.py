@@ -47,6 +47,9 @@ class Run(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)  # its last beat
     stop_json: Mapped[str | None] = mapped_column(Text)  # record.EarlyStop: the sequential gate stopped it
     protocol_json: Mapped[str | None] = mapped_column(Text)  # EvalProtocol (None: stored before 0007)
+    # records.stored.RunRole: `evaluation` (a version of the model), or `noise` (made by the noise
+    # command: a measurement of the protocol, never what a model name resolves to unless asked).
+    role: Mapped[str] = mapped_column(String(16), server_default="evaluation")
 
     # A model's finished runs, newest first (the gate's lookup by model name): one index serves the
     # whole query, whatever the planner knows of the table.

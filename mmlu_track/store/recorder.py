@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmlu_track.records.results import Accuracy, Docs, QuestionResult
-from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
+from mmlu_track.records.run import EarlyStop, RunRecord, RunRole, RunStart
 from mmlu_track.records.stored import RunStatus, ShardStatus, ShardWork, StoredRun
 from mmlu_track.settings.config import TrackingConfig
 from mmlu_track.store.db import StoreError, check_folder, sqlite_file
@@ -94,8 +94,10 @@ class RunRecorder:
         `label`: said before the MLflow run's name (`Origin.label`). `mlflow_uri`: where the run's
         MLflow records go, as resolved when the command started (`settings.resolved`), so that its
         hint and `runs sync` name that server, not whatever MLflow's default is in the shell that
-        syncs later; None with tracking.mlflow=false."""
+        syncs later; None with tracking.mlflow=false. `role` (set by the evaluation from
+        `Origin.role`, as its start record's): it takes only the finished runs `rows.taken_by` allows."""
         self.batching, self.label = batching, label
+        self.role = RunRole.EVALUATION
         self.tracking = tracking
         self.mlflow_uri = uri = mlflow_uri if tracking.mlflow else None
         if uri and (why := missing_folder(uri)):  # before any work, not a run finished unmirrored
@@ -120,7 +122,7 @@ class RunRecorder:
 
     def finished(self, identity: str) -> tuple[StoredRun, list[QuestionResult]] | None:
         """A finished run of `identity` with its questions, taken as it is (`Origin.reuse`)."""
-        kept = self.store.unfinished(identity, [RunStatus.FINISHED], self.batching)
+        kept = self.store.unfinished(identity, [RunStatus.FINISHED], self.batching, self.role)
         if kept is None or kept.record is None:
             return None
         return kept, self.store.question_results(kept.id)

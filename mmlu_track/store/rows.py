@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Select
 
 from mmlu_track.records.results import QuestionResult, RotatedAnswer
-from mmlu_track.records.run import RunStart
+from mmlu_track.records.run import RunRole, RunStart
 from mmlu_track.records.stored import RunStatus, StoredRun
 from mmlu_track.settings.config import to_dict
 from mmlu_track.store.liveness import current_owner
@@ -82,6 +82,7 @@ def new_run(start: RunStart, identity: str, output_dir: str | None) -> Run:
         git_commit=start.git_commit, config_json=json.dumps(to_dict(cfg)),
         n_questions=start.data.n_questions, output_dir=output_dir, sweep=start.sweep, created_at=now,
         owner=str(current_owner()), heartbeat_at=now, protocol_json=json.dumps(start.protocol.to_json()),
+        role=str(start.role),
     )  # fmt: skip
 
 
@@ -99,13 +100,20 @@ def batched_as(row: Run, batching: Batched | None) -> bool:
 def stored(row: Run) -> StoredRun:
     """The typed record of a run row: what every reader above the store gets."""
     values = {f.name: getattr(row, f.name) for f in dataclasses.fields(StoredRun)}
-    return StoredRun(**{**values, "status": RunStatus(row.status)})
+    return StoredRun(**{**values, "status": RunStatus(row.status), "role": RunRole(row.role or "evaluation")})
 
 
 def provisional(start: RunStart, identity: str) -> StoredRun:
     """The run about to start, as a reader would see it (the sequential gate picks its baseline
     before the candidate is recorded)."""
     return stored(new_run(start, identity, None))
+
+
+def taken_by(role: RunRole) -> list[Any]:
+    """Which stored runs a run of `role` may resume or take as its own: an evaluation only
+    evaluations (a noise command's repeat is never a model version's run); the noise command any
+    run of its identity (its reference is the evaluation it was given)."""
+    return [Run.role == str(RunRole.EVALUATION)] if role == RunRole.EVALUATION else []
 
 
 def newest(query: Select[Run], batching: Batched | None) -> Select[Run]:

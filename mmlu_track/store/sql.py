@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from mmlu_track.records.results import QuestionResult
-from mmlu_track.records.run import EarlyStop, RunRecord, RunStart
+from mmlu_track.records.run import EarlyStop, RunRecord, RunRole, RunStart
 from mmlu_track.records.stored import (
     ACTIVE,
     UNFINISHED,
@@ -62,6 +62,7 @@ from mmlu_track.store.rows import (
     new_run,
     newest,
     stored,
+    taken_by,
     to_row,
     utc_now,
 )
@@ -154,7 +155,8 @@ class SqlStore:
         or a new run; this process takes `shard` of it; with `batching`, only a run scored at it (the
         noise command's roles: batching is no part of the identity, yet what it measures). `once`:
         never a second run of an identity that has a finished one (`RunFinished`: an import of files
-        another process imported at the same moment).
+        another process imported at the same moment). The start's role is the new run's, and says
+        which runs it may resume (`rows.taken_by`).
 
         Atomic: the lookup and the claim happen in one transaction holding the write lock (SQLite)
         or an advisory lock on the identity and the run's row lock (PostgreSQL), so two processes
@@ -166,7 +168,8 @@ class SqlStore:
         with self._session(write=True) as s:
             if self.engine.dialect.name == "postgresql":  # no row to lock yet when the run is new
                 s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": int(identity[:15], 16)})
-            query = newest(select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED)), batching)
+            mine = select(Run).where(Run.identity == identity, Run.status.in_(UNFINISHED))
+            query = newest(mine.where(*taken_by(start.role)), batching)
             run = next((r for r in s.scalars(query.with_for_update()) if batched_as(r, batching)), None)
             if run is None and once:
                 finished = select(Run.id).where(Run.identity == identity, Run.status == RunStatus.FINISHED)
@@ -256,11 +259,17 @@ class SqlStore:
         return sum((c.work for c in self.shards(run_id) if c.work and c.shards == shards), ShardWork.none())
 
     def unfinished(
-        self, identity: str, statuses: Iterable[str] = UNFINISHED, batching: Batched | None = None
+        self,
+        identity: str,
+        statuses: Iterable[str] = UNFINISHED,
+        batching: Batched | None = None,
+        role: RunRole = RunRole.EVALUATION,
     ) -> StoredRun | None:
-        """The run this identity would resume, if any (or the newest in `statuses`), at `batching`."""
+        """The run this identity would resume, if any (or the newest in `statuses`), at `batching`,
+        of those a run of `role` may take (`rows.taken_by`)."""
         with self._session() as s:
             query = select(Run).where(Run.identity == identity, Run.status.in_(tuple(statuses)))
+            query = query.where(*taken_by(role))
             row = next((r for r in s.scalars(newest(query, batching)) if batched_as(r, batching)), None)
             return stored(row) if row is not None else None
 
@@ -365,10 +374,11 @@ class SqlStore:
             run.mlflow_run_id = mlflow_run_id
             run.mlflow_synced_at = utc_now() if synced else None
 
-    def runs(self, limit: int = 50, unsynced: bool = False) -> list[StoredRun]:
+    def runs(self, limit: int = 50, unsynced: bool = False, noise: bool = True) -> list[StoredRun]:
         """At most `limit` runs, newest first; `unsynced`: only finished runs not completely logged to
-        MLflow yet (`runs sync`)."""
+        MLflow yet (`runs sync`); `noise=False`: the noise command's runs left out."""
         query = select(Run).order_by(Run.created_at.desc()).limit(limit)
+        query = query.where(*taken_by(RunRole.NOISE if noise else RunRole.EVALUATION))
         if unsynced:
             query = query.where(Run.status == RunStatus.FINISHED, Run.mlflow_synced_at.is_(None))
         with self._session() as s:
@@ -399,8 +409,10 @@ class SqlStore:
             rows = s.connection().execute(select(*COLUMNS).where(*where).order_by(*order))  # no ORM loading
             return [from_columns(r) for r in rows]
 
-    def finished_runs(self, model_name: str) -> list[StoredRun]:
-        """A model's finished runs, newest first (the gate picks a comparable one among them)."""
+    def finished_runs(self, model_name: str, noise: bool = False) -> list[StoredRun]:
+        """A model's finished runs, newest first (the gate picks a comparable one among them): its
+        evaluations, and with `noise` the noise command's runs too."""
         query = select(Run).where(Run.model_name == model_name, Run.status == RunStatus.FINISHED)
+        query = query.where(*taken_by(RunRole.NOISE if noise else RunRole.EVALUATION))
         with self._session() as s:
             return [stored(r) for r in s.scalars(query.order_by(Run.created_at.desc()))]

@@ -29,3 +29,17 @@ class MmluTrackError(Exception):
     # Raised before a run is claimed or any result written: the command leaves no output folder.
     # A kind raised only then says so itself; the pipeline marks any other it sees before a claim.
     before_any_work: bool = False
+
+
+def json_problem(err: ValueError, line: int | None = None) -> str:
+    """What is wrong with a JSON text, said with its place (`json.JSONDecodeError`'s own message ends
+    in "at" with the place apart, and names a raw control character only by that phrase); `line`:
+    the file's line the text was (a JSON Lines file's), for the text's own line 1."""
+    import json
+
+    if not isinstance(err, json.JSONDecodeError):
+        return str(err)
+    what = err.msg
+    if what.startswith("Invalid control character") and err.pos < len(err.doc):
+        what = f"a raw control character {err.doc[err.pos]!r} inside a string (JSON needs it escaped)"
+    return f"{what} at line {err.lineno if line is None else line}, column {err.colno}"

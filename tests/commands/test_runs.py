@@ -24,8 +24,8 @@ def test_list_and_show_read_the_store_and_an_unknown_run_is_one_line(
 
     assert runs.main(["--db", db, "list"]) == 0
     header, row = capsys.readouterr().out.splitlines()
-    assert header.split()[:4] == ["run", "status", "model", "version"]
-    assert row.split()[:4] == [run_id[:12], "finished", "tiny-m", "r1"]
+    assert header.split()[:5] == ["run", "status", "role", "model", "version"]
+    assert row.split()[:5] == [run_id[:12], "finished", "-", "tiny-m", "r1"]
     # percent: micro 2/4, macro (2/3 + 0/1) / 2; as given (a circular run's): none
     assert row.split()[-6:-3] == ["50.00", "33.33", "-"]
     # --db after the command, as before it

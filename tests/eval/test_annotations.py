@@ -29,7 +29,7 @@ from mmlu_track.store.mlflow.live import metrics
 from mmlu_track.store.mlflow.tables import question_columns
 from mmlu_track.store.sql import SqlStore
 
-from ..conftest import CliResult
+from ..conftest import SHARED_DIR, CliResult
 
 Cli = Callable[..., CliResult]
 FLAGS = ("wrong_groundtruth", "no_correct_answer", "multiple_correct_answers", "bad_question_clarity")
@@ -353,7 +353,7 @@ LAYOUTS = {
     "marketing": (",", [*SOURCE_LAST, "", ""], "utf-8"),  # two empty trailing columns
 }
 LIMIT, SEED = 20, 1234  # the run below: the default seed's sample holds the unknown one
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "mmlu-redux-authors"
+SHARED = SHARED_DIR / "data" / "mmlu-redux-authors"
 
 
 def _authors_label(i: int) -> tuple[str, str]:

@@ -16,7 +16,7 @@ from mmlu_track.eval import mmlu_pro
 from mmlu_track.eval.data import DataError, Question, fingerprint
 from mmlu_track.records.results import FROM_MMLU
 
-from ..conftest import ROOT
+from ..conftest import SHARED_DIR
 
 LETTERS = mmlu_pro.OPTION_LETTERS
 
@@ -146,15 +146,7 @@ def test_too_few_shots_and_missing_splits_are_one_line(tmp_path: Path) -> None:
         mmlu_pro.load_local(tmp_path / "nowhere")
 
 
-# The team's shared folder beside the checkout (../shared), or where this machine keeps it for a clone
-SHARED = (
-    next(
-        (p for p in (ROOT.parent / "shared", Path("/work/shared")) if (p / "data" / "mmlu-pro").is_dir()),
-        ROOT.parent / "shared",
-    )
-    / "data"
-    / "mmlu-pro"
-)
+SHARED = SHARED_DIR / "data" / "mmlu-pro"  # the team's shared folder (conftest.SHARED_DIR)
 
 
 def require_shared(path: Path) -> None:

@@ -106,8 +106,8 @@ def _headline_is_circular(cli: Cli, tmp_path: Path, said: str, circ: RunRecord, 
     assert listed.code == 0, listed.err
     rows = {line[:12]: line.split() for line in listed.out.splitlines()}
     c_row, g_row = rows[circ.run_id[:12]], rows[given.run_id[:12]]
-    assert c_row[10:13] == [pct(c.micro), pct(c.macro), pct(circ.scores.micro)]  # micro, macro, as given
-    assert g_row[10:13] == [pct(given.scores.micro), pct(given.scores.macro), "-"]
+    assert c_row[11:14] == [pct(c.micro), pct(c.macro), pct(circ.scores.micro)]  # micro, macro, as given
+    assert g_row[11:14] == [pct(given.scores.micro), pct(given.scores.macro), "-"]
     assert CIRCULAR_NOTE in listed.out
     shown = cli("runs", "--db", db, "show", circ.run_id, cwd=tmp_path)
     assert shown.out.index("circular, acc %") < shown.out.index("subject ")

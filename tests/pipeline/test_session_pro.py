@@ -154,7 +154,7 @@ def test_a_chain_of_thought_run_records_how_each_answer_was_read(cli: Cli, tmp_p
     shown = cli("runs", "--db", db, "show", run.id, cwd=tmp_path)
     assert "answers read by: " in shown.out
     (row,) = cli("runs", "--db", db, "list", cwd=tmp_path).out.splitlines()[1:2]
-    assert row.split()[4:6] == ["cot", "mmlu_pro:cot_lm_eval"]  # the scoring and prompt columns
+    assert row.split()[5:7] == ["cot", "mmlu_pro:cot_lm_eval"]  # the scoring and prompt columns
     guessed = cli("eval", *cot, "scoring.failed=random", f"hydra.run.dir={tmp_path / 'guess'}", cwd=tmp_path)
     assert guessed.code == 0, guessed.err
     again = next(r for r in stored_runs(db) if r.id != run.id)

@@ -30,6 +30,8 @@ REQUIRED = {
     ],
     "data=local": ["data.path=/data/mmlu"],
     "data=mmlu_pro": ["benchmark=mmlu_pro"],
+    # the chain of thought's protocol is MMLU-Pro's: on MMLU it is refused (test_cli)
+    "scoring=cot": ["benchmark=mmlu_pro", "data=mmlu_pro_local", "data.path=/d", "formulation=cot_official"],
     "data=mmlu_pro_local": ["benchmark=mmlu_pro", "data.path=/data/mmlu-pro"],
     "benchmark=mmlu_pro": ["data=mmlu_pro_local", "data.path=/data/mmlu-pro"],
     "tracking=server": ["tracking.mlflow_uri=http://127.0.0.1:5000"],

@@ -44,12 +44,23 @@ def _first_use_lock(uri: str | None) -> Iterator[None]:
 
     if why := missing_folder(mlflow_uri(uri)):
         raise MlflowUnavailable(why)
-    with open(f"{path}.lock", "a") as lock:
+    name = f"{path}.lock"
+    while True:  # the holder removes the file as it leaves: a lock taken on a removed file is taken again
+        lock = open(name, "a")  # noqa: SIM115 (closed below, after the file is removed)
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            same = os.path.samestat(os.fstat(lock.fileno()), os.stat(name))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        lock.close()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)  # nothing left beside the store; a waiter finds it gone and opens anew
+        lock.close()  # releases the lock
 
 
 def failures() -> tuple[type[BaseException], ...]:

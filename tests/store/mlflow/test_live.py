@@ -146,10 +146,10 @@ def test_runs_cli_lists_and_shows(sqlite_url: str, tmp_path: Path, cli: Callable
     assert out.run_id[:12] in proc.out
     assert "tiny-random-llama" in proc.out
     header, row = proc.out.splitlines()[:2]
-    assert header.split()[3:5] == ["version", "scoring"]
-    assert row.split()[3:5] == ["seed=0", "logprob"]  # the tiny model's weights are its seed's
-    assert header.split()[7:9] == ["dtype", "limit"]
-    assert row.split()[7:9] == ["float32", "3"]
+    assert header.split()[4:6] == ["version", "scoring"]
+    assert row.split()[4:6] == ["seed=0", "logprob"]  # the tiny model's weights are its seed's
+    assert header.split()[8:10] == ["dtype", "limit"]
+    assert row.split()[8:10] == ["float32", "3"]
     shown = cli("runs", "--db", sqlite_url, "show", out.run_id[:12], cwd=tmp_path)
     assert shown.code == 0, shown.err
     assert "micro average" in shown.out
