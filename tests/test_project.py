@@ -35,3 +35,15 @@ def test_release_gate_reuses_the_callable_workflow() -> None:
     release = (ROOT / ".github" / "workflows" / "release-gate.yml").read_text()
     assert "uses: ./.github/workflows/mmlu-gate.yml" in release
     assert "workflow_dispatch:" in release
+
+
+def test_no_test_reads_a_path_of_one_machine() -> None:
+    """A test fell back to an absolute path of one machine for the shared folder (issue 86): the
+    shared folder is `conftest.SHARED_DIR` (../shared, or MMLU_TRACK_SHARED)."""
+    found = [
+        f"{p.relative_to(ROOT)}: {line.strip()}"
+        for p in (ROOT / "tests").rglob("*.py")
+        for line in p.read_text(encoding="utf-8").splitlines()
+        if re.search(r"""["'](/work|/root|/home)/""", line)
+    ]
+    assert found == []

@@ -263,7 +263,7 @@ def _read_samples(path: Path, tests: _Tests | ProTests) -> list[LmEvalSample]:
         except UnicodeDecodeError:
             raise DataError(f"{where}: not UTF-8 text (lm-eval writes its samples as UTF-8)") from None
         except json.JSONDecodeError as err:
-            raise DataError(f"{path}: not a JSON line: {json_problem(err, n)}") from None
+            raise DataError(f"{where}: not a JSON line ({json_problem(err, n)})") from None
         out.append(_sample(line, tests, where))
     return out
 

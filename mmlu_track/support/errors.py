@@ -39,7 +39,7 @@ def json_problem(err: ValueError, line: int | None = None) -> str:
 
     if not isinstance(err, json.JSONDecodeError):
         return str(err)
-    what = err.msg
+    what = err.msg.removesuffix(" at")  # "Unterminated string starting at": the place follows
     if what.startswith("Invalid control character") and err.pos < len(err.doc):
         what = f"a raw control character {err.doc[err.pos]!r} inside a string (JSON needs it escaped)"
     return f"{what} at line {err.lineno if line is None else line}, column {err.colno}"

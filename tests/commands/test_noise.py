@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -338,3 +339,46 @@ def test_the_variants_differ_from_the_reference_only_in_what_must_not_matter() -
     assert (origin.reuse, origin.own_batching, origin.label) == (True, False, "noise shot seed 4")
     same = variants(cfg, NoiseConfig((), cfg.batch_size, cfg.batch_tokens, dtype=cfg.dtype))
     assert [v.name for v in same] == ["reference", "repeat"]
+
+
+def test_the_readme_path_runs_as_written_after_the_noise_command(cli: Cli, tmp_path: Path) -> None:
+    """Evaluate, measure the noise, evaluate the candidate, compare by model name (issue 86): the
+    noise command's runs (a repeat, another batching, other shots) are measurements of the protocol,
+    never the baseline a model name resolves to, unless asked for."""
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    common = ["experiment=smoke", "device=cpu", "tracking=sql_only", f"tracking.db_url={db}", "limit=2"]
+
+    def run_id(got: CliResult) -> str:
+        assert got.code == 0, got.err
+        return got.out.rsplit("; run ", 1)[1].split()[0]
+
+    first = run_id(cli("eval", *common, f"hydra.run.dir={tmp_path / 'a'}", cwd=tmp_path))
+    noise = cli("noise", *common, "noise.shot_seeds=[1,2]", f"hydra.run.dir={tmp_path / 'n'}", cwd=tmp_path)
+    assert noise.code == 0, noise.err
+    made = json.loads((tmp_path / "n" / "noise.json").read_text())["runs"]
+    assert made["reference"] == first  # the evaluation it was given, taken as it is
+    second = run_id(cli("eval", *common, "dtype=bfloat16", f"hydra.run.dir={tmp_path / 'b'}", cwd=tmp_path))
+
+    def compare(*extra: str) -> dict[str, Any]:
+        folder = tmp_path / f"c{len(list(tmp_path.glob('c*')))}"
+        names = ["baseline=tiny-random-llama", "candidate=tiny-random-llama"]
+        got = cli("compare", *names, "tracking=sql_only", f"tracking.db_url={db}", *extra,
+                  f"hydra.run.dir={folder}", cwd=tmp_path)  # fmt: skip
+        assert got.code in (0, 1), got.err  # a verdict
+        doc: dict[str, Any] = json.loads((folder / "report.json").read_text())
+        return doc
+
+    report = compare()
+    assert (report["baseline"]["id"], report["candidate"]["id"]) == (first, second)
+    noise_runs = {made[name] for name in made if name != "reference"}
+    assert compare("noise_runs=true")["baseline"]["id"] in noise_runs  # asked for: the newest comparable
+    listed = cli("runs", "--db", db, "list", cwd=tmp_path).out.splitlines()
+    marked = {line[:12] for line in listed[1:] if line.split()[2:3] == ["noise"]}
+    assert marked == {r[:12] for r in noise_runs}
+    assert "role noise: a run the noise command made" in "\n".join(listed)
+    hidden = cli("runs", "--db", db, "list", "--no-noise", cwd=tmp_path).out.splitlines()
+    assert {line[:12] for line in hidden[1:] if line[:12] in {first[:12], second[:12]}} == {
+        first[:12],
+        second[:12],
+    }
+    assert not {line[:12] for line in hidden[1:]} & {r[:12] for r in noise_runs}

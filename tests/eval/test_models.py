@@ -107,3 +107,22 @@ def test_generation_equal_across_batching_and_prefix_on_real_questions(
         assert not any(s.prefix_fallback for s in scores)
     if rule == "decided":  # a real model answers with a letter straight away
         assert sum(s.prediction is not None for s in reference) >= 6
+
+
+def test_out_of_memory_while_loading_weights_is_said_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broad `except` read an out-of-memory error as advice about the model's name (issue 86)."""
+    import transformers
+
+    from mmlu_track.eval.backend import ModelError
+
+    def no_memory(*args: Any, **kwargs: Any) -> Any:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: object())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_memory)
+    cfg = compose_eval(["model=hf_hub", "model.name_or_path=org/some-8b", "device=cpu"])
+    with pytest.raises(ModelError) as got:
+        models.LOADERS["hub"](cfg.model, cfg, torch.bfloat16)
+    said = str(got.value)
+    assert said.startswith("out of memory loading the weights of org/some-8b in bfloat16 (OutOfMemoryError)")
+    assert "hub id" not in said

@@ -313,3 +313,31 @@ def test_a_total_regression_has_p_zero_and_is_flagged() -> None:
     assert subject.flagged
     assert untested_as_one(0.0) == 0.0
     assert untested_as_one(None) == 1.0
+
+
+def test_two_mmlu_pro_runs_are_compared_by_origin_as_a_single_run_is_reported() -> None:
+    """A single MMLU-Pro run's report shows its questions taken from MMLU beside the new ones; the
+    comparison of two had no such rows (issue 86): the same groups, each question in its own."""
+    import dataclasses
+
+    from mmlu_track.gate.stats import origins
+    from mmlu_track.records.results import ORIGINS, aggregate
+
+    def pro(correct: list[bool], subject: str) -> list[QuestionResult]:
+        srcs = ["ori_mmlu-anatomy", "stemez-Physics", "ori_mmlu-virology", "theoremqa"]
+        return [dataclasses.replace(r, src=srcs[r.index % 4]) for r in _results(correct, subject)]
+
+    base = pro([True, True, False, False] * 2, "physics") + pro([True, False, True, False], "law")
+    cand = pro([True, False, False, True] * 2, "physics") + pro([False, False, True, True], "law")
+    groups = origins(base, cand)
+    assert [name for name, _, _ in groups] == list(ORIGINS)
+    comp = compare(pair(base, cand), GateConfig("default"), groups=groups)
+    by_name = {d.name: d for d in comp.categories}
+    single = aggregate(cand).categories  # the candidate's own report groups its questions so
+    assert set(by_name) == set(single) == set(ORIGINS)
+    for name, d in by_name.items():
+        assert d.n == single[name].n
+        assert d.candidate_acc == pytest.approx(single[name].acc)
+    from_mmlu = by_name[ORIGINS[0]]
+    assert (from_mmlu.n, from_mmlu.lost, from_mmlu.gained) == (6, 1, 0)  # positions 0 and 2 of each four
+    assert sum(d.n for d in comp.categories) == comp.micro.n

@@ -116,3 +116,16 @@ def test_a_run_whose_identity_is_not_hashed_again_from_its_record_is_left_alone(
 def _full_ids(url: str) -> list[str]:
     with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
         return [r[0] for r in conn.execute("SELECT id FROM runs")]
+
+
+def test_a_new_single_turn_run_at_zero_shots_compares_with_a_stored_multiturn_one(
+    legacy: str, tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    """Their template hashes differ (each hashes a shot as its style puts it); their prompts are the
+    same byte for byte, and the gate compares those question by question."""
+    again = run(tiny_run_cfg(legacy, "k=0", "chat=single_turn", "tracking.rerun=true"), tmp_path / "r",
+                display=QUIET)  # fmt: skip
+    old = next(i for i in _full_ids(legacy) if i.startswith(ZERO_SHOT_MULTITURN))
+    got = cli("compare", f"baseline={old}", f"candidate={again.run_id}", "tracking=sql_only",
+              f"tracking.db_url={legacy}", f"hydra.run.dir={tmp_path / 'c'}", cwd=tmp_path)  # fmt: skip
+    assert got.code in (0, 1), got.err

@@ -24,3 +24,23 @@ def test_the_base_is_an_input_error_said_in_one_line_and_its_kinds_keep_it() -> 
     for kind in (ConfigError, DataError, StoreError):
         assert issubclass(kind, MmluTrackError)
         assert kind("x").exit_code == EXIT_ERROR
+
+
+def test_a_json_problem_is_said_with_its_place_and_a_raw_control_character_by_name() -> None:
+    import json
+
+    import pytest
+
+    cases = [
+        (
+            '{"a": "x\x01y"}',
+            "a raw control character '\\x01' inside a string (JSON needs it escaped) at line 1, column 9",
+        ),
+        ('{"a": 1,\n "b": }', "Expecting value at line 2, column 7"),
+    ]
+    for text, said in cases:
+        with pytest.raises(json.JSONDecodeError) as got:
+            json.loads(text)
+        assert errors.json_problem(got.value) == said
+        assert errors.json_problem(got.value, 12).endswith(f"at line 12, column {got.value.colno}")
+    assert errors.json_problem(ValueError("not JSON at all")) == "not JSON at all"

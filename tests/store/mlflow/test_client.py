@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +54,32 @@ def test_mlflows_printed_links_are_held_back_and_the_rest_masked(capsys: pytest.
         print("🧪 View experiment at: http://u:pw-1@h:5000/#/experiments/1")
         print("logged to postgresql://u:pw-1@h/db")
     assert capsys.readouterr().out == "logged to postgresql://u:***@h/db\n"
+
+
+def test_the_first_use_lock_serialises_and_leaves_no_file(tmp_path: Path) -> None:
+    """The lock that serialises MLflow's first use of a SQLite store is removed as it is released
+    (a 0-byte mlflow.db.lock stayed beside every store, issue 86), and still excludes: a waiter that
+    took the lock of a removed file takes it again on the new one."""
+    import threading
+
+    from mmlu_track.store.mlflow.client import _first_use_lock
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    inside, overlaps = [0], []
+
+    def work() -> None:
+        for _ in range(20):
+            with _first_use_lock(uri):
+                inside[0] += 1
+                overlaps.append(inside[0])
+                time.sleep(0.001)
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(overlaps) == 80
+    assert max(overlaps) == 1  # never two holders at once
+    assert list(tmp_path.iterdir()) == []
