@@ -176,7 +176,12 @@ def _show(store: SqlStore, args: argparse.Namespace) -> int:
         if (why := store.dead(run))
         else run.status
     )
-    print(f"run {run.id}  status {status}  mlflow {run.mlflow_run_id or '-'}")
+    role = (
+        "  role noise (made by the noise command: not a version of the model)"
+        if run.role == RunRole.NOISE
+        else ""
+    )
+    print(f"run {run.id}  status {status}  mlflow {run.mlflow_run_id or '-'}{role}")
     facts = _facts(run)
     record = run.record
     if record is not None and (imported := record.start.imported) is not None and imported.limit is not None:

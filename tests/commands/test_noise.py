@@ -376,6 +376,8 @@ def test_the_readme_path_runs_as_written_after_the_noise_command(cli: Cli, tmp_p
     marked = {line[:12] for line in listed[1:] if line.split()[2:3] == ["noise"]}
     assert marked == {r[:12] for r in noise_runs}
     assert "role noise: a run the noise command made" in "\n".join(listed)
+    shown = cli("runs", "--db", db, "show", made["repeat"], cwd=tmp_path).out.splitlines()[0]
+    assert shown.endswith("role noise (made by the noise command: not a version of the model)")
     hidden = cli("runs", "--db", db, "list", "--no-noise", cwd=tmp_path).out.splitlines()
     assert {line[:12] for line in hidden[1:] if line[:12] in {first[:12], second[:12]}} == {
         first[:12],

@@ -93,10 +93,13 @@ def _client(uri: str | None) -> Any:
     return MlflowClient(tracking_uri=mlflow_uri(uri))
 
 
-def client_and_experiment(uri: str | None, experiment: str, view: Kind | None = None) -> tuple[Any, str]:
+def client_and_experiment(
+    uri: str | None, experiment: str, view: Kind | None = None, name: str = ""
+) -> tuple[Any, str]:
     """An MlflowClient with bounded HTTP retries, and the experiment's id (created if missing), marked
     a machine-learning experiment (where MLflow reads the kind: 3.17 reads the link's `workflowType`),
-    with mmlu_track's saved runs-table `view` of that kind (`mlflow_views`) where it is missing or old."""
+    with mmlu_track's saved runs-table `view` of that kind (`mlflow_views`) where it is missing, old,
+    or too narrow for the run `name` about to be logged."""
     with _first_use_lock(uri), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         client = connect(uri)
@@ -106,10 +109,14 @@ def client_and_experiment(uri: str | None, experiment: str, view: Kind | None = 
         if kind not in (exp.tags if exp else {}):  # a kind the user chose is kept
             with contextlib.suppress(*failures()):
                 client.set_experiment_tag(exp_id, kind, mlflow_views.EXPERIMENT_KIND)
-        if view and mlflow_views.needs_writing(exp.tags.get(mlflow_views.VIEW_TAG) if exp else None):
+        current = exp.tags.get(mlflow_views.VIEW_TAG) if exp else None
+        if view and mlflow_views.needs_writing(current, px := mlflow_views.name_width(name)):
             # A view is a convenience: a store refusing experiment tags costs no logging.
+            widest = max(px, mlflow_views.name_column(current)) if current else px  # never narrowed
             with contextlib.suppress(*failures()):
-                client.set_experiment_tag(exp_id, mlflow_views.VIEW_TAG, mlflow_views.envelope(view))
+                client.set_experiment_tag(
+                    exp_id, mlflow_views.VIEW_TAG, mlflow_views.envelope(view, name_px=widest)
+                )
     return client, str(exp_id)
 
 

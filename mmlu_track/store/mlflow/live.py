@@ -243,7 +243,9 @@ class LiveRun:
         its MLflow id, or None when down."""
 
         def go() -> None:
-            self.client, exp_id = client_and_experiment(self.uri, self.experiment, "evaluations")
+            self.client, exp_id = client_and_experiment(
+                self.uri, self.experiment, "evaluations", self._name(start)
+            )
             self.experiment_id = exp_id
             from mlflow.entities import Param, RunStatus, RunTag
             from mlflow.exceptions import MlflowException

@@ -32,7 +32,7 @@ from mmlu_track.support.credentials import strip_userinfo
 
 VIEW_ID = "mmlu_track"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
-VERSION = 6  # raise when the layout changes: experiments holding an older one get the new one
+VERSION = 7  # raise when the layout changes: experiments holding an older one get the new one
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
 SERVED_BY_MLFLOW_UI = ("file", "sqlite", "postgresql", "mysql", "mssql")  # `mlflow ui --backend-store-uri`
 Kind = Literal["evaluations", "comparisons"]
@@ -52,7 +52,9 @@ DESCRIPTION = _col("attributes", "Description")
 # (column, width in px): the order the table shows them in, after the pinned run name and date
 COLUMNS: dict[Kind, tuple[tuple[str, int], ...]] = {
     "evaluations": (
-        (RUN_NAME, 520),  # a shot-seed run's whole name (440 cut its limit)
+        # Measured in MLflow 3.17.2 at 1,600 px: 626 shows a 103-character name whole (520 cut the
+        # noise command's and shot-seed names); a longer name widens it (`name_width`).
+        (RUN_NAME, 640),
         (DESCRIPTION, 360),
         (_col("metrics", "acc_micro"), 100),
         (_col("attributes", "Dataset"), 260),
@@ -104,9 +106,28 @@ def evaluation_color(run_id: str) -> str:
     return EVALUATION_COLORS[int(hashlib.sha256(run_id.encode()).hexdigest(), 16) % len(EVALUATION_COLORS)]
 
 
-def envelope(kind: Kind, now_ms: int | None = None) -> str:
-    """The tag value of the `mmlu_track` view of an experiment of `kind`."""
-    columns = COLUMNS[kind]
+# MLflow's run-name cell: its text about 5.65 px a character wide (the names measured: 5.5-5.7), 6 kept
+# for wider glyphs, and 44 px beside it (the colour dot and padding).
+PX_PER_CHAR, CELL_PX = 6.0, 44
+
+
+def name_width(name: str) -> int:
+    """The Run Name column's width in px that shows `name` whole."""
+    return int(len(name) * PX_PER_CHAR + CELL_PX + 0.5)
+
+
+def name_column(current: str) -> int:
+    """The Run Name width of a view tag (0 where it has none, or is not a view this version reads)."""
+    try:
+        return int(json.loads(json.loads(current)["state"])["columnWidths"][RUN_NAME])
+    except (ValueError, KeyError, TypeError):
+        return 0
+
+
+def envelope(kind: Kind, now_ms: int | None = None, name_px: int = 0) -> str:
+    """The tag value of the `mmlu_track` view of an experiment of `kind`, its Run Name column at least
+    `name_px` wide (`name_width` of the longest name logged into it)."""
+    columns = tuple((key, max(px, name_px) if key == RUN_NAME else px) for key, px in COLUMNS[kind])
     state = {
         "selectedColumns": [key for key, _ in columns if key != RUN_NAME],
         "columnOrder": [key for key, _ in columns],  # MLflow applies widths only to ordered columns
@@ -119,16 +140,17 @@ def envelope(kind: Kind, now_ms: int | None = None) -> str:
     return json.dumps({**envelope, "mmlu_track_view": VERSION})
 
 
-def needs_writing(current: str | None) -> bool:
+def needs_writing(current: str | None, name_px: int = 0) -> bool:
     """Whether the experiment's view tag (its value, None when absent) should be (re)written: absent,
-    or ours from an older layout. A view without our field is a user's: kept."""
+    ours from an older layout, or ours with a Run Name column narrower than `name_px` (a run's name
+    would be cut). A view without our field is a user's: kept."""
     if current is None:
         return True
     try:
         version = json.loads(current).get("mmlu_track_view")
     except (ValueError, AttributeError):
         return False  # not ours to repair
-    return isinstance(version, int) and version < VERSION
+    return isinstance(version, int) and (version < VERSION or name_column(current) < name_px)
 
 
 def _scheme(uri: str) -> str:

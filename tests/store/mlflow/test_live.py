@@ -278,3 +278,27 @@ def test_a_run_mlflow_no_longer_has_is_reopened_as_a_new_one_and_only_then(tmp_p
         again = LiveRun(uri, "e", warned.append).open("r1", start, existing=gone)
         assert again not in (None, first, "0" * 32)
     assert warned == []
+
+
+def test_the_run_name_column_widens_to_show_every_name_whole(tmp_path: Path) -> None:
+    """Names were cut at 520 px (issue 86; measured in MLflow 3.17.2 at 1,600 px, side panel open or
+    closed: a 103-character name needs 626 px, the noise command's 574): the default holds the names
+    measured, and a longer name logged widens the view (never narrows it); a user's view stays."""
+    from mmlu_track.store.mlflow.client import client_and_experiment
+
+    measured = {103: 626, 96: 574, 94: 573, 92: 558}  # characters -> px MLflow needed
+    assert all(mlflow_views.name_width("x" * n) >= px for n, px in measured.items())
+    ours = mlflow_views.envelope("evaluations", now_ms=1)
+    assert mlflow_views.name_column(ours) >= 626
+    assert mlflow_views.needs_writing(ours, mlflow_views.name_width("x" * 200))
+    assert not mlflow_views.needs_writing(ours, mlflow_views.name_width("x" * 90))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    long_name = "m" * 160
+
+    def width() -> int:
+        client, exp_id = client_and_experiment(uri, "e", "evaluations", "short")
+        return mlflow_views.name_column(client.get_experiment(exp_id).tags[mlflow_views.VIEW_TAG])
+
+    assert width() == mlflow_views.name_column(ours)
+    client_and_experiment(uri, "e", "evaluations", long_name)
+    assert width() == mlflow_views.name_width(long_name)  # and a short name after it keeps it wide
