@@ -153,15 +153,20 @@ def _path(cfg: DataConfig) -> str:
 def hub_unreachable(what: str, offline_form: str) -> None:
     """Refuse at once, naming `offline_form`, where the hub's host does not even resolve (no network,
     no DNS): the hub's client would retry for half a minute and print each try. Its offline mode
-    (`HF_HUB_OFFLINE` or `HF_DATASETS_OFFLINE`, set: the local cache) is left to the library."""
+    (`HF_HUB_OFFLINE` or `HF_DATASETS_OFFLINE`, set: the local cache) and a proxy's reach (`HTTPS_PROXY`)
+    are left to the library."""
     import os
     import socket
     import urllib.parse
+    import urllib.request
 
     if any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in _OFFLINE_VARS):
         return
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-    host = urllib.parse.urlsplit(endpoint).hostname or endpoint
+    parts = urllib.parse.urlsplit(endpoint)
+    host = parts.hostname or endpoint
+    if urllib.request.getproxies().get(parts.scheme or "https") and not urllib.request.proxy_bypass(host):
+        return  # behind a proxy the proxy resolves the host, often where this machine cannot
     try:
         socket.getaddrinfo(host, 443)
     except (OSError, UnicodeError):

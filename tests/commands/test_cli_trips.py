@@ -9,10 +9,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from ..conftest import SHARED_DIR, CliResult
 
 Cli = Callable[..., CliResult]
 SMOKE = ["experiment=smoke", "device=cpu", "tracking=sql_only"]
+PROXIES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
 
 def _db(tmp_path: Path) -> str:
@@ -48,6 +51,7 @@ def test_the_hub_out_of_reach_is_one_line_in_seconds_naming_the_offline_form(
 ) -> None:
     """No retry loop when the hub's host does not even resolve (`.invalid` never does, RFC 6761)."""
     env = {"HF_ENDPOINT": "https://hub.invalid", "HF_HUB_OFFLINE": "", "HF_DATASETS_OFFLINE": ""}
+    env |= dict.fromkeys(PROXIES, "")  # no proxy: this machine resolves the host itself
     cases = [
         (["benchmark=mmlu_pro", "data=mmlu_pro", "subjects=all"], "data=mmlu_pro_local data.path=FOLDER"),
         (["data=mmlu_hub"], "data=mmlu"),
@@ -90,3 +94,16 @@ def test_a_run_leaves_no_lock_file_beside_its_mlflow_store(cli: Cli, tmp_path: P
     assert got.code == 0, got.err
     assert (tmp_path / "mlflow.db").is_file()
     assert not list(tmp_path.glob("*.lock"))
+
+
+def test_behind_a_proxy_the_hosts_name_is_left_to_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy resolves the hub's host where this machine often cannot: no refusal by name then."""
+    from mmlu_track.eval.data import DataError, hub_unreachable
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "NO_PROXY", "no_proxy", *PROXIES):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
+    with pytest.raises(DataError, match=r"hub\.invalid does not resolve"):
+        hub_unreachable("x", "data=mmlu")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    hub_unreachable("x", "data=mmlu")  # the library goes through the proxy and says what it finds
