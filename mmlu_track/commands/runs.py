@@ -106,7 +106,11 @@ def _accuracies(run: StoredRun, circular: bool) -> tuple[str, str, str]:
 def _list(store: SqlStore, args: argparse.Namespace) -> int:
     runs = store.runs(limit=args.limit, noise=not args.no_noise)
     if not runs:
-        print(f"no runs in {store.url}")
+        hidden = args.no_noise and store.runs(limit=1)
+        print(
+            f"no {'evaluations' if hidden else 'runs'} in {store.url}"
+            + (" (--no-noise hides the rest)" if hidden else "")
+        )
         return 0
     print(
         _ROW.format(

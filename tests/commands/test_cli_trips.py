@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import SHARED_DIR, CliResult
+from ..eval.test_mmlu_pro import require_shared
 
 Cli = Callable[..., CliResult]
 SMOKE = ["experiment=smoke", "device=cpu", "tracking=sql_only"]
@@ -71,6 +72,7 @@ def test_a_repeated_question_id_is_refused_naming_both_rows_and_nothing_is_recor
     cli: Cli, tmp_path: Path
 ) -> None:
     real = SHARED_DIR / "data" / "mmlu-pro"
+    require_shared(real / "test.jsonl")
     with (real / "test.jsonl").open(encoding="utf-8") as f:
         test = [{**json.loads(next(f)), "question_id": 1000 + i} for i in range(10)]
     test.append(test[3])  # a repeated row
