@@ -106,11 +106,8 @@ def _accuracies(run: StoredRun, circular: bool) -> tuple[str, str, str]:
 def _list(store: SqlStore, args: argparse.Namespace) -> int:
     runs = store.runs(limit=args.limit, noise=not args.no_noise)
     if not runs:
-        hidden = args.no_noise and store.runs(limit=1)
-        print(
-            f"no {'evaluations' if hidden else 'runs'} in {store.url}"
-            + (" (--no-noise hides the rest)" if hidden else "")
-        )
+        hidden = " (--no-noise hides the rest)" if args.no_noise and store.runs(limit=1) else ""
+        print(f"no {'evaluations' if hidden else 'runs'} in {store.url}{hidden}")
         return 0
     print(
         _ROW.format(

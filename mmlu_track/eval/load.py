@@ -19,6 +19,12 @@ def _in_process(cfg: EvalConfig, threads: int | None) -> Backend:
     return in_process.load_backend(cfg, threads)
 
 
+def _fake(cfg: EvalConfig, threads: int | None) -> Backend:
+    from mmlu_track.eval import fake
+
+    return fake.load_backend(cfg, threads)
+
+
 def _served(cfg: EvalConfig, threads: int | None) -> Backend:
     from mmlu_track.eval import openai_connect
 
@@ -29,6 +35,7 @@ BACKENDS: dict[str, Callable[[EvalConfig, int | None], Backend]] = {
     "hub": _in_process,  # a hub id or a local folder, loaded by transformers
     "gguf": _in_process,  # a GGUF file, converted once to a cached safetensors copy
     "tiny": _in_process,  # a tiny random Llama (tests, plumbing checks)
+    "fake": _fake,  # no weights, no torch: answers drawn from a seed (tests where the model is not the point)
     "openai_api": _served,  # served over the OpenAI-compatible HTTP API: vLLM, SGLang, TGI, llama.cpp
 }
 
@@ -41,13 +48,18 @@ def load_backend(cfg: EvalConfig, threads: int | None = None) -> Backend:
 
 
 def in_process(cfg: EvalConfig) -> bool:
-    """Whether the configured model runs in this process (torch, seeded with the run's seed)."""
-    return not is_served(cfg.model.source)
+    """Whether the configured model runs in this process on torch (seeded with the run's seed, on
+    the CPU threads `threads=` chooses): not a served model, nor the fake one."""
+    return not is_served(cfg.model.source) and cfg.model.source != "fake"
 
 
 def pinned(cfg: EvalConfig) -> pins.Pinned | str:
     """The weights the configured model would load, known without loading them (`eval.pins`); else
     a sentence saying why they are known only once loaded."""
+    if cfg.model.source == "fake":
+        from mmlu_track.eval import fake
+
+        return fake.pinned(cfg)
     if in_process(cfg):
         from mmlu_track.eval import in_process as backend
 

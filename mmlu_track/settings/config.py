@@ -15,7 +15,7 @@ from typing import Any, Literal
 from mmlu_track.settings.subjects import SUBJECTS
 from mmlu_track.support.credentials import redact_doc
 
-ModelSource = Literal["hub", "gguf", "tiny", "openai_api"]
+ModelSource = Literal["hub", "gguf", "tiny", "fake", "openai_api"]
 DataSource = Literal["packaged", "hub", "local"]
 ScoringMethod = Literal["logprob", "generate"]
 Calibration = Literal["none", "mean"]
@@ -51,7 +51,8 @@ class ModelConfig:
 
     `source`: `hub` = a hub id or a local directory for `AutoModelForCausalLM`; `gguf` = a GGUF
     file (`gguf_file`) in `name_or_path`, or in the installed Python package `package`;
-    `tiny` = a random-weight llama built from `tiny_*` with the packaged SmolLM2 tokenizer.
+    `tiny` = a random-weight llama built from `tiny_*` with the packaged SmolLM2 tokenizer; `fake` =
+    no weights and no torch, answers drawn from `tiny_seed` and each prompt (`eval.fake`: tests).
     `add_bos`: None keeps the tokenizer's own choice; True/False forces a BOS token or none.
     `device_map` (hub models): `auto` lets accelerate spread a model too big for one GPU over the
     visible GPUs (then CPU memory); None puts the whole model on `device`.
@@ -332,7 +333,8 @@ class NoiseConfig:
 
 # Settings that apply to some model sources or scoring methods only (a flattened key -> when).
 _APPLIES_TO_SOURCE = {
-    **{f"model.{k}": ("tiny",) for k in ("tiny_hidden_size", "tiny_num_layers", "tiny_seed")},
+    **{f"model.{k}": ("tiny",) for k in ("tiny_hidden_size", "tiny_num_layers")},
+    "model.tiny_seed": ("tiny", "fake"),  # the seed of a random model's weights (the fake's: its answers)
     **{
         f"model.{k}": tuple(SERVED_SOURCES)
         for k in (*SERVED_ONLY, "max_concurrency", "timeout_s", "max_retries", "top_logprobs")
