@@ -116,7 +116,7 @@ def test_hydras_refusal_of_an_override_is_one_line_in_every_command(
 ) -> None:
     # Hydra re-raises its own errors under a tracer (coverage, a debugger): print as the command line does.
     monkeypatch.setattr("hydra._internal.utils.is_under_debugger", lambda: False)
-    models = "(available options in 'model': hf_hub, openai_api, smollm2_135m, tiny)"
+    models = "(available options in 'model': fake, hf_hub, openai_api, smollm2_135m, tiny)"
     cases = [  # before: five to eight lines each, ending in a hint about HYDRA_FULL_ERROR
         ("eval", ["foo=1"], "unknown key 'foo' (--help lists every key)"),  # never "use +foo=1"
         ("eval", ["limt=10"], "unknown key 'limt': did you mean limit? (--help lists every key)"),
