@@ -69,3 +69,51 @@ def test_processes_opening_a_fresh_database_together_migrate_it_once(postgres_ur
     procs = [warm.Popen(["-c", code]) for _ in range(6)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [out.strip() for out, _ in outs] == ["ok"] * 6, [err[-400:] for _, err in outs]
+
+
+def test_a_shared_store_of_the_previous_release_is_restamped_by_db_upgrade(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """Migration 0016 on PostgreSQL (issue 86): the previous release's runs (tests/data/store_0015.sql,
+    copied row by row into a server database at schema 0015) get their role and canonical identities
+    by `runs db-upgrade`, and today's command reuses them."""
+    import sqlite3
+
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import MetaData, create_engine, select
+
+    from mmlu_track.support.resources import MIGRATIONS_DIR
+
+    from ..pipeline.test_canonical import DUMP, REORDERED
+
+    legacy = tmp_path / "legacy.db"
+    with sqlite3.connect(legacy) as conn:
+        conn.executescript(DUMP.read_text(encoding="utf-8"))
+    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    server = create_engine(postgres_url)
+    with server.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0015")
+    source, target = MetaData(), MetaData()
+    lite = create_engine(f"sqlite:///{legacy}")
+    source.reflect(lite)
+    target.reflect(server)
+    with lite.connect() as src, server.begin() as dst:
+        for name in ("runs", "run_shards", "subject_scores", "question_results", "noise_floors"):
+            rows = [dict(r._mapping) for r in src.execute(select(source.tables[name]))]
+            for row in rows:  # SQLite keeps booleans as 0/1 and times as text: as the server's columns
+                for col in target.tables[name].columns:
+                    if str(col.type) == "BOOLEAN" and row.get(col.name) is not None:
+                        row[col.name] = bool(row[col.name])
+            if rows:
+                dst.execute(target.tables[name].insert(), rows)
+    server.dispose()
+    assert runs_main(["--db", postgres_url, "db-upgrade"]) == 0
+    store = SqlStore(postgres_url)
+    roles = [r.role for r in store.runs(limit=100)]
+    assert roles.count("noise") == 5
+    out = run(tiny_run_cfg(postgres_url, "subjects=[anatomy,marketing]"), tmp_path / "o", display=QUIET)
+    assert out.run_id.startswith(REORDERED)  # the stored run in the other order, taken as it is
+    store.close()
