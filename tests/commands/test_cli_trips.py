@@ -109,3 +109,28 @@ def test_behind_a_proxy_the_hosts_name_is_left_to_the_proxy(monkeypatch: pytest.
         hub_unreachable("x", "data=mmlu")
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     hub_unreachable("x", "data=mmlu")  # the library goes through the proxy and says what it finds
+
+
+def test_two_mmlu_pro_runs_compare_with_the_rows_a_single_runs_report_has(cli: Cli, tmp_path: Path) -> None:
+    """A single MMLU-Pro run's report shows its questions taken from MMLU beside the new ones; the
+    compare of two had no such rows (issue 86). On the fake model: the model is not the point."""
+    real = SHARED_DIR / "data" / "mmlu-pro"
+    require_shared(real / "test.jsonl")
+    folder = tmp_path / "pro"
+    folder.mkdir()
+    with (real / "test.jsonl").open(encoding="utf-8") as f:
+        (folder / "test.jsonl").write_text("".join(next(f) for _ in range(400)))
+    (folder / "validation.jsonl").write_bytes((real / "validation.jsonl").read_bytes())
+    db = _db(tmp_path)
+    pro = ["model=fake", "tracking=sql_only", db, "benchmark=mmlu_pro", "data=mmlu_pro_local",
+           f"data.path={folder}", "subjects=[business]", "k=0"]  # fmt: skip
+    for dtype in ("float32", "bfloat16"):
+        got = cli("eval", *pro, f"dtype={dtype}", cwd=tmp_path)
+        assert got.code == 0, got.err
+        assert "from MMLU" in got.out  # the single run's report
+    compared = cli("compare", "baseline=fake-model", "candidate=fake-model", "tracking=sql_only", db,
+                   f"hydra.run.dir={tmp_path / 'c'}", cwd=tmp_path)  # fmt: skip
+    assert compared.code in (0, 1), compared.err
+    lines = [line.strip() for line in compared.out.splitlines()]
+    assert any(line.startswith("from MMLU ") for line in lines), compared.out
+    assert any(line.startswith("new in MMLU-Pro ") for line in lines)
