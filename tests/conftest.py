@@ -36,6 +36,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # The team's shared folder (offline assets, real data files as published): beside the checkout, as
 # on CI's machines, or where MMLU_TRACK_SHARED names it; a test that needs it says so where it is missing.
 SHARED_DIR = Path(os.environ.get("MMLU_TRACK_SHARED") or ROOT.parent / "shared")
+
+
+def require_shared(path: Path) -> None:
+    """Fail in CI (its machines keep the team's shared folder), skip elsewhere, when `path` of the
+    shared folder is missing: a clone outside the team's machines has none of its real files."""
+    if not path.is_file():
+        why = f"the shared folder's {path.name} is not here ({path})"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
 CONF_DIR = ROOT / "conf"
 
 

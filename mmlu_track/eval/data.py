@@ -150,6 +150,9 @@ def _path(cfg: DataConfig) -> str:
 # --- hub ----------------------------------------------------------------------------------------
 
 
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # set: the library reads the hub's cache
+
+
 def hub_unreachable(what: str, offline_form: str) -> None:
     """Refuse at once, naming `offline_form`, where the hub's host does not even resolve (no network,
     no DNS): the hub's client would retry for half a minute and print each try. Its offline mode
@@ -174,9 +177,6 @@ def hub_unreachable(what: str, offline_form: str) -> None:
             f"cannot load {what} from the hub: its host {host} does not resolve (offline?); use "
             f"{offline_form}, or set HF_HUB_OFFLINE=1 to read a copy in the hub's local cache"
         ) from None
-
-
-_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
 def _load_hub(cfg: DataConfig, subject: str, split: str) -> tuple[Question, ...]:

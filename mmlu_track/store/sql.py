@@ -65,6 +65,7 @@ from mmlu_track.store.rows import (
     taken_by,
     to_row,
     utc_now,
+    with_noise,
 )
 from mmlu_track.support.credentials import redact
 
@@ -378,7 +379,7 @@ class SqlStore:
         """At most `limit` runs, newest first; `unsynced`: only finished runs not completely logged to
         MLflow yet (`runs sync`); `noise=False`: the noise command's runs left out."""
         query = select(Run).order_by(Run.created_at.desc()).limit(limit)
-        query = query.where(*taken_by(RunRole.NOISE if noise else RunRole.EVALUATION))
+        query = query.where(*with_noise(noise))
         if unsynced:
             query = query.where(Run.status == RunStatus.FINISHED, Run.mlflow_synced_at.is_(None))
         with self._session() as s:
@@ -413,6 +414,6 @@ class SqlStore:
         """A model's finished runs, newest first (the gate picks a comparable one among them): its
         evaluations, and with `noise` the noise command's runs too."""
         query = select(Run).where(Run.model_name == model_name, Run.status == RunStatus.FINISHED)
-        query = query.where(*taken_by(RunRole.NOISE if noise else RunRole.EVALUATION))
+        query = query.where(*with_noise(noise))
         with self._session() as s:
             return [stored(r) for r in s.scalars(query.order_by(Run.created_at.desc()))]

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import SHARED_DIR, CliResult
-from ..eval.test_mmlu_pro import require_shared
+from ..conftest import SHARED_DIR, CliResult, require_shared
 
 Cli = Callable[..., CliResult]
 SMOKE = ["experiment=smoke", "device=cpu", "tracking=sql_only"]

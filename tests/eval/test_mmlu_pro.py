@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from mmlu_track.eval import mmlu_pro
 from mmlu_track.eval.data import DataError, Question, fingerprint
 from mmlu_track.records.results import FROM_MMLU
 
-from ..conftest import SHARED_DIR
+from ..conftest import SHARED_DIR, require_shared
 
 LETTERS = mmlu_pro.OPTION_LETTERS
 
@@ -147,16 +146,6 @@ def test_too_few_shots_and_missing_splits_are_one_line(tmp_path: Path) -> None:
 
 
 SHARED = SHARED_DIR / "data" / "mmlu-pro"  # the team's shared folder (conftest.SHARED_DIR)
-
-
-def require_shared(path: Path) -> None:
-    """Fail in CI (its machines keep the team's shared folder), skip elsewhere, when `path` of the
-    shared MMLU-Pro copy is missing: a clone outside the team's machines has no MMLU-Pro rows."""
-    if not path.is_file():
-        why = f"the shared MMLU-Pro copy is not here ({path})"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
 
 
 def test_the_real_release_reads_with_its_published_counts() -> None:

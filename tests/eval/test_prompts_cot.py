@@ -10,7 +10,8 @@ import json
 from mmlu_track.eval import mmlu_pro, prompts
 from mmlu_track.eval.data import Question
 
-from .test_mmlu_pro import SHARED, require_shared
+from ..conftest import require_shared
+from .test_mmlu_pro import SHARED
 
 GOLDEN = SHARED / "prompts_q70_business.json"
 COT = "A: Let's think step by step. Two and two make four. The answer is (A)."

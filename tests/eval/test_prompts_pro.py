@@ -13,8 +13,8 @@ from mmlu_track.eval import mmlu_pro, prompts, prompts_pro
 from mmlu_track.eval.backend import LetterRequest
 from mmlu_track.eval.data import DataError, Question, SubjectData
 
-from ..conftest import LM_EVAL_DATA
-from .test_mmlu_pro import SHARED, require_shared
+from ..conftest import LM_EVAL_DATA, require_shared
+from .test_mmlu_pro import SHARED
 
 PHYSICS = Question("physics", "test", 0, " Which? ", (" right", "wrong", "also wrong"), 0, qid=70, src="x")
 SHOT = Question("math", "validation", 0, "2+2?", ("4", " 5", "N/A", "N/A"), 0, qid=0, src="y")

@@ -112,7 +112,7 @@ def client_and_experiment(
         current = exp.tags.get(mlflow_views.VIEW_TAG) if exp else None
         if view and mlflow_views.needs_writing(current, px := mlflow_views.name_width(name)):
             # A view is a convenience: a store refusing experiment tags costs no logging.
-            widest = max(px, mlflow_views.name_column(current)) if current else px  # never narrowed
+            widest = max(px, mlflow_views.name_column(current))  # never narrowed
             with contextlib.suppress(*failures()):
                 client.set_experiment_tag(
                     exp_id, mlflow_views.VIEW_TAG, mlflow_views.envelope(view, name_px=widest)

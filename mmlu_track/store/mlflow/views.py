@@ -116,8 +116,10 @@ def name_width(name: str) -> int:
     return int(len(name) * PX_PER_CHAR + CELL_PX + 0.5)
 
 
-def name_column(current: str) -> int:
-    """The Run Name width of a view tag (0 where it has none, or is not a view this version reads)."""
+def name_column(current: str | None) -> int:
+    """The Run Name width of a view tag (0 where there is none, or not a view this version reads)."""
+    if current is None:
+        return 0
     try:
         return int(json.loads(json.loads(current)["state"])["columnWidths"][RUN_NAME])
     except (ValueError, KeyError, TypeError):
