@@ -27,7 +27,7 @@ from mmlu_track.gate.policy import (
 from mmlu_track.gate.publish import publish
 from mmlu_track.gate.questions import disputed, only_clean
 from mmlu_track.gate.stats import ComparisonError, compare, origins, pair
-from mmlu_track.records.results import QuestionResult, is_pro
+from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.stored import ambiguous
 from mmlu_track.settings.config import CompareConfig, CompareMode, GateConfig
 from mmlu_track.store.sql import open_existing_store
@@ -214,8 +214,8 @@ def decided(
     statistics, the verdict and every note beside it."""
     noise = store.noise.latest(cand.protocol)
     g = auto_margin(cfg.gate, noise, cand.model_name, pairs.compared)
-    metric, pro = cfg.gate.metric, is_pro(pairs.candidate)
-    groups = origins(pairs.baseline, pairs.candidate, metric) if pro else None
+    metric = cfg.gate.metric
+    groups = origins(pairs.baseline, pairs.candidate, metric)
     comp = compare(pair(pairs.baseline, pairs.candidate, metric), g, groups=groups)
     verdict = decide(comp, g) if cfg.mode == "gate" else analysis(comp)
     sides = (("the baseline", _truncated(base)), ("the candidate", _truncated(cand)))

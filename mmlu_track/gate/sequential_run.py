@@ -37,7 +37,7 @@ from mmlu_track.gate.policy import (
 from mmlu_track.gate.publish import publish
 from mmlu_track.gate.run import Lookup, resolve
 from mmlu_track.gate.stats import Comparison, ComparisonError, compare, origins, pair, pts
-from mmlu_track.records.results import QuestionResult, is_pro
+from mmlu_track.records.results import QuestionResult
 from mmlu_track.records.run import EarlyStop
 from mmlu_track.records.stored import RecordedVerdict, RunStatus
 from mmlu_track.settings.config import CompareConfig, EvalConfig, GateConfig
@@ -236,7 +236,7 @@ class SequentialLooks:
                 f"candidate run {cand.id[:12]} is kept ({cand.status}): compare it with another baseline"
             )
         base_used = [self.baseline[(r.subject, r.index)] for r in self.used]
-        groups = origins(base_used, self.used, gate.metric) if is_pro(self.used) else None
+        groups = origins(base_used, self.used, gate.metric)
         comp = compare(pair(base_used, self.used, gate.metric), gate, groups=groups)
         verdict = _verdict(res, gate, self.count, cand.n_questions)
         verdict = _say_needed(verdict, comp, cand.n_questions, self.cfg.limit is not None)

@@ -284,9 +284,10 @@ def _adjusted(p_values: list[float], alpha: float, method: str) -> list[float]:
 
 def origins(
     baseline: Sequence[QuestionResult], candidate: Sequence[QuestionResult], metric: str = "accuracy"
-) -> list[Group]:
+) -> list[Group] | None:
     """MMLU-Pro's questions grouped by where they came from (`records.results.ORIGINS`: taken from
-    MMLU, or new), as a single run's report groups them; the groups of `compare(..., groups=)`."""
+    MMLU, or new), as a single run's report groups them: the groups of `compare(..., groups=)`; None
+    for MMLU's questions (no origin: `compare` groups them by category)."""
     base = {(r.subject, r.index): r for r in baseline}
     by: dict[str, tuple[list[float], list[float]]] = {}
     for r in sorted(candidate, key=lambda r: (r.subject, r.index)):
@@ -294,7 +295,7 @@ def origins(
             xs, ys = by.setdefault(where, ([], []))
             xs.append(float(b.outcome(metric)))
             ys.append(float(r.outcome(metric)))
-    return [(o, np.array(by[o][0]), np.array(by[o][1])) for o in ORIGINS if o in by]
+    return [(o, np.array(by[o][0]), np.array(by[o][1])) for o in ORIGINS if o in by] if by else None
 
 
 def _categories(pairs: Pairs) -> list[Group]:

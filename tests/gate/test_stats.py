@@ -330,7 +330,9 @@ def test_two_mmlu_pro_runs_are_compared_by_origin_as_a_single_run_is_reported() 
     base = pro([True, True, False, False] * 2, "physics") + pro([True, False, True, False], "law")
     cand = pro([True, False, False, True] * 2, "physics") + pro([False, False, True, True], "law")
     groups = origins(base, cand)
+    assert groups is not None
     assert [name for name, _, _ in groups] == list(ORIGINS)
+    assert origins(_results([True]), _results([False])) is None  # MMLU: by category instead
     comp = compare(pair(base, cand), GateConfig("default"), groups=groups)
     by_name = {d.name: d for d in comp.categories}
     single = aggregate(cand).categories  # the candidate's own report groups its questions so
