@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import copy
 import functools
-import gc
 import os
 import pwd
 import shutil
@@ -52,58 +50,23 @@ CONF_DIR = ROOT / "conf"
 
 
 def compose_raw(overrides: list[str]) -> dict[str, Any]:
-    return copy.deepcopy(_composed(tuple(overrides)))
-
-
-def _is_group(override: str) -> bool:
-    """Whether Hydra takes `override` as a config group choice (`model=tiny`, `+experiment=x`,
-    `hydra/launcher=joblib`), as its repository decides it: a key naming a folder of a config source."""
-    key = override.split("=", 1)[0].lstrip("+~").split("@", 1)[0]
-    # hydra.* goes to Hydra's own node, which compose() then drops: composed with the groups
-    return "/" in key or key.split(".")[0] == "hydra" or (CONF_DIR / key).is_dir()
-
-
-@functools.cache
-def _composed_groups(groups: tuple[str, ...]) -> Any:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="eval", overrides=list(groups))
-
-
-@functools.cache
-def _composed(overrides: tuple[str, ...]) -> dict[str, Any]:
-    # Composed once per worker for each set of config group choices, then the key=value overrides
-    # applied by Hydra's own function, as Hydra's composition does after building the defaults list
-    # (ConfigLoaderImpl._load_configuration_impl): the same config, at a fifth of the cost. A full
-    # composition costs ~0.13 s on 2 busy cores and most of the suite's ~800 differ only in a value
-    # (each test's own store path). conf/ does not change during a run and its composition reads no
-    # environment. A failure is not cached. (tests/settings/test_config.py checks both agree.)
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    groups = tuple(o for o in overrides if _is_group(o))
-    values = [o for o in overrides if not _is_group(o)]
-    cfg = copy.deepcopy(_composed_groups(groups))
-    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(values), cfg)
-    return plain(cfg)
-
-
-def compose_hydra(overrides: list[str]) -> dict[str, Any]:
-    """Composed by Hydra in one call, every override at once (what the cached path must equal)."""
+    """conf/eval.yaml composed by Hydra with `overrides`, as a plain dict."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return plain(compose(config_name="eval", overrides=overrides))
 
 
 def compose_eval(overrides: list[str]) -> EvalConfig:
-    return eval_config_from_dict(compose_raw(overrides))
+    """The typed, frozen config of these overrides: composed once per worker for each list (a
+    composition costs ~0.1 s, and the synthetic runs ask for the same few hundreds of times)."""
+    return _typed(tuple(overrides))
+
+
+@functools.cache
+def _typed(overrides: tuple[str, ...]) -> EvalConfig:
+    return eval_config_from_dict(compose_raw(list(overrides)))
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # A full collection after 100 younger ones, not 10: a worker's heap holds torch, transformers,
-    # MLflow and the collected tests (millions of objects), and each automatic full collection
-    # scanned them all, ~0.3 s: 19 of them took 6 s of a 69 s run of three modules (gc.callbacks).
-    # Cyclic garbage is still collected, later. (Freezing the heap instead makes statsmodels'
-    # gc.collect() in every comparison scan all that was imported after: 9 s -> 60 s for one test.)
-    gc.set_threshold(700, 10, 100)
     # Bytecode written and reused (__pycache__, ignored by git) by this run and every process it
     # starts, whatever the environment says: under PYTHONDONTWRITEBYTECODE=1 (this machine's, and
     # many images') each process compiled every mmlu_track module and test module anew (a tenth of
@@ -139,17 +102,6 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["MMLU_TRACK_CACHE"] = old
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _warm_server(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator[None]:
-    """One warm server (`warm.py`) for all workers, started by the first test that asks for a warm
-    process, with this session's environment (`cache_dir`'s included); stopped by the last worker."""
-    from . import warm
-
-    warm.use_shared_root(workers_root(tmp_path_factory), dict(os.environ))
-    yield
-    warm.release()
-
-
 @pytest.fixture(scope="session")
 def tiny_cfg(cache_dir: Path) -> EvalConfig:
     return compose_eval(["model=tiny", "device=cpu"])
@@ -162,17 +114,6 @@ def tiny_lm(tiny_cfg: EvalConfig) -> Any:
     return models.load_model(tiny_cfg)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    # An xdist worker has sent its results and torn down every fixture by now: it ends here instead
-    # of tearing down the interpreter (collecting torch's, transformers' and MLflow's objects: ~2 s
-    # of CPU per worker, 4-9 s of the run's wall time at its end, where nothing else runs).
-    if "PYTEST_XDIST_WORKER" in os.environ:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-
-
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: one worker more than the cores this process may use (`--maxprocesses` caps it).
     About a tenth of the suite waits with its core idle (deliberate time-outs, servers' answers,
@@ -181,26 +122,29 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return len(os.sched_getaffinity(0)) + 1
 
 
-LONG_FIRST = ("test_workflows.py", "test_package.py")  # see pytest_collection_modifyitems
+# The opt-in tiers (pyproject.toml's markers) a test joins by asking for one of these fixtures,
+# however indirectly: a test that starts a service is in its tier whether or not it says so.
+TIER_FIXTURES = {
+    "services": {"postgres_server", "mlflow_server"},
+    "servers": {"server", "cpp_server", "any_server"},  # any_server asks for the others by name
+}
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Two of the longest tests first (the workflow's sharded run, 28 s; the installed wheel, 15 s),
-    # the rest as collected: collected last (after the folders that mirror the package), they were
-    # the last that xdist's worksteal hands out (and steals), run by one worker while the other had
-    # nothing left. Only these: handing out all the top-level tests first put the served-model
-    # tests at the end of a worker's queue, where the other stole them and both waited on the one
-    # shared llama-cpp-python server (one full run: 369 s instead of 308 s).
-    first = {ROOT / "tests" / name for name in LONG_FIRST}
-    items[:] = sorted(items, key=lambda item: item.path not in first)  # stable: otherwise as collected
-    import torch
-
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs CUDA")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        asked = set(getattr(item, "fixturenames", ()))
+        for tier, fixtures in TIER_FIXTURES.items():
+            if asked & fixtures:
+                item.add_marker(tier)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu"):
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs CUDA")
 
 
 @pytest.fixture
@@ -208,11 +152,13 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
-def tiny_run_cfg(db_url: str, *overrides: str) -> EvalConfig:
-    """The smoke preset, recorded in `db_url` only (no MLflow) unless overrides say otherwise."""
+def tiny_run_cfg(db_url: str, *overrides: str, model: str = "fake") -> EvalConfig:
+    """The smoke preset on `model` (the fake one unless the model is the point: `model="tiny"`),
+    recorded in `db_url` only (no MLflow) unless overrides say otherwise."""
     return compose_eval(
-        ["experiment=smoke", "device=cpu", "tracking=sql_only", f"tracking.db_url={db_url}", *overrides]
-    )
+        ["experiment=smoke", f"model={model}", "device=cpu", "tracking=sql_only", f"tracking.db_url={db_url}",
+         *overrides]
+    )  # fmt: skip
 
 
 def synthetic_run(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import functools
 import importlib.util
@@ -135,28 +134,9 @@ def _check_paths(raw: dict[str, Any]) -> None:
             assert Path(value).expanduser().exists(), f"{value} does not exist (placeholder: /path/to/…)"
 
 
-_COMPOSED: dict[tuple[str, ...], Any] = {}
-
-
 def _composed(config_name: str, overrides: list[str]) -> Any:
-    """What Hydra composes for these overrides, in Hydra's two steps: the config groups (and Hydra's
-    own settings: a launcher's keys) choose the defaults list, composed once per set of choices;
-    then the key overrides are applied to it by Hydra's own function. A sweep's jobs differ only in
-    the second step: composing each whole (~0.15 s) made this test take seconds per page."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(overrides)
-
-    def structural(key: str) -> bool:
-        return "/" in key or key.startswith("hydra") or (CONF_DIR / key).is_dir()
-
-    choices = (config_name, *(o.input_line for o in parsed if structural(o.key_or_group)))
-    if choices not in _COMPOSED:
-        _COMPOSED[choices] = compose(config_name=config_name, overrides=list(choices[1:]))
-    cfg = copy.deepcopy(_COMPOSED[choices])
-    ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if not structural(o.key_or_group)], cfg)
-    return cfg
+    """What Hydra composes for these overrides (Hydra's own keys, a launcher's, validated too)."""
+    return compose(config_name=config_name, overrides=overrides)
 
 
 def _check_eval(cmd: Command, args: tuple[str, ...]) -> None:

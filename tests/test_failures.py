@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from mmlu_track.store.orm import QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 
-from . import warm
+from . import processes
 from .conftest import CliResult, synthetic_run
 
 GOOD = {"question": "Fine?", "choices": ["a", "b", "c", "d"], "answer": 1}
@@ -163,6 +163,12 @@ CASES: list[tuple[str, Setup, int, str]] = [
         "model.tiny_num_layers=0 must be >= 1",
     ),
     (
+        "a fake model that would take forever",
+        lambda _: ["experiment=smoke", "model=fake", "model.fake_seconds_per_question=inf"],
+        2,
+        "model.fake_seconds_per_question=inf must be a finite number of seconds, 0 or more",
+    ),
+    (
         "an in-memory results database",
         lambda _: ["experiment=smoke", "tracking.db_url=sqlite://"],
         2,
@@ -221,23 +227,23 @@ def test_truncation_allowed_is_said_and_recorded(tmp_path: Path, cli: Cli) -> No
     assert json.loads((tmp_path / "out" / "results.json").read_text())["prompt"]["truncated"] == 6
 
 
-def _slow_tiny_args(tmp_path: Path, db: Path) -> list[str]:
-    """A tiny-model run long enough (one question per forward pass, four subjects) to interrupt."""
+def _slow_run_args(tmp_path: Path, db: Path) -> list[str]:
+    """A run of the fake model long enough to interrupt (four subjects at 20 ms a question: ~11 s)."""
     subjects = "subjects=[abstract_algebra,anatomy,astronomy,virology]"
     out = f"hydra.run.dir={tmp_path / 'out'}"
-    return [f"tracking.db_url=sqlite:///{db}", "model=tiny", "device=cpu",
+    return [f"tracking.db_url=sqlite:///{db}", "model=fake", "model.fake_seconds_per_question=0.02",
             "tracking=sql_only", "k=0", "batch_size=1", subjects, out]  # fmt: skip
 
 
-def _slow_tiny_run(tmp_path: Path, db: Path) -> list[str]:
-    """`_slow_tiny_args` as a command line of its own (for a process to signal, or several at once)."""
-    return ["-m", "mmlu_track", *_slow_tiny_args(tmp_path, db)]
+def _slow_run(tmp_path: Path, db: Path) -> list[str]:
+    """`_slow_run_args` as a command line of its own (for a process to signal, or several at once)."""
+    return ["-m", "mmlu_track", *_slow_run_args(tmp_path, db)]
 
 
 def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path, cli: Cli) -> None:
     db = tmp_path / "store.db"
-    cmd = _slow_tiny_run(tmp_path, db)
-    proc = warm.Popen(cmd, cwd=tmp_path)
+    cmd = _slow_run(tmp_path, db)
+    proc = processes.Popen(cmd, cwd=tmp_path)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.5)
@@ -251,7 +257,7 @@ def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path, 
     ((run_id, status, kept),) = _snapshot(db)
     assert status == "failed"
     assert kept > 0
-    again = cli("eval", *_slow_tiny_args(tmp_path, db), cwd=tmp_path)  # the same command, run again
+    again = cli("eval", *_slow_run_args(tmp_path, db), cwd=tmp_path)  # the same command, run again
     assert again.code == 0, again.err
     assert f"resuming run {run_id}" in again.out
     assert "resumed from the store" in again.out
@@ -477,9 +483,9 @@ def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: 
     import sqlite3
 
     db = tmp_path / "store.db"
-    cmd = _slow_tiny_run(tmp_path, db)
+    cmd = _slow_run(tmp_path, db)
     env = {**os.environ, "MMLU_TRACK_SQLITE_BUSY_TIMEOUT": "1"}
-    proc = warm.Popen(cmd, cwd=tmp_path, env=env)
+    proc = processes.Popen(cmd, cwd=tmp_path, env=env)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -498,11 +504,12 @@ def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: 
     assert line.endswith("the questions committed so far are kept: run the same command to resume")
     ((run_id, _, kept),) = _snapshot(db)
     assert kept > 0
-    again = cli("eval", *_slow_tiny_args(tmp_path, db), cwd=tmp_path)  # the same command, run again
+    again = cli("eval", *_slow_run_args(tmp_path, db), cwd=tmp_path)  # the same command, run again
     assert again.code == 0, again.err
     assert f"resuming run {run_id}" in again.out
 
 
+@pytest.mark.slow  # three interpreters, each creating MLflow's store
 def test_parallel_runs_in_a_fresh_folder_never_collide(tmp_path: Path) -> None:
     """Three runs at once with the default tracking, two of them told to write into one folder:
     own folders (`run-<id>/` below a taken one), own records, all in MLflow."""
@@ -512,8 +519,8 @@ def test_parallel_runs_in_a_fresh_folder_never_collide(tmp_path: Path) -> None:
     env.pop("MLFLOW_TRACKING_URI", None)
     folder = {2: [f"hydra.run.dir={tmp_path / 'same'}"], 3: [f"hydra.run.dir={tmp_path / 'same'}"]}
     procs = [
-        warm.Popen(
-            ["-m", "mmlu_track", "experiment=smoke", f"seed={seed}", *folder.get(seed, [])],
+        processes.Popen(
+            ["-m", "mmlu_track", "experiment=smoke", "model=fake", f"seed={seed}", *folder.get(seed, [])],
             cwd=tmp_path,
             env=env,
         )
@@ -530,10 +537,11 @@ def test_parallel_runs_in_a_fresh_folder_never_collide(tmp_path: Path) -> None:
     assert {client.get_run(str(r.mlflow_run_id)).info.status for r in runs} == {"FINISHED"}
 
 
+@pytest.mark.slow  # three interpreters
 def test_the_same_run_started_three_times_at_once_runs_once(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
-    cmd = _slow_tiny_run(tmp_path, db)
-    procs = [warm.Popen(cmd, cwd=tmp_path) for _ in range(3)]
+    cmd = _slow_run(tmp_path, db)
+    procs = [processes.Popen(cmd, cwd=tmp_path) for _ in range(3)]
     errs = [p.communicate(timeout=300)[1] for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2, 2], errs

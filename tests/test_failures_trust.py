@@ -26,7 +26,7 @@ from mmlu_track.store.liveness import Heartbeat, Shard, current_owner
 from mmlu_track.store.orm import QuestionRow, Run, RunShard
 from mmlu_track.store.sql import SqlStore
 
-from . import warm
+from . import processes
 from .conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -223,7 +223,7 @@ def test_other_weights_in_a_model_folder_are_another_model(cli: Cli, tmp_path: P
 # 4. Liveness that cannot lie ----------------------------------------------------------------------
 
 
-# `unshare --pid --fork --mount-proc --kill-child python -m mmlu_track ARGS`, forked warm (`warm.py`):
+# `unshare --pid --fork --mount-proc --kill-child python -m mmlu_track ARGS`:
 # the tool is PID 1 of a fresh PID namespace with its own /proc, and dies with the process started.
 CONTAINER = """
 import ctypes, os, runpy, signal, sys
@@ -244,12 +244,13 @@ def test_a_run_killed_in_a_restarted_container_is_resumed(tmp_path: Path) -> Non
     """The tool is PID 1 in a fresh PID namespace (a container) both times: the PID alone would say
     the killed run is alive forever."""
     db = tmp_path / "store.db"
-    args = ["-c", CONTAINER, f"tracking.db_url=sqlite:///{db}", "model=tiny", "device=cpu",
+    args = ["-c", CONTAINER, f"tracking.db_url=sqlite:///{db}", "model=fake",
+            "model.fake_seconds_per_question=0.02", "device=cpu",
             "tracking=sql_only", "k=0", "batch_size=1", "limit=40",
             "subjects=[abstract_algebra,anatomy,astronomy,virology]",
             f"hydra.run.dir={tmp_path / 'o'}"]  # fmt: skip
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
-    proc = warm.Popen(args, cwd=tmp_path, env=env)
+    proc = processes.Popen(args, cwd=tmp_path, env=env)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -260,7 +261,7 @@ def test_a_run_killed_in_a_restarted_container_is_resumed(tmp_path: Path) -> Non
     (run,) = _store(tmp_path).runs()
     owner = run.owner or ""
     assert owner.split(":")[1] == "1", owner  # it was PID 1
-    again = warm.run(args, cwd=tmp_path, env=env)
+    again = processes.run(args, cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
     assert f"resuming run {run.id}" in again.stdout
 

@@ -9,9 +9,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from .conftest import ROOT
 
 
+@pytest.mark.slow  # builds and installs the wheel into a fresh environment
 def test_the_wheel_ships_its_configs_and_migrations_and_runs_anywhere(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist)]

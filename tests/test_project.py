@@ -15,11 +15,12 @@ def test_ci_runs_the_readme_setup_and_test_commands() -> None:
     blocks = _bash_blocks((ROOT / "README.md").read_text())
     # The README has three set-ups (CPU, GPU, dev/test): CI runs the dev/test one.
     setup = next(b for b in blocks if b.startswith("pip install torch==2.13.0") and '".[dev]"' in b)
-    assert "python -m pytest" in blocks
+    # The fast tier, then every tier a CPU runs: CI runs the second, the README's own words.
+    assert "python -m pytest\npython -m pytest -m 'not gpu'" in blocks
     ci = (ROOT / ".ci" / "run").read_text()
     for line in setup.splitlines():  # each command as .ci/run runs it (a comment is the README's)
         assert line.split("  #")[0].strip().replace("pip install", "python -m pip install") in ci, line
-    assert re.search(r"^python -m pytest$", ci, flags=re.M)
+    assert re.search(r"^python -m pytest -m 'not gpu'$", ci, flags=re.M)
     assert "python -m mmlu_track experiment=quick" in blocks
 
 

@@ -3,7 +3,6 @@ GITHUB_STEP_SUMMARY; the test workflow, which is `.ci/run` and nothing else; act
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -16,7 +15,6 @@ import yaml
 
 from mmlu_track.store.sql import SqlStore
 
-from . import warm
 from .conftest import ROOT, synthetic_run
 
 
@@ -26,26 +24,16 @@ def _step(workflow: str, step_id: str) -> dict[str, Any]:
     return next(s for s in steps if s.get("id") == step_id)
 
 
-def _run_step(
-    step: dict[str, Any], tmp_path: Path, env: dict[str, str], *, warm_python: bool = True
-) -> tuple[int, dict[str, str], str]:
+def _run_step(step: dict[str, Any], tmp_path: Path, env: dict[str, str]) -> tuple[int, dict[str, str], str]:
     output, summary = tmp_path / "github_output", tmp_path / "github_summary"
     output.write_text("")
     summary.write_text("")
     # GitHub runs `run:` with bash -e -o pipefail; `${{ … }}` expressions are set through env here.
-    # Its `python -m …` runs warm (what the step does, not the interpreter's start, is under test).
     env = {**os.environ, **env, "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary)}
-    path = env.get("PATH", "")
-    with warm.python_on_path(path) if warm_python else contextlib.nullcontext(path) as path:
-        proc = subprocess.run(
-            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
-            cwd=tmp_path,
-            env={**env, "PATH": path},
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
     return proc.returncode, outputs, summary.read_text()
 
@@ -78,6 +66,7 @@ def test_compare_step_outputs_exit_code_verdict_and_summary(
     assert summary.startswith(summary_start)
 
 
+@pytest.mark.slow  # four interpreters with torch and a saved model, two runs and a gate: ~30 s
 def test_evaluate_step_runs_a_sharded_evaluation_and_the_sequential_gate(tmp_path: Path) -> None:
     """The gate's evaluation step with shards=2 on a saved (tiny, random) model, through the joblib
     launcher (the project's test of that launcher): one finished run of each question once, logged
@@ -167,7 +156,7 @@ def test_the_test_workflow_is_ci_run_and_nothing_else() -> None:
     assert "--index-url" not in ci  # it runs offline on the project's CI machine (the wheel is on disk)
     assert re.search(r"apt-get install .*postgresql slurm-wlm munge", ci)
     assert "useradd --system --no-create-home postgres" in ci
-    for line in ("ruff check .", "mypy", "python -m pytest"):
+    for line in ("ruff check .", "mypy", "python -m pytest -m 'not gpu'"):
         assert re.search(rf"^{re.escape(line)}$", ci, flags=re.M), line
 
 
@@ -184,7 +173,7 @@ def test_the_test_workflow_step_runs_ci_run_as_root_with_the_runner_python(tmp_p
     fake.chmod(0o755)
     path = f"{bin_dir}:{os.environ['PATH']}"
     env = {"PATH": path, "GITHUB_WORKSPACE": str(ROOT)}
-    rc, _, _ = _run_step(step, tmp_path, env, warm_python=False)  # the PATH it is given is checked
+    rc, _, _ = _run_step(step, tmp_path, env)  # the PATH it is given is checked
     assert rc == 0
     assert calls.read_text().splitlines() == [
         f"git config --system --add safe.directory {ROOT}",

@@ -43,7 +43,7 @@ def hydra_exit_codes(then: str) -> Iterator[None]:
     Ctrl-C and SIGTERM (which the pipeline turns into exit 143) end with one line saying what
     `then` happens, and the shell's codes 130 and 143."""
     try:
-        with _one_line_config_save(), _one_line_composition_errors(), _one_composition():
+        with _one_line_config_save(), _one_line_composition_errors():
             yield
     except SystemExit as exc:
         if exc.code == 1:
@@ -56,35 +56,13 @@ def hydra_exit_codes(then: str) -> Iterator[None]:
         raise SystemExit(130) from None
 
 
-# What can set hydra.mode at launch, besides conf/ (which never does: tests/settings/test_config.py).
-_MODE_SETTERS = ("hydra.mode", "-cd", "--config-dir", "-cp", "--config-path", "-cn", "--config-name")
-
-
-@contextmanager
-def _one_composition() -> Iterator[None]:
-    """Hydra composes the whole config twice per launch: once only to read `hydra.mode`
-    (`Hydra.get_mode`), then for the run. Where nothing sets hydra.mode its answer is Hydra's
-    default, None, and the launch proceeds the same either way; so unless the command line names
-    hydra.mode or a config folder of its own, the probe answers None without composing: half of a
-    launch's composing (~0.08 s here; the test suite launches ~400 times in-process)."""
-    from hydra._internal.hydra import Hydra
-
-    if any(a.lstrip("~+").startswith(_MODE_SETTERS) for a in sys.argv[1:]):
-        yield
-        return
-    probe = Hydra.get_mode
-    Hydra.get_mode = lambda self, config_name, overrides: None  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Hydra.get_mode = probe  # type: ignore[method-assign]
-
-
 @contextmanager
 def _one_line_config_save() -> Iterator[None]:
     """Hydra writes `.hydra/*.yaml` before our code runs and turns its OSError (a full disk, a
     read-only `hydra.run.dir=`) into a stack trace and exit 1: by then it is too late to say it in
-    one line, so its writer is wrapped (a SystemExit passes through Hydra's handler untouched)."""
+    one line, so its writer is wrapped (a SystemExit passes through Hydra's handler untouched).
+    Hydra 1.3 has no hook for it (no option or callback runs before these files are written):
+    `hydra.core.utils._save_config` is the one function that writes them."""
     import hydra.core.utils as hydra_utils
 
     save = hydra_utils._save_config
@@ -109,7 +87,9 @@ def _one_line_config_save() -> Iterator[None]:
 def _one_line_composition_errors() -> Iterator[None]:
     """Hydra reports its refusal of an override (an unknown key or option, a value that does not
     parse) in five to eight lines with a hint about HYDRA_FULL_ERROR: said here in one line. Its
-    other reports (a sweep job's `JobFailed`, a launcher's) and HYDRA_FULL_ERROR=1 are left alone."""
+    other reports (a sweep job's `JobFailed`, a launcher's) and HYDRA_FULL_ERROR=1 are left alone.
+    Hydra 1.3 has no API for how `@hydra.main` reports an error: its `run_and_report` (in
+    `hydra._internal.utils`) is the one place every composition error passes through."""
     import hydra._internal.utils as hydra_utils
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 

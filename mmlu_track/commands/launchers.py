@@ -262,6 +262,8 @@ def sweep_jobs(argv: list[str]) -> tuple[list[list[str]], set[str]] | None:
     without -m, or for a sweep Hydra will refuse itself (malformed)."""
     if not {"-m", "--multirun"} & set(argv):
         return None
+    # Hydra 1.3 has no public way to expand a sweep into its jobs: its basic sweeper's static
+    # `split_arguments` is what `-m` itself runs.
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException

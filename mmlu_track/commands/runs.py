@@ -80,7 +80,7 @@ def _facts(run: StoredRun) -> _Facts:
     if not isinstance(cfg, dict) or model is None or scoring is None:
         return unreadable
     limit = cfg.get("limit")
-    seeded = f"seed={model.get('tiny_seed')}" if model.get("source") == "tiny" else "-"  # random weights
+    seeded = f"seed={model.get('tiny_seed')}" if model.get("source") in ("tiny", "fake") else "-"  # seeded
     version = run.model_revision or seeded
     circular = "/circular" if scoring.get("choice_order") == "circular" else ""
     method = "cot" if scoring.get("extract") == "cascade" else run.scoring  # a chain of thought

@@ -11,6 +11,9 @@ the same answer in every run, batch and shard, and another prompt another one:
   character, a pattern's "The answer is (X)", a chain of thought ending "the answer is (X)"), an
   invalid answer now and then (about one in twelve), cut at `scoring.stop` as a real generation is.
 
+Each question takes `model.fake_seconds_per_question` (0 by default): a run long enough for a test
+to interrupt it mid-run, without a model's compute.
+
 A dtype other than float32 moves every value a little (as lower precision moves a real model's), so
 a noise measurement or a gate between dtypes sees answers flip. Tokens are UTF-8 bytes (one per byte,
 no BOS token); its chat template is a plain one of its own, rendered without Jinja.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections.abc import Sequence
 
 from mmlu_track.eval.answers import argmax, extract, per_letter, read_answer
@@ -94,6 +98,7 @@ class FakeBackend:
             values = per_letter([v - total for v in raw], r.options)
             n = len(self.encode(r.text))
             out.append(Score(argmax(values), values, n_tokens=n, forwarded=n, scored_by="fake"))
+            self._pace()
             progress(1)
         return out
 
@@ -102,6 +107,7 @@ class FakeBackend:
         out = []
         for r in requests:
             out.append(self._generated(r))
+            self._pace()
             progress(1)
         return out
 
@@ -123,6 +129,10 @@ class FakeBackend:
         return Score(
             read_answer(text, scoring, r.options), generated=text, n_tokens=n, forwarded=n, scored_by="fake"
         )
+
+    def _pace(self) -> None:
+        if self.cfg.model.fake_seconds_per_question:
+            time.sleep(self.cfg.model.fake_seconds_per_question)
 
     def _draw(self, text: str, what: str) -> float:
         """A number in [0, 1) from the seed, the dtype (away from float32: moved a little) and the text."""

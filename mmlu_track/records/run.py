@@ -137,7 +137,9 @@ class RunStart:
         and a sample's size and seed."""
         cfg, m = self.config, self.model
         ident = (
-            f"seed{cfg.model.tiny_seed}" if m.source == "tiny" else (m.revision or m.weights_sha256 or "")[:8]
+            f"seed{cfg.model.tiny_seed}"
+            if m.source in ("tiny", "fake")  # seeded: the seed is its weights
+            else (m.revision or m.weights_sha256 or "")[:8]
         )
         parts = [f"{m.name}@{ident}" if ident else m.name, f"k{cfg.k}", cfg.scoring.method]
         optional = [

@@ -132,6 +132,11 @@ def _check_tracking(t: TrackingConfig) -> None:
 
 
 def _check_tiny(m: ModelConfig) -> None:
+    if m.source == "fake" and not 0 <= m.fake_seconds_per_question < math.inf:
+        raise ConfigError(
+            f"model.fake_seconds_per_question={m.fake_seconds_per_question:g} must be a finite number of "
+            "seconds, 0 or more"
+        )
     if m.source != "tiny":
         return
     if not (m.tiny_hidden_size >= 8 and m.tiny_hidden_size % 8 == 0):

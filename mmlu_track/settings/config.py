@@ -52,7 +52,8 @@ class ModelConfig:
     `source`: `hub` = a hub id or a local directory for `AutoModelForCausalLM`; `gguf` = a GGUF
     file (`gguf_file`) in `name_or_path`, or in the installed Python package `package`;
     `tiny` = a random-weight llama built from `tiny_*` with the packaged SmolLM2 tokenizer; `fake` =
-    no weights and no torch, answers drawn from `tiny_seed` and each prompt (`eval.fake`: tests).
+    no weights and no torch, answers drawn from `tiny_seed` and each prompt (`eval.fake`: tests),
+    each after `fake_seconds_per_question`.
     `add_bos`: None keeps the tokenizer's own choice; True/False forces a BOS token or none.
     `device_map` (hub models): `auto` lets accelerate spread a model too big for one GPU over the
     visible GPUs (then CPU memory); None puts the whole model on `device`.
@@ -75,6 +76,7 @@ class ModelConfig:
     tiny_hidden_size: int = 64
     tiny_num_layers: int = 2
     tiny_seed: int = 0
+    fake_seconds_per_question: float = 0.0  # the fake's pace: a run slow enough to interrupt
     base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1
     served_name: str | None = None  # the model's id in the server's GET /v1/models
     tokenizer: str | None = None
@@ -335,6 +337,7 @@ class NoiseConfig:
 _APPLIES_TO_SOURCE = {
     **{f"model.{k}": ("tiny",) for k in ("tiny_hidden_size", "tiny_num_layers")},
     "model.tiny_seed": ("tiny", "fake"),  # the seed of a random model's weights (the fake's: its answers)
+    "model.fake_seconds_per_question": ("fake",),
     **{
         f"model.{k}": tuple(SERVED_SOURCES)
         for k in (*SERVED_ONLY, "max_concurrency", "timeout_s", "max_retries", "top_logprobs")

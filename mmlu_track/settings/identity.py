@@ -18,7 +18,8 @@ SERVER_ONLY = ("base_url", "api_key_env", "max_concurrency", "timeout_s", "max_r
 # shards write into one run), nor the gate's own: outside a run's identity (`identity_dict`) and
 # outside what a comparison reports as differing (`gate.differs.what_differs`). One list for both.
 _HOW_RUN = ("tracking", "cache_dir", "batch_size", "batch_tokens", "threads", "shards", "shard", "gate")
-RESULT_NEUTRAL = (*_HOW_RUN, *(f"model.{key}" for key in SERVER_ONLY))
+# The fake model's pace (`eval.fake`) is how long it takes, never what it answers.
+RESULT_NEUTRAL = (*_HOW_RUN, *(f"model.{key}" for key in (*SERVER_ONLY, "fake_seconds_per_question")))
 # Of those, what a comparison still names when it differs, apart and as not changing results: a
 # noise check between batch sizes says which ones it checked.
 SHOWN_NEUTRAL = ("batch_size", "batch_tokens", "shards", "model.max_concurrency", "model.top_logprobs")

@@ -106,31 +106,13 @@ def test_multirun_gives_one_output_per_job(cli: Cli, tmp_path: Path) -> None:
     assert sweeps == {str((tmp_path / "sweep").resolve())}
 
 
-def test_a_launch_composes_once_unless_the_command_line_may_set_hydra_mode(
-    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Hydra's mode probe (a whole composition, only to read hydra.mode) is skipped where nothing
-    can set hydra.mode; set on the command line, it is read as Hydra reads it: a sweep."""
-    from hydra._internal.hydra import Hydra
-
-    composed: list[Hydra] = []
-    real = Hydra.compose_config
-
-    def counted(self: Hydra, *args: object, **kw: object) -> object:
-        composed.append(self)
-        return real(self, *args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Hydra, "compose_config", counted)
-    common = ["experiment=smoke", "device=cpu", "subjects=anatomy", "limit=2", "tracking=sql_only"]
-    proc = _cli(cli, *common, f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path)
-    assert proc.code == 0, proc.err
-    assert len(composed) == 1  # the run's own: no probe
-    composed.clear()
+def test_hydra_mode_set_on_the_command_line_is_a_sweep(cli: Cli, tmp_path: Path) -> None:
+    """`hydra.mode=MULTIRUN` means `-m`, as Hydra reads it: one output per job."""
+    common = ["experiment=smoke", "model=fake", "subjects=anatomy", "limit=2", "tracking=sql_only"]
     sweep = ["k=0,1", "hydra.mode=MULTIRUN", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     proc = _cli(cli, *common, *sweep, cwd=tmp_path)
     assert proc.code == 0, proc.err
-    assert len(sorted((tmp_path / "sweep").glob("*/results.json"))) == 2  # the mode given was read
-    assert len(composed) == 2  # the probe, then the sweep's (its jobs' come from the sweep's)
+    assert len(sorted((tmp_path / "sweep").glob("*/results.json"))) == 2
 
 
 def test_readme_commands_exist() -> None:

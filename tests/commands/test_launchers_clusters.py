@@ -28,20 +28,22 @@ from mmlu_track.pipeline.evaluate import QUIET, RunOutput, run
 from mmlu_track.store.liveness import Owner
 from mmlu_track.store.sql import SqlStore
 
-from .. import warm
+from .. import processes
 from ..clusters import SLURM_TOOLS, RayCluster, SlurmCluster, require, wait_for
 from ..conftest import tiny_run_cfg
 from ..pipeline.test_session_shards import _same_as
 
 ARGS = ["k=0", "subjects=[anatomy,virology]", "limit=20"]
 COMMON = ["experiment=smoke", "device=cpu", "shards=2", "tracking.experiment=launched"]
-SWEEP = ["-m", "mmlu_track", "-m", *COMMON, "shard=range(2)"]  # a driver runs warm (`warm.py`); its jobs cold
+SWEEP = ["-m", "mmlu_track", "-m", *COMMON, "shard=range(2)"]
+
+pytestmark = pytest.mark.clusters
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> RunOutput:
     where = tmp_path_factory.mktemp("ref")
-    return run(tiny_run_cfg(f"sqlite:///{where / 'ref.db'}", *ARGS), where, display=QUIET)
+    return run(tiny_run_cfg(f"sqlite:///{where / 'ref.db'}", *ARGS, model="tiny"), where, display=QUIET)
 
 
 def _one_run_in(launch: Path, reference: RunOutput, scheduler: str) -> None:
@@ -68,7 +70,7 @@ def _one_run_in(launch: Path, reference: RunOutput, scheduler: str) -> None:
     assert {"shards=2", "experiment=smoke"} <= set(argv)
 
 
-def _on_node2(args: list[str], cwd: Path, env: dict[str, str]) -> warm.Popen:
+def _on_node2(args: list[str], cwd: Path, env: dict[str, str]) -> processes.Popen:
     """`python ARGS` as if on another machine: its own UTS namespace, host name `node2`."""
     code = (
         "import ctypes, runpy, socket, sys\n"
@@ -77,7 +79,7 @@ def _on_node2(args: list[str], cwd: Path, env: dict[str, str]) -> warm.Popen:
         "sys.argv = ['mmlu_track', *sys.argv[1:]]\n"
         "runpy.run_module('mmlu_track', run_name='__main__', alter_sys=True)\n"
     )
-    return warm.Popen(["-c", code, *args], cwd=cwd, env=env)
+    return processes.Popen(["-c", code, *args], cwd=cwd, env=env)
 
 
 def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
@@ -91,7 +93,7 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
     with SlurmCluster(tmp_path / "slurm") as slurm:
         env = {**slurm.env, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": ""}
         # Relative stores, each job in its own folder: before, one store per job folder, nothing finalized.
-        done = warm.run([*SWEEP, *ARGS, *slurm_args, "hydra.job.chdir=true"], cwd=launch, env=env)
+        done = processes.run([*SWEEP, *ARGS, *slurm_args, "hydra.job.chdir=true"], cwd=launch, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         _one_run_in(launch, reference, "slurm")
         assert "micro average" in done.stdout  # the driver prints what only submitit's logs held
@@ -100,7 +102,7 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
         # Work enough that both shards are caught mid-run, and little for the resumes to redo.
         big = [f"tracking.db_url=sqlite:///{tmp_path / 'big.db'}", "subjects=all", "limit=6", "k=5",
                "batch_size=1", "tracking=sql_only"]  # fmt: skip
-        sweep = warm.Popen([*SWEEP, *slurm_args, *big], cwd=launch, env=env)
+        sweep = processes.Popen([*SWEEP, *slurm_args, *big], cwd=launch, env=env)
         request.addfinalizer(lambda: (sweep.kill(), sweep.communicate()))  # nothing left behind
         store = SqlStore(f"sqlite:///{tmp_path / 'big.db'}")
 
@@ -140,7 +142,7 @@ def test_a_slurm_cluster_runs_cancels_and_resumes_the_shards_of_one_run(
         out, err = rerun.communicate(timeout=300)
         assert rerun.returncode == 0, err[-3000:]
         assert f"resuming run {big_run.id} (shard 0 of 2)" in out
-        last = warm.run(
+        last = processes.run(
             ["-m", "mmlu_track", *single, "shard=1", f"hydra.run.dir={tmp_path / 'r1'}"], cwd=launch, env=env
         )
         assert last.returncode == 0, last.stderr[-3000:]
@@ -162,12 +164,12 @@ def test_a_two_node_ray_cluster_runs_the_shards_of_one_run_and_never_retries_a_b
         ray_args = ["hydra/launcher=ray", f"+hydra.launcher.ray.init.address={ray.address}",
                     "+hydra.launcher.ray.init.object_store_memory=null"]  # fmt: skip
         env = {**ray.env, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": ""}
-        done = warm.run([*SWEEP, *ARGS, *ray_args], cwd=launch, env=env)
+        done = processes.run([*SWEEP, *ARGS, *ray_args], cwd=launch, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         _one_run_in(launch, reference, "ray")
         assert not list((tmp_path / "ray").rglob("*.db"))  # nothing in the raylets' folders
 
-        bad = warm.run(
+        bad = processes.run(
             [*SWEEP[:3], "experiment=smoke", "device=cpu", "model=hf_hub",
              f"model.name_or_path={tmp_path / 'none'}", *ray_args, "tracking=sql_only"],
             cwd=launch, env=env,

@@ -58,7 +58,7 @@ def test_a_broken_weight_refuses_its_question_in_one_line_and_stores_nothing_of_
     monkeypatch.setattr(models, "load_model", poisoned)
     db = f"sqlite:///{tmp_path / 's.db'}"
     with pytest.raises(ModelError) as err:
-        run(tiny_run_cfg(db), tmp_path / "out", display=QUIET)
+        run(tiny_run_cfg(db, model="tiny"), tmp_path / "out", display=QUIET)
     line = str(err.value)
     assert line.startswith("abstract_algebra question ")
     assert "the log-prob of A is nan, which no probability has" in line

@@ -62,8 +62,8 @@ def test_a_chat_run_is_scored_through_the_prefix_cache_and_resumes_as_itself(
     db = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["chat=multiturn", "k=2", "limit=4", "subjects=[anatomy,virology]"]
     quiet: dict[str, Any] = {"display": QUIET}
-    cached = run(tiny_run_cfg(db, *args), tmp_path / "a", **quiet)
-    plain = run(tiny_run_cfg(db, *args, "scoring.prefix_cache=false"), tmp_path / "b", **quiet)
+    cached = run(tiny_run_cfg(db, *args, model="tiny"), tmp_path / "a", **quiet)
+    plain = run(tiny_run_cfg(db, *args, "scoring.prefix_cache=false", model="tiny"), tmp_path / "b", **quiet)
     assert cached.record is not None
     assert plain.record is not None
     # Every question's tokens extend its subject's prefix, and each letter is one token.
@@ -73,14 +73,16 @@ def test_a_chat_run_is_scored_through_the_prefix_cache_and_resumes_as_itself(
     assert cached.record.start.protocol.chat == "multiturn"
     assert cached.record.start.example_prompt.endswith("Answer:<|im_end|>\n<|im_start|>assistant\n")
     assert "chat-multiturn" in cached.record.start.name
-    raw = run(tiny_run_cfg(db, *args, "chat=none"), tmp_path / "c", **quiet)
+    raw = run(tiny_run_cfg(db, *args, "chat=none", model="tiny"), tmp_path / "c", **quiet)
     assert len({cached.run_id, plain.run_id, raw.run_id}) == 3
     assert len(SqlStore(db).runs()) == 3
     # Finished: the same command takes it, found before the model loads by its chat template's hash.
-    again = run(tiny_run_cfg(db, *args), tmp_path / "d", **quiet)
+    again = run(tiny_run_cfg(db, *args, model="tiny"), tmp_path / "d", **quiet)
     assert again.reused
     assert again.run_id == cached.run_id
-    rerun = run(tiny_run_cfg(db, *args, "tracking.rerun=true"), tmp_path / "e", **quiet)  # the same scores
+    rerun = run(
+        tiny_run_cfg(db, *args, "tracking.rerun=true", model="tiny"), tmp_path / "e", **quiet
+    )  # the same scores
     assert [r.logprobs for r in rerun.results] == [r.logprobs for r in cached.results]
     capsys.readouterr()
     assert runs.main(["--db", db, "list"]) == 0
@@ -93,8 +95,8 @@ def test_the_few_shot_gap_of_chat_runs_is_measured_and_never_across_styles(cli: 
     db = f"sqlite:///{tmp_path / 'store.db'}"
     quiet: dict[str, Any] = {"display": QUIET}
     made = {
-        (chat, k): run(tiny_run_cfg(db, f"chat={chat}", f"k={k}", "limit=3", "subjects=[anatomy]"),
-                       tmp_path / f"{chat}{k}", **quiet).run_id
+        (chat, k): run(tiny_run_cfg(db, f"chat={chat}", f"k={k}", "limit=3", "subjects=[anatomy]",
+                                    model="tiny"), tmp_path / f"{chat}{k}", **quiet).run_id
         for chat, k in (("multiturn", 0), ("multiturn", 2), ("none", 0))
     }  # fmt: skip
     args = ["mode=fewshot_gap", f"tracking.db_url={db}", "tracking.mlflow=false"]

@@ -173,6 +173,7 @@ def test_429_and_503_are_retried_honouring_retry_after(
         assert proxy.seen[("/v1/models", status)] == 2
 
 
+@pytest.mark.servers
 def test_a_server_killed_mid_run_fails_in_one_line_and_the_run_resumes_after_restart(
     cli: Cli, tmp_path: Path
 ) -> None:

@@ -69,6 +69,7 @@ def test_llama_servers_log_probs_agree_with_in_process_and_it_is_recorded(
     assert said["models_entry"]["owned_by"] == "llamacpp"
 
 
+@pytest.mark.servers
 def test_a_llama_server_with_another_chat_template_is_refused_before_any_row(
     tokenizer_dir: Path, cli: Cli, tmp_path: Path
 ) -> None:

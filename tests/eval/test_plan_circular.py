@@ -225,8 +225,10 @@ def test_chat_prompts_rotate_through_the_template_too(tmp_path: Path) -> None:
 
     db = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["chat=multiturn", "limit=3", "subjects=[anatomy]"]
-    given = run(tiny_run_cfg(db, *args), tmp_path / "a", display=QUIET)
-    circ = run(tiny_run_cfg(db, *args, "scoring.choice_order=circular"), tmp_path / "b", display=QUIET)
+    given = run(tiny_run_cfg(db, *args, model="tiny"), tmp_path / "a", display=QUIET)
+    circ = run(
+        tiny_run_cfg(db, *args, "scoring.choice_order=circular", model="tiny"), tmp_path / "b", display=QUIET
+    )
     assert [r.prediction for r in circ.results] == [r.prediction for r in given.results]
     assert all(len(r.rotations) == 3 and r.rotations[0].logprobs for r in circ.results)
     assert circ.record is not None

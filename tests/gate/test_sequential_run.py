@@ -288,6 +288,7 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     assert len(_runs(db)) == n_runs
 
 
+@pytest.mark.slow  # the packaged SmolLM2-135M, converted and run
 def test_the_default_model_stops_early_against_its_stored_run(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     over = ["device=cpu", "k=0", "limit=3", SUBJECTS, "tracking=sql_only", f"tracking.db_url={db}"]

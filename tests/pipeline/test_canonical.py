@@ -80,15 +80,15 @@ def test_todays_commands_reuse_the_restamped_runs_whatever_form_they_are_typed_i
         (SORTED_STOPS, ["scoring=generate", r'scoring.stop=["\n\n",Question:]']),  # as typed then
     ]
     for i, (expected, overrides) in enumerate(asked):
-        out = run(tiny_run_cfg(legacy, *overrides), tmp_path / str(i), display=QUIET)
+        out = run(tiny_run_cfg(legacy, *overrides, model="tiny"), tmp_path / str(i), display=QUIET)
         assert out.run_id == ids[expected], overrides
 
 
 def test_a_new_run_of_the_set_in_another_order_compares_with_the_restamped_one(
     legacy: str, tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
-    again = run(tiny_run_cfg(legacy, "subjects=[anatomy,marketing]", "tracking.rerun=true"), tmp_path / "r",
-                display=QUIET)  # fmt: skip
+    again_cfg = tiny_run_cfg(legacy, "subjects=[anatomy,marketing]", "tracking.rerun=true", model="tiny")
+    again = run(again_cfg, tmp_path / "r", display=QUIET)
     old = next(i for i in _full_ids(legacy) if i.startswith(REORDERED))
     assert again.run_id != old
     db = f"tracking.db_url={legacy}"
@@ -123,8 +123,8 @@ def test_a_new_single_turn_run_at_zero_shots_compares_with_a_stored_multiturn_on
 ) -> None:
     """Their template hashes differ (each hashes a shot as its style puts it); their prompts are the
     same byte for byte, and the gate compares those question by question."""
-    again = run(tiny_run_cfg(legacy, "k=0", "chat=single_turn", "tracking.rerun=true"), tmp_path / "r",
-                display=QUIET)  # fmt: skip
+    again_cfg = tiny_run_cfg(legacy, "k=0", "chat=single_turn", "tracking.rerun=true", model="tiny")
+    again = run(again_cfg, tmp_path / "r", display=QUIET)
     old = next(i for i in _full_ids(legacy) if i.startswith(ZERO_SHOT_MULTITURN))
     got = cli("compare", f"baseline={old}", f"candidate={again.run_id}", "tracking=sql_only",
               f"tracking.db_url={legacy}", f"hydra.run.dir={tmp_path / 'c'}", cwd=tmp_path)  # fmt: skip

@@ -58,6 +58,7 @@ def _first_questions(root: Path, subjects: tuple[str, ...], n: int) -> Path:
     return root
 
 
+@pytest.mark.slow  # the packaged SmolLM2-135M: the weights lm-eval ran
 def test_an_import_and_a_native_run_of_the_same_weights_pair_every_question(
     cli: Cli, tmp_path: Path, db: str
 ) -> None:
@@ -203,6 +204,7 @@ def _pro_pair(cli: Cli, tmp_path: Path, db: str, folder: str, *native: str) -> t
     return imported, native_run, ours.out
 
 
+@pytest.mark.slow  # the packaged SmolLM2-135M: the weights lm-eval ran
 def test_a_leaderboard_mmlu_pro_import_pairs_every_question_with_a_native_run(
     cli: Cli, tmp_path: Path, db: str
 ) -> None:
@@ -228,6 +230,7 @@ def test_a_leaderboard_mmlu_pro_import_pairs_every_question_with_a_native_run(
     assert len(without.err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # the packaged SmolLM2-135M generating chains of thought
 def test_lm_evals_chain_of_thought_import_pairs_with_a_native_chain_of_thought(
     cli: Cli, tmp_path: Path, db: str
 ) -> None:

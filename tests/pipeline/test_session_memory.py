@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import warm
+import pytest
+
+from .. import processes
 
 # The run's own peak RSS, printed as it ends, in a process of its own so one run can't hide another.
-# Forked warm, both runs start from the same preloaded heap: the difference is what the run added.
+# Both runs start from the same imports in a fresh interpreter: the difference is what the run added.
 PEAK = (
     "import resource, runpy\n"
     "try:\n"
@@ -28,12 +30,14 @@ SUBJECTS = "[anatomy,astronomy,marketing,nutrition,sociology,virology,world_reli
 def _peak_mb(limit: int, tmp: Path) -> float:
     args = ["model=tiny", "device=cpu", "tracking=sql_only", "k=2", f"subjects={SUBJECTS}", f"limit={limit}",
             f"tracking.db_url=sqlite:///{tmp / 'runs.db'}", f"hydra.run.dir={tmp / str(limit)}"]  # fmt: skip
-    proc = warm.run(["-c", PEAK, *args], cwd=tmp, env={**os.environ, "HYDRA_FULL_ERROR": ""}, timeout=600)
+    env = {**os.environ, "HYDRA_FULL_ERROR": ""}
+    proc = processes.run(["-c", PEAK, *args], cwd=tmp, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("PEAK_KB"))
     return int(line.split()[1]) / 1024
 
 
+@pytest.mark.slow  # two interpreters with torch, 520 questions of the tiny model
 def test_peak_memory_does_not_grow_with_questions(tmp_path: Path) -> None:
     small = _peak_mb(5, tmp_path)  # 40 questions
     large = _peak_mb(60, tmp_path)  # 480 questions

@@ -22,7 +22,7 @@ from mmlu_track.pipeline.evaluate import QUIET, run
 from mmlu_track.store.orm import QuestionRow, Run
 from mmlu_track.store.sql import SqlStore
 
-from .. import warm
+from .. import processes
 from ..conftest import CliResult, tiny_run_cfg
 
 SUBJECTS = "[high_school_psychology,professional_law,miscellaneous,moral_scenarios]"
@@ -30,13 +30,14 @@ LIMIT = 40  # a unit per subject: killed after one, three are left to resume
 ARGS = ["k=2", f"subjects={SUBJECTS}", f"limit={LIMIT}"]
 
 
-def _start(db: str, out: Path, *batching: str) -> warm.Popen:
+def _start(db: str, out: Path, *batching: str) -> processes.Popen:
     cmd = [
-        "-m", "mmlu_track", "experiment=smoke", "device=cpu", "tracking=sql_only",
+        "-m", "mmlu_track", "experiment=smoke", "model=fake", "model.fake_seconds_per_question=0.02",
+        "device=cpu", "tracking=sql_only",
         f"tracking.db_url={db}", *ARGS, *(batching or ["batch_size=4"]), f"hydra.run.dir={out}",
     ]  # fmt: skip
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
-    return warm.Popen(cmd, cwd=out.parent, env=env)
+    return processes.Popen(cmd, cwd=out.parent, env=env)
 
 
 def _committed_subjects(store: SqlStore) -> int:

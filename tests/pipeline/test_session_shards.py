@@ -18,7 +18,7 @@ from mmlu_track.eval.plan import UNIT_QUESTIONS, Unit, assign
 from mmlu_track.pipeline.evaluate import QUIET, Display, RunOutput, run
 from mmlu_track.store.sql import SqlStore
 
-from .. import warm
+from .. import processes
 from ..conftest import tiny_run_cfg
 
 # At limit=200 professional_law (1,534 questions) and virology (166) are cut into slices, anatomy (135) not.
@@ -151,6 +151,7 @@ def _shard_cmd(db: str, out: Path, shards: int, shard: int) -> list[str]:
         "-m",
         "mmlu_track",
         "experiment=smoke",
+        "model=fake",
         "device=cpu",
         "tracking=sql_only",
         f"tracking.db_url={db}",
@@ -161,10 +162,12 @@ def _shard_cmd(db: str, out: Path, shards: int, shard: int) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # three interpreters
 def test_a_shard_killed_midway_and_rerun_completes_the_run(tmp_path: Path, reference: RunOutput) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
-    first = warm.Popen([*_shard_cmd(db, tmp_path / "a", 2, 0)[1:], "batch_size=2"], cwd=tmp_path, env=env)
+    slow = ["batch_size=2", "model.fake_seconds_per_question=0.02"]
+    first = processes.Popen([*_shard_cmd(db, tmp_path / "a", 2, 0)[1:], *slow], cwd=tmp_path, env=env)
     store = SqlStore(db)
     deadline = time.time() + 240
     while not (runs := store.runs()) or not store.question_results(runs[0].id):
@@ -173,12 +176,12 @@ def test_a_shard_killed_midway_and_rerun_completes_the_run(tmp_path: Path, refer
         time.sleep(0.05)
     first.kill()  # SIGKILL: no chance to mark anything
     first.communicate(timeout=60)
-    other = warm.run(_shard_cmd(db, tmp_path / "b", 2, 1)[1:], cwd=tmp_path, env=env)
+    other = processes.run(_shard_cmd(db, tmp_path / "b", 2, 1)[1:], cwd=tmp_path, env=env)
     assert other.returncode == 0, other.stderr
     assert "finalizes it" in other.stdout  # shard 0's units are still open: not finalized
     (open_run,) = store.runs()
     assert open_run.status == "running"
-    rerun = warm.run(_shard_cmd(db, tmp_path / "c", 2, 0)[1:], cwd=tmp_path, env=env)
+    rerun = processes.run(_shard_cmd(db, tmp_path / "c", 2, 0)[1:], cwd=tmp_path, env=env)
     assert rerun.returncode == 0, rerun.stderr
     assert f"resuming run {open_run.id} (shard 0 of 2)" in rerun.stdout
     assert "micro average" in rerun.stdout  # the rerun committed the last unit: it finalized
@@ -209,13 +212,13 @@ def test_eight_shards_at_once_on_postgresql_make_one_run(
     tmp_path: Path, reference: RunOutput, postgres_url: str
 ) -> None:
     """Eight processes claiming one run's five units on PostgreSQL at once (three find none left):
-    the concurrency a cluster launches, in warm processes (the real schedulers' tests,
+    the concurrency a cluster launches, in processes of their own (the real schedulers' tests,
     tests/commands/test_launchers_clusters.py, run fewer: what they add is the scheduler)."""
     mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracking = ["tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}", "tracking.experiment=launched"]
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
     procs = [
-        warm.Popen(
+        processes.Popen(
             [*_shard_cmd(postgres_url, tmp_path / "jobs" / str(i), 8, i)[1:], *tracking],
             cwd=tmp_path,
             env=env,
@@ -239,10 +242,10 @@ def test_device_map_auto_places_a_hub_model_and_scores_the_same(tmp_path: Path, 
     saved = tmp_path / "saved"
     lm.model.save_pretrained(saved)
     lm.tokenizer.save_pretrained(saved)
-    args = ["model=hf_hub", f"model.name_or_path={saved}", "k=0", "limit=5"]
-    plain = run(tiny_run_cfg(sqlite_url, *args), tmp_path / "a", display=QUIET)
+    args = [f"model.name_or_path={saved}", "k=0", "limit=5"]
+    plain = run(tiny_run_cfg(sqlite_url, *args, model="hf_hub"), tmp_path / "a", display=QUIET)
     mapped = run(
-        tiny_run_cfg(sqlite_url, *args, "model.device_map=auto"),
+        tiny_run_cfg(sqlite_url, *args, "model.device_map=auto", model="hf_hub"),
         tmp_path / "b",
         display=QUIET,
     )

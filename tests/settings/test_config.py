@@ -18,7 +18,7 @@ from mmlu_track.settings.parsers import parse_subjects
 from mmlu_track.settings.subjects import SUBJECTS
 from mmlu_track.settings.typed import ConfigError, flatten
 
-from ..conftest import CONF_DIR, compose_eval, compose_hydra, compose_raw
+from ..conftest import CONF_DIR, compose_eval, compose_raw
 
 # Options that need a value the user must give (`???`), with a value that makes them valid.
 REQUIRED = {
@@ -56,37 +56,6 @@ def test_every_config_composes_and_validates(override: str) -> None:
     assert isinstance(cfg, EvalConfig)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.k = 3  # type: ignore[misc]
-
-
-VALUES = ["k=0", "limit=7", "subjects=[anatomy,virology]", "tracking.db_url=sqlite:///x.db", "seed=3"]
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [[f"{g}={o}", *REQUIRED.get(f"{g}={o}", []), *VALUES] for g in GROUPS for o in _options(g)]
-    + [
-        ["experiment=smoke", "tracking.experiment=mine", "model.tiny_hidden_size=32"],  # after the preset
-        ["k=1", "+experiment=quick", "k=2"],  # the last value wins, the group from anywhere
-        ["gate=strict", "gate.margin=0.03", "hydra/launcher=basic", "hydra.run.dir=elsewhere"],
-        ["kk=0"],  # refused: not a key
-        ["model.nope=1"],
-        ["model=nope"],
-        ["~limit"],
-    ],
-)
-def test_the_tests_cached_composition_is_hydras(overrides: list[str]) -> None:
-    """The suite composes each set of group choices once and applies key=value overrides with
-    Hydra's own function (tests/conftest.py): the same config, or the same refusal, as Hydra's
-    composition of every override at once."""
-    try:
-        expected: object = compose_hydra(overrides)
-    except Exception as err:  # the refusal itself is compared
-        expected = (type(err), str(err))
-    try:
-        got: object = compose_raw(overrides)
-    except Exception as err:
-        got = (type(err), str(err))
-    assert got == expected
 
 
 def test_defaults_are_the_offline_setup() -> None:
@@ -305,18 +274,6 @@ def test_every_conf_file_is_covered() -> None:
         f"{g}/{o}.yaml" for g in (*GROUPS, "gate") for o in _options(g)
     }
     assert files == covered
-
-
-def test_no_conf_file_sets_hydra_mode() -> None:
-    """The CLI skips Hydra's mode probe unless the command line may set hydra.mode
-    (`commands/cli._one_composition`): that holds only while conf/ never does."""
-    import yaml
-
-    for path in sorted(Path(CONF_DIR).rglob("*.yaml")):
-        doc = yaml.safe_load(path.read_text()) or {}
-        hydra = doc.get("hydra") or {}
-        assert "mode" not in hydra, path
-        assert "hydra.mode" not in doc, path
 
 
 def _defaults(cls: type) -> dict[str, object]:

@@ -22,7 +22,7 @@ from mmlu_track.store.orm import Base, QuestionRow, Run, RunShard, SubjectScore
 from mmlu_track.store.sql import SqlStore
 from mmlu_track.support.resources import MIGRATIONS_DIR
 
-from .. import warm
+from .. import processes
 from ..conftest import ROOT, synthetic_start, tiny_run_cfg
 
 
@@ -127,6 +127,7 @@ def test_concurrent_jobs_on_one_sqlite_file_lose_no_row(tmp_path: Path) -> None:
                 "-m",
                 "mmlu_track",
                 "experiment=smoke",
+                "model=fake",
                 "device=cpu",
                 "tracking=sql_only",
                 f"tracking.db_url={db}",
@@ -205,7 +206,7 @@ def test_two_identical_runs_started_together_never_share_a_run(tmp_path: Path) -
         "    time.sleep(0.05)\n"
         "print(said)\n"
     )
-    procs = [warm.Popen(["-c", code], cwd=ROOT) for _ in range(3)]
+    procs = [processes.Popen(["-c", code], cwd=ROOT) for _ in range(3)]
     outs = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
     assert outs.count("refused") == 2, outs
     assert len(SqlStore(url).runs()) == 1

@@ -17,7 +17,7 @@ from mmlu_track.store.db import StoreError
 from mmlu_track.store.orm import Base
 from mmlu_track.store.sql import SqlStore
 
-from .. import warm
+from .. import processes
 from ..conftest import tiny_run_cfg
 
 
@@ -66,7 +66,7 @@ def test_store_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
 def test_processes_opening_a_fresh_database_together_migrate_it_once(postgres_url: str) -> None:
     """The shards of a run start together against an empty server database: one migrates it."""
     code = f"from mmlu_track.store.sql import SqlStore; SqlStore({postgres_url!r}).close(); print('ok')"
-    procs = [warm.Popen(["-c", code]) for _ in range(6)]
+    procs = [processes.Popen(["-c", code]) for _ in range(6)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [out.strip() for out, _ in outs] == ["ok"] * 6, [err[-400:] for _, err in outs]
 
@@ -114,6 +114,10 @@ def test_a_shared_store_of_the_previous_release_is_restamped_by_db_upgrade(
     store = SqlStore(postgres_url)
     roles = [r.role for r in store.runs(limit=100)]
     assert roles.count("noise") == 5
-    out = run(tiny_run_cfg(postgres_url, "subjects=[anatomy,marketing]"), tmp_path / "o", display=QUIET)
+    out = run(
+        tiny_run_cfg(postgres_url, "subjects=[anatomy,marketing]", model="tiny"),
+        tmp_path / "o",
+        display=QUIET,
+    )
     assert out.run_id.startswith(REORDERED)  # the stored run in the other order, taken as it is
     store.close()

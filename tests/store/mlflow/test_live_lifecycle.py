@@ -18,7 +18,7 @@ from mmlu_track.store.mlflow.live import RUN_ID_TAG
 from mmlu_track.store.mlflow.pages import shown
 from mmlu_track.store.sql import SqlStore
 
-from ... import warm
+from ... import processes
 from ...conftest import tiny_run_cfg
 
 SUBJECTS = "[high_school_psychology,professional_law,miscellaneous,moral_scenarios]"
@@ -36,16 +36,17 @@ def _only_run(client: MlflowClient, experiment: str) -> Any:
 def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run(tmp_path: Path) -> None:
     db, mlflow_uri = f"sqlite:///{tmp_path / 'store.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [
-        "-m", "mmlu_track", "experiment=smoke", "device=cpu", "k=2", f"subjects={SUBJECTS}",
+        "-m", "mmlu_track", "experiment=smoke", "model=fake", "model.fake_seconds_per_question=0.02",
+        "device=cpu", "k=2", f"subjects={SUBJECTS}",
         "limit=100", "batch_size=4", f"tracking.db_url={db}", f"tracking.mlflow_uri={mlflow_uri}",
         "tracking.experiment=live",
     ]  # fmt: skip
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
     client = MlflowClient(tracking_uri=mlflow_uri)
     # The watcher's store is open before the run starts: its first query (MLflow creating its
-    # tables) can take longer than a warm run of these questions.
+    # tables) can take longer than the first subjects of this run.
     assert _only_run(client, "live") is None
-    first = warm.Popen([*cmd, f"hydra.run.dir={tmp_path / 'first'}"], cwd=tmp_path, env=env)
+    first = processes.Popen([*cmd, f"hydra.run.dir={tmp_path / 'first'}"], cwd=tmp_path, env=env)
     deadline = time.time() + 240
     while True:  # watch it as a user would: a RUNNING run whose accuracy so far grows subject by subject
         assert first.poll() is None, f"finished before it could be watched: {first.communicate()}"
@@ -73,7 +74,7 @@ def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run
     assert stored.mlflow_run_id == mlflow_id
     assert store.runs(unsynced=True) == []  # unfinished: nothing to sync yet
 
-    second = warm.run([*cmd, f"hydra.run.dir={tmp_path / 'second'}"], cwd=tmp_path, env=env)
+    second = processes.run([*cmd, f"hydra.run.dir={tmp_path / 'second'}"], cwd=tmp_path, env=env)
     assert second.returncode == 0, second.stderr
     assert "resuming run" in second.stdout
     done = _only_run(client, "live")  # the same MLflow run, not a second one
@@ -97,7 +98,11 @@ def test_a_failing_evaluation_ends_its_mlflow_run_failed_and_a_rerun_finishes_it
 ) -> None:
     mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = tiny_run_cfg(
-        sqlite_url, "tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}", "tracking.experiment=f"
+        sqlite_url,
+        "tracking.mlflow=true",
+        f"tracking.mlflow_uri={mlflow_uri}",
+        "tracking.experiment=f",
+        model="tiny",  # its scorer is what breaks
     )
     real = SCORERS["logprob"]
     calls: list[int] = []

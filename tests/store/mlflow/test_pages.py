@@ -41,7 +41,7 @@ def test_a_reviewer_reads_evaluations_and_their_comparison_in_mlflow(
     common = ("tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_server}", "tracking.experiment=review")
     outs = [
         run(
-            tiny_run_cfg(db, *common, f"model.tiny_seed={seed}", "limit=20"),
+            tiny_run_cfg(db, *common, f"model.tiny_seed={seed}", "limit=20", model="tiny"),
             tmp_path / f"e{seed}",
             display=QUIET,
         )
