@@ -118,10 +118,16 @@ def _try_making(key: str, folder: Path, existing: Path) -> None:
     yes and the filesystem says no (`/proc`, a full or read-only mount) is refused in one line,
     not in Hydra's chained tracebacks."""
     made = [p for p in (folder, *folder.parents) if p != existing and existing in p.parents]
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        fail(f"{key}={folder} cannot be created: {err.strerror or err}; choose a writable folder")
+    for attempt in range(5):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            break
+        except FileNotFoundError:
+            # Another process (a sibling shard) took away a parent it had made between our mkdirs.
+            if attempt == 4:
+                fail(f"{key}={folder} cannot be created: its parent folders keep vanishing; choose another")
+        except OSError as err:
+            fail(f"{key}={folder} cannot be created: {err.strerror or err}; choose a writable folder")
     for path in made:  # deepest first: Hydra makes them again, as it always does
         with suppress(OSError):
             path.rmdir()

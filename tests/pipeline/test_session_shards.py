@@ -215,7 +215,9 @@ def test_eight_shards_at_once_on_postgresql_make_one_run(
     the concurrency a cluster launches, in processes of their own (the real schedulers' tests,
     tests/commands/test_launchers_clusters.py, run fewer: what they add is the scheduler)."""
     mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracking = ["tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}", "tracking.experiment=launched"]
+    # At the fake model's pace of a small model (10 ms a question): the shards are at work together.
+    tracking = ["tracking.mlflow=true", f"tracking.mlflow_uri={mlflow_uri}", "tracking.experiment=launched",
+                "model.fake_seconds_per_question=0.01"]  # fmt: skip
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
     procs = [
         processes.Popen(
