@@ -122,11 +122,11 @@ def _try_making(key: str, folder: Path, existing: Path) -> None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             break
-        except FileNotFoundError:
-            # Another process (a sibling shard) took away a parent it had made between our mkdirs.
-            if attempt == 4:
-                fail(f"{key}={folder} cannot be created: its parent folders keep vanishing; choose another")
         except OSError as err:
+            # Not found: another process (a sibling shard) may have taken away a parent it had
+            # made between our mkdirs; tried again, then said as any other refusal (`/proc`).
+            if isinstance(err, FileNotFoundError) and attempt < 4:
+                continue
             fail(f"{key}={folder} cannot be created: {err.strerror or err}; choose a writable folder")
     for path in made:  # deepest first: Hydra makes them again, as it always does
         with suppress(OSError):
