@@ -22,7 +22,7 @@ from mmlu_track.commands import import_runs
 from mmlu_track.records.protocol import RecordError
 from mmlu_track.records.run import RunRole
 from mmlu_track.records.stored import RunStatus, ambiguous
-from mmlu_track.settings.config import DEFAULT_ALPHA, TrackingConfig, env_default
+from mmlu_track.settings.config import DEFAULT_ALPHA, SEEDED_SOURCES, TrackingConfig, env_default
 from mmlu_track.store.db import parse_url
 from mmlu_track.support.console import reader_gone
 from mmlu_track.support.credentials import redact, redact_text, remember_urls
@@ -80,7 +80,7 @@ def _facts(run: StoredRun) -> _Facts:
     if not isinstance(cfg, dict) or model is None or scoring is None:
         return unreadable
     limit = cfg.get("limit")
-    seeded = f"seed={model.get('tiny_seed')}" if model.get("source") in ("tiny", "fake") else "-"  # seeded
+    seeded = f"seed={model.get('tiny_seed')}" if model.get("source") in SEEDED_SOURCES else "-"
     version = run.model_revision or seeded
     circular = "/circular" if scoring.get("choice_order") == "circular" else ""
     method = "cot" if scoring.get("extract") == "cascade" else run.scoring  # a chain of thought

@@ -26,7 +26,7 @@ from mmlu_track.records.reasoning import Reasoning
 from mmlu_track.records.results import Accuracies
 from mmlu_track.records.robustness import CircularScores, LetterBias
 from mmlu_track.settings.checks import eval_config_from_dict
-from mmlu_track.settings.config import DEFAULT_SEED, EvalConfig, to_dict
+from mmlu_track.settings.config import DEFAULT_SEED, SEEDED_SOURCES, EvalConfig, to_dict
 from mmlu_track.settings.resolved import Resolved
 from mmlu_track.settings.subjects import BENCHMARK_SUBJECTS
 from mmlu_track.settings.typed import ConfigError
@@ -138,7 +138,7 @@ class RunStart:
         cfg, m = self.config, self.model
         ident = (
             f"seed{cfg.model.tiny_seed}"
-            if m.source in ("tiny", "fake")  # seeded: the seed is its weights
+            if m.source in SEEDED_SOURCES
             else (m.revision or m.weights_sha256 or "")[:8]
         )
         parts = [f"{m.name}@{ident}" if ident else m.name, f"k{cfg.k}", cfg.scoring.method]

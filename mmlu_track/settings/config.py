@@ -89,6 +89,8 @@ class ModelConfig:
 
 # Settings only a served model has (no default but None), refused for any other model.source.
 SERVED_ONLY = ("base_url", "api_key_env", "served_name", "tokenizer")
+# Model sources whose weights are their seed, `model.tiny_seed` (a random model's; the fake's answers).
+SEEDED_SOURCES = frozenset({"tiny", "fake"})
 # Model sources served by an inference engine (the rest run in this process, under torch).
 SERVED_SOURCES = frozenset({"openai_api"})
 
@@ -336,7 +338,7 @@ class NoiseConfig:
 # Settings that apply to some model sources or scoring methods only (a flattened key -> when).
 _APPLIES_TO_SOURCE = {
     **{f"model.{k}": ("tiny",) for k in ("tiny_hidden_size", "tiny_num_layers")},
-    "model.tiny_seed": ("tiny", "fake"),  # the seed of a random model's weights (the fake's: its answers)
+    "model.tiny_seed": tuple(sorted(SEEDED_SOURCES)),
     "model.fake_seconds_per_question": ("fake",),
     **{
         f"model.{k}": tuple(SERVED_SOURCES)
