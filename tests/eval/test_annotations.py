@@ -131,7 +131,7 @@ def test_a_folder_above_the_named_one_gives_no_subject(tmp_path: Path) -> None:
 
 def _eval(cli: Cli, tmp_path: Path, out: str, *args: str) -> CliResult:
     db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"
-    common = ["model=tiny", "device=cpu", "k=0", f"subjects=[{','.join(SUBJECTS)}]", "tracking.mlflow=false"]
+    common = ["model=fake", "device=cpu", "k=0", f"subjects=[{','.join(SUBJECTS)}]", "tracking.mlflow=false"]
     return cli("eval", *common, *args, db, f"hydra.run.dir={tmp_path / out}", cwd=tmp_path)
 
 
@@ -193,7 +193,7 @@ def _compare(cli: Cli, tmp_path: Path, *args: str) -> CliResult:
 def test_the_gate_on_clean_questions_leaves_out_exactly_the_flagged_ones(
     cli: Cli, tmp_path: Path, redux: Path
 ) -> None:
-    """Two models (tiny seeds 1 and 2) annotated alike: `clean` compares the ok questions only and
+    """Two models (fake seeds 1 and 2) annotated alike: `clean` compares the ok questions only and
     says what it left out; `all` compares every question and names how many lost and gained ones
     are flagged. A run without annotations, or with another set, is refused on `clean`."""
     ids = []

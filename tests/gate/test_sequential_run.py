@@ -27,7 +27,7 @@ from mmlu_track.store.sql import SqlStore
 from ..conftest import CliResult, compose_eval
 
 SUBJECTS = "subjects=[abstract_algebra,anatomy,astronomy,marketing]"
-TINY = ["model=tiny", "device=cpu", "k=0", "limit=50", SUBJECTS, "tracking=sql_only"]
+FAKE = ["model=fake", "device=cpu", "k=0", "limit=50", SUBJECTS, "tracking=sql_only"]
 GATE = ["gate.sequential=true", "gate.margin=0.05", "gate.looks=10"]
 Cli = Callable[..., CliResult]
 
@@ -49,7 +49,7 @@ def _runs(db: str) -> dict[str, Run]:
 
 
 def test_looks_cover_every_subject_in_proportion() -> None:
-    cfg = compose_eval(TINY)
+    cfg = compose_eval(FAKE)
     prompt = SimpleNamespace(prefix="shots", text="shots question")
     rendered = {s: [prompt] * n for s, n in (("anatomy", 135), ("marketing", 234), ("virology", 7))}
     looks = plan.looks(rendered, 20, cfg.seed)  # type: ignore[arg-type]
@@ -73,10 +73,10 @@ def test_stops_early_reports_and_resumes_to_completion(
     cli: Cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    base_cmd = [*TINY, f"tracking.db_url={db}"]
+    base_cmd = [*FAKE, f"tracking.db_url={db}"]
     baseline = run(compose_eval(base_cmd), tmp_path / "base", display=QUIET).run_id
     summary = tmp_path / "summary.md"
-    cand_cmd = [*base_cmd, "gate.baseline=tiny-random-llama", *GATE]
+    cand_cmd = [*base_cmd, "gate.baseline=fake-model", *GATE]
     env = {"GITHUB_STEP_SUMMARY": str(summary)}
     proc = _cli(cli, tmp_path, *cand_cmd, f"hydra.run.dir={tmp_path / 'cand'}", env=env)
     assert proc.code == 0, proc.err
@@ -108,7 +108,7 @@ def test_stops_early_reports_and_resumes_to_completion(
     # The same gated command again (a re-run CI job): the recorded verdict, nothing scored or recorded.
     again = _cli(cli, tmp_path, *cand_cmd, f"hydra.run.dir={tmp_path / 'again'}")
     assert again.code == 0, again.err
-    said = f"already gated: run {stopped} (tiny-random-llama), stopped by the sequential gate (pass) at look"
+    said = f"already gated: run {stopped} (fake-model), stopped by the sequential gate (pass) at look"
     assert said in again.out
     assert "recorded verdict (pass, comparison " in again.out
     assert "non-inferiority shown at δ = 5.0 pts at look 6 of 10" in again.out
@@ -125,7 +125,7 @@ def test_stops_early_reports_and_resumes_to_completion(
     assert refused.code == 2
     assert "stopped early by the sequential gate (pass) at look 6 of 10" in refused.err
     gate = GateConfig(name="default", margin=0.05, bootstrap_resamples=0)
-    by_name = CompareConfig("tiny-random-llama", str(baseline), gate, TrackingConfig(db_url=db, mlflow=False))
+    by_name = CompareConfig("fake-model", str(baseline), gate, TrackingConfig(db_url=db, mlflow=False))
     with pytest.raises(ComparisonError, match="has no finished run but the candidate run"):
         compare_execute(
             by_name, tmp_path / "cmp", echo=lambda _: None
@@ -175,7 +175,7 @@ def test_no_decision_says_how_many_questions_would_be_needed(
     """Half the baseline's answers changed both ways: no decision at any look (INCONCLUSIVE, exit 1),
     and the verdict says how many questions it would take, as a fixed-sample INCONCLUSIVE does."""
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    over = [*TINY, f"tracking.db_url={db}"]
+    over = [*FAKE, f"tracking.db_url={db}"]
     base = run(compose_eval(over), tmp_path / "base", display=QUIET)
     with Session(SqlStore(db).engine) as s, s.begin():  # as many right answers made wrong as wrong right
         rows = list(s.scalars(select(QuestionRow).where(QuestionRow.run_id == base.run_id)))
@@ -223,7 +223,7 @@ def test_no_decision_says_how_many_questions_would_be_needed(
 @pytest.mark.usefixtures("mlflow_store")
 def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    over = [*TINY, f"tracking.db_url={db}"]
+    over = [*FAKE, f"tracking.db_url={db}"]
     base = run(compose_eval(over), tmp_path / "base", display=QUIET)
     with Session(SqlStore(db).engine) as s, s.begin():  # a baseline that knew every answer
         s.execute(update(QuestionRow).values(prediction=QuestionRow.gold, correct=True))
@@ -243,7 +243,7 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
 
     client = MlflowClient(uri)
     seen = client.get_run(str(stopped.mlflow_run_id))
-    assert seen.info.run_name.startswith("stopped (regression at look 1/10, 20/200 q) tiny-random-llama")
+    assert seen.info.run_name.startswith("stopped (regression at look 1/10, 20/200 q) fake-model")
     assert seen.data.tags["mmlu_track.early_stop"] == "regression at look 1/10, 20/200 q"
     assert f"gated against run {base.run_id}" in seen.data.tags["mmlu_track.early_stop_reason"]
     assert seen.info.end_time is not None  # a duration in the runs table
@@ -268,7 +268,7 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     assert any("anytime-valid interval [" in line and "REGRESSION" in line for line in lines)
     run(compose_eval(logged), tmp_path / "rest", display=QUIET)
     seen = client.get_run(str(stopped.mlflow_run_id))
-    assert seen.info.run_name.startswith("tiny-random-llama")
+    assert seen.info.run_name.startswith("fake-model")
     assert seen.data.tags["mlflow.note.content"].startswith("Micro accuracy ")
     assert not {"mmlu_track.early_stop", "mmlu_track.early_stop_reason"} & set(seen.data.tags)
     assert "acc_micro" in seen.data.metrics
@@ -276,7 +276,7 @@ def test_a_drop_stops_as_a_regression_and_bad_baselines_are_refused(tmp_path: Pa
     rerun = compose_eval([*logged, f"gate.baseline={base.run_id}", *GATE, "tracking.rerun=true"])
     assert _sequential(rerun, tmp_path / "f", lines) == 1
     (again,) = [r for r in _runs(db).values() if r.status == "stopped"]
-    assert "rerun: tiny-random-llama" in client.get_run(str(again.mlflow_run_id)).info.run_name
+    assert "rerun: fake-model" in client.get_run(str(again.mlflow_run_id)).info.run_name
 
     # Refused before any run is recorded: an unknown reference, a baseline with other settings.
     n_runs = len(_runs(db))

@@ -15,7 +15,8 @@ from ..conftest import CliResult, question_results, stored_runs
 
 Cli = Callable[..., CliResult]
 PRO_DATA = Path(__file__).resolve().parents[1] / "data" / "lm_eval_pro"
-TINY = ["model=tiny", "device=cpu", "tracking=sql_only"]
+TINY = ["model=tiny", "device=cpu", "tracking=sql_only"]  # a chain of thought is the model's own text
+FAKE = ["model=fake", "device=cpu", "tracking=sql_only"]
 PRO = [
     "benchmark=mmlu_pro",
     "data=mmlu_pro_local",
@@ -30,7 +31,7 @@ def db(tmp_path: Path) -> str:
 
 
 def test_two_mmlu_pro_runs_are_gated_and_never_compared_with_mmlu(cli: Cli, tmp_path: Path, db: str) -> None:
-    common = ["model=tiny", "device=cpu", "tracking=sql_only", f"tracking.db_url={db}"]
+    common = ["model=fake", "device=cpu", "tracking=sql_only", f"tracking.db_url={db}"]
     for seed in (0, 1):
         got = cli("eval", *PRO, *common, f"model.tiny_seed={seed}", "scoring.choice_order=circular",
                   f"hydra.run.dir={tmp_path / f'pro{seed}'}", cwd=tmp_path)  # fmt: skip
@@ -78,7 +79,7 @@ def test_a_bad_question_is_one_line_exit_2_and_nothing_recorded(
     rows = _rows(PRO_DATA / "data" / "test.jsonl")
     rows[1] = {**rows[1], **change}  # the 3-option question
     (folder / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    got = cli("eval", *PRO[:2], f"data.path={folder}", "subjects=[math,health]", *TINY,
+    got = cli("eval", *PRO[:2], f"data.path={folder}", "subjects=[math,health]", *FAKE,
               f"tracking.db_url={db}",
               f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)  # fmt: skip
     assert got.code == 2
@@ -97,7 +98,7 @@ def test_a_category_with_fewer_shots_than_k_is_one_line(cli: Cli, tmp_path: Path
     ]
     (folder / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
     (folder / "test.jsonl").write_text((PRO_DATA / "data" / "test.jsonl").read_text())
-    got = cli("eval", *PRO[:2], f"data.path={folder}", "subjects=[math,health]", *TINY,
+    got = cli("eval", *PRO[:2], f"data.path={folder}", "subjects=[math,health]", *FAKE,
               f"tracking.db_url={db}",
               f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)  # fmt: skip
     assert got.code == 2
@@ -108,7 +109,7 @@ def test_a_category_with_fewer_shots_than_k_is_one_line(cli: Cli, tmp_path: Path
 @pytest.mark.usefixtures("mlflow_store")
 def test_the_noise_floor_and_the_sequential_gate_work_on_mmlu_pro(cli: Cli, tmp_path: Path, db: str) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    logged = [*PRO, *TINY[:2], f"tracking.db_url={db}", f"tracking.mlflow_uri={uri}"]
+    logged = [*PRO, *FAKE[:2], f"tracking.db_url={db}", f"tracking.mlflow_uri={uri}"]
     folder = tmp_path / "noise"
     noise = cli("noise", *logged, "noise.shot_seeds=[1,2]", f"hydra.run.dir={folder}", cwd=tmp_path)
     assert noise.code == 0, noise.err

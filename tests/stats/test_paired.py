@@ -184,7 +184,7 @@ def _doc_rows(first_cell: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("n", [20, 100, 570, 1140, 14042])
+@pytest.mark.parametrize("n", [20, 100, 570, 1140, pytest.param(14042, marks=pytest.mark.slow)])
 def test_level_coverage_and_power_at_every_sample_size(n: int) -> None:
     """Exact operating characteristics for discordance 0-20 % at δ = 1 point (see the benchmark),
     and docs/statistics.md's row for this n is what they are."""
