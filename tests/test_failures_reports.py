@@ -145,8 +145,8 @@ def test_normal_names_render_as_before(cli: Cli, tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", ["99999999999999999999", "-1"])
 def test_a_seed_out_of_range_is_one_line(cli: Cli, tmp_path: Path, seed: str) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    run = cli("eval", "experiment=smoke", "tracking=sql_only", f"tracking.db_url={db}", f"seed={seed}",
-              f"hydra.run.dir={tmp_path / 'out'}", cwd=tmp_path)  # fmt: skip
+    run = cli("eval", "experiment=smoke", "model=fake", "tracking=sql_only", f"tracking.db_url={db}",
+              f"seed={seed}", f"hydra.run.dir={tmp_path / 'out'}", cwd=tmp_path)  # fmt: skip
     assert run.code == 2, run.err
     assert run.err.strip().splitlines() == [
         f"mmlu_track: error: seed={seed} is out of range: allowed 0..2**63-1 ({2**63 - 1})"
@@ -171,8 +171,8 @@ def test_a_full_disk_under_hydras_config_is_one_line_in_both_entry_points(cli: C
     store = SqlStore(db)
     base, cand = (synthetic_run(store, f"m{i}", CORRECT) for i in range(2))
     with _full_disk(tmp_path / "full") as full:
-        evaluation = cli("eval", "experiment=smoke", "tracking=sql_only", f"tracking.db_url={db}",
-                         f"hydra.run.dir={full / 'eval'}", cwd=tmp_path)  # fmt: skip
+        evaluation = cli("eval", "experiment=smoke", "model=fake", "tracking=sql_only",
+                         f"tracking.db_url={db}", f"hydra.run.dir={full / 'eval'}", cwd=tmp_path)  # fmt: skip
         comparison = _compare(cli, tmp_path, base, cand, f"hydra.run.dir={full / 'compare'}")
     for which, res in (("eval", evaluation), ("compare", comparison)):
         assert res.code == 2, res.err

@@ -51,8 +51,8 @@ def _stored(url: str) -> list[tuple[str, str | None]]:
 
 def _smoke(cli: Cli, tmp_path: Path, *overrides: str, env: dict[str, str] | None = None) -> CliResult:
     return cli(
-        "eval", "experiment=smoke", "device=cpu", f"hydra.run.dir={tmp_path / 'out'}", *overrides,
-        cwd=tmp_path, env=env,
+        "eval", "experiment=smoke", "model=fake", "device=cpu", f"hydra.run.dir={tmp_path / 'out'}",
+        *overrides, cwd=tmp_path, env=env,
     )  # fmt: skip
 
 
@@ -240,8 +240,8 @@ def test_a_sweep_keeps_no_password_in_its_files_or_its_launcher_log(tmp_path: Pa
     uri = f"http://muser:{ML_SECRET}@127.0.0.1:{_closed_port()}"
     db, multi = f"tracking.db_url=sqlite:///{tmp_path / 's.db'}", tmp_path / "multi"
     got = cli(
-        "eval", "-m", "experiment=smoke", "device=cpu", "k=0,1", db, f"tracking.mlflow_uri={uri}",
-        f"hydra.sweep.dir={multi}", cwd=tmp_path,
+        "eval", "-m", "experiment=smoke", "model=fake", "device=cpu", "k=0,1", db,
+        f"tracking.mlflow_uri={uri}", f"hydra.sweep.dir={multi}", cwd=tmp_path,
     )  # fmt: skip
     assert got.code == 0, got.err
     assert "muser\\:***@" in got.out  # the launcher's line per job, the URL escaped (`http\\://u\\:pw@`)
@@ -289,7 +289,7 @@ def test_a_sweep_job_that_cannot_run_ends_the_sweep_with_one_line_and_no_passwor
     exit was retried as a crash, tests/commands/test_launchers_clusters.py); the driver also prints the job's
     overrides, a Python list whose backslashes are doubled (`bob\\\\:pw@`): masked too."""
     url = f"postgresql+psycopg://bob:{DB_SECRET}@127.0.0.1:{_closed_port()}/x"
-    got = cli("eval", "-m", "experiment=smoke", "device=cpu", "k=0,1", f"tracking.db_url={url}",
+    got = cli("eval", "-m", "experiment=smoke", "model=fake", "device=cpu", "k=0,1", f"tracking.db_url={url}",
               f"hydra.sweep.dir={tmp_path / 'multi'}", cwd=tmp_path)  # fmt: skip
     assert got.code == 2, got.err
     said = [line for line in got.err.splitlines() if line.startswith("mmlu_track: error: sweep job 0: ")]

@@ -14,7 +14,7 @@ import pytest
 from ..conftest import SHARED_DIR, CliResult, require_shared
 
 Cli = Callable[..., CliResult]
-SMOKE = ["experiment=smoke", "device=cpu", "tracking=sql_only"]
+SMOKE = ["experiment=smoke", "model=fake", "device=cpu", "tracking=sql_only"]
 PROXIES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
 

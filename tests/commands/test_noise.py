@@ -211,7 +211,7 @@ def test_evaluations_sharded_beforehand_are_reused(cli: Cli, tmp_path: Path) -> 
     """Shards (here in turn; through Hydra's launchers the same) make the run the noise command
     would make: it takes them as they are, and scores only the repeat and the batching."""
     db = f"tracking.db_url=sqlite:///{tmp_path / 'store.db'}"
-    common = ["experiment=smoke", "device=cpu", "tracking.mlflow=false", db]
+    common = ["experiment=smoke", "model=fake", "device=cpu", "tracking.mlflow=false", db]
     for shard in (0, 1):
         got = cli(
             "eval",
@@ -346,7 +346,8 @@ def test_the_readme_path_runs_as_written_after_the_noise_command(cli: Cli, tmp_p
     noise command's runs (a repeat, another batching, other shots) are measurements of the protocol,
     never the baseline a model name resolves to, unless asked for."""
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    common = ["experiment=smoke", "device=cpu", "tracking=sql_only", f"tracking.db_url={db}", "limit=2"]
+    common = ["experiment=smoke", "model=fake", "device=cpu", "tracking=sql_only", f"tracking.db_url={db}",
+              "limit=2"]  # fmt: skip
 
     def run_id(got: CliResult) -> str:
         assert got.code == 0, got.err
@@ -361,7 +362,7 @@ def test_the_readme_path_runs_as_written_after_the_noise_command(cli: Cli, tmp_p
 
     def compare(*extra: str) -> dict[str, Any]:
         folder = tmp_path / f"c{len(list(tmp_path.glob('c*')))}"
-        names = ["baseline=tiny-random-llama", "candidate=tiny-random-llama"]
+        names = ["baseline=fake-model", "candidate=fake-model"]
         got = cli("compare", *names, "tracking=sql_only", f"tracking.db_url={db}", *extra,
                   f"hydra.run.dir={folder}", cwd=tmp_path)  # fmt: skip
         assert got.code in (0, 1), got.err  # a verdict

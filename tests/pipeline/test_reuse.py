@@ -19,7 +19,7 @@ from ..conftest import CliResult, tiny_run_cfg
 
 Cli = Callable[..., CliResult]
 
-SMOKE = ["experiment=smoke", "device=cpu"]
+SMOKE = ["experiment=smoke", "model=fake", "device=cpu"]
 
 
 def _no_model(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,7 +46,7 @@ def test_the_same_command_again_takes_its_finished_run_without_loading_the_model
     (line,) = [x for x in again.out.splitlines() if x.startswith("already evaluated")]
     record = json.loads((Path(stored.output_dir or "") / "results.json").read_text())
     accuracy = f"{100 * record['scores']['micro']['acc']:.2f} %"
-    assert f"run {stored.id} (tiny-random-llama@seed0" in line
+    assert f"run {stored.id} (fake-model@seed0" in line
     assert accuracy in line
     assert str(stored.output_dir) in line
     assert "tracking.rerun=true" in line
@@ -67,7 +67,7 @@ def test_rerun_scores_again_as_a_run_told_apart_and_other_settings_are_another_r
     store = SqlStore(f"sqlite:///{tmp_path / 'mmlu_track.db'}")
     second, first = (r.id for r in store.runs())  # newest first
     # A model name takes the newest finished run but the other side's own, and says which it took.
-    compared = cli("compare", "baseline=tiny-random-llama", f"candidate={second}", cwd=tmp_path)
+    compared = cli("compare", "baseline=fake-model", f"candidate={second}", cwd=tmp_path)
     assert compared.code in (0, 1), compared.err
     assert f"(candidate run {second[:12]}, baseline run {first[:12]})" in compared.out
     other = cli("eval", *SMOKE, "limit=2", cwd=tmp_path)  # another identity: scored, not reused
