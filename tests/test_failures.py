@@ -257,7 +257,8 @@ def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path, 
     ((run_id, status, kept),) = _snapshot(db)
     assert status == "failed"
     assert kept > 0
-    again = cli("eval", *_slow_run_args(tmp_path, db), cwd=tmp_path)  # the same command, run again
+    # The same command again, at full speed (the pace is outside a run's identity).
+    again = cli("eval", *_slow_run_args(tmp_path, db), "model.fake_seconds_per_question=0", cwd=tmp_path)
     assert again.code == 0, again.err
     assert f"resuming run {run_id}" in again.out
     assert "resumed from the store" in again.out
@@ -504,7 +505,8 @@ def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: 
     assert line.endswith("the questions committed so far are kept: run the same command to resume")
     ((run_id, _, kept),) = _snapshot(db)
     assert kept > 0
-    again = cli("eval", *_slow_run_args(tmp_path, db), cwd=tmp_path)  # the same command, run again
+    # The same command again, at full speed (the pace is outside a run's identity).
+    again = cli("eval", *_slow_run_args(tmp_path, db), "model.fake_seconds_per_question=0", cwd=tmp_path)
     assert again.code == 0, again.err
     assert f"resuming run {run_id}" in again.out
 

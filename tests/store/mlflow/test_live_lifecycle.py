@@ -74,7 +74,9 @@ def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run
     assert stored.mlflow_run_id == mlflow_id
     assert store.runs(unsynced=True) == []  # unfinished: nothing to sync yet
 
-    second = processes.run([*cmd, f"hydra.run.dir={tmp_path / 'second'}"], cwd=tmp_path, env=env)
+    # The same command again, at full speed (the pace is outside a run's identity).
+    again = [*cmd, "model.fake_seconds_per_question=0", f"hydra.run.dir={tmp_path / 'second'}"]
+    second = processes.run(again, cwd=tmp_path, env=env)
     assert second.returncode == 0, second.stderr
     assert "resuming run" in second.stdout
     done = _only_run(client, "live")  # the same MLflow run, not a second one
