@@ -227,11 +227,12 @@ def test_truncation_allowed_is_said_and_recorded(tmp_path: Path, cli: Cli) -> No
     assert json.loads((tmp_path / "out" / "results.json").read_text())["prompt"]["truncated"] == 6
 
 
-def _slow_run_args(tmp_path: Path, db: Path) -> list[str]:
-    """A run of the fake model long enough to interrupt (four subjects at 20 ms a question: ~11 s)."""
+def _slow_run_args(tmp_path: Path, db: Path, pace: float = 0.02) -> list[str]:
+    """A run of the fake model long enough to interrupt (four subjects at 20 ms a question: ~11 s);
+    `pace=0`: the same run at full speed (the pace is outside a run's identity), to resume it."""
     subjects = "subjects=[abstract_algebra,anatomy,astronomy,virology]"
     out = f"hydra.run.dir={tmp_path / 'out'}"
-    return [f"tracking.db_url=sqlite:///{db}", "model=fake", "model.fake_seconds_per_question=0.02",
+    return [f"tracking.db_url=sqlite:///{db}", "model=fake", f"model.fake_seconds_per_question={pace}",
             "tracking=sql_only", "k=0", "batch_size=1", subjects, out]  # fmt: skip
 
 
@@ -257,8 +258,7 @@ def test_ctrl_c_says_how_to_resume_and_keeps_what_was_committed(tmp_path: Path, 
     ((run_id, status, kept),) = _snapshot(db)
     assert status == "failed"
     assert kept > 0
-    # The same command again, at full speed (the pace is outside a run's identity).
-    again = cli("eval", *_slow_run_args(tmp_path, db), "model.fake_seconds_per_question=0", cwd=tmp_path)
+    again = cli("eval", *_slow_run_args(tmp_path, db, pace=0), cwd=tmp_path)  # the same command, run again
     assert again.code == 0, again.err
     assert f"resuming run {run_id}" in again.out
     assert "resumed from the store" in again.out
@@ -505,8 +505,7 @@ def test_a_lock_held_mid_run_keeps_what_was_committed_and_says_resume(tmp_path: 
     assert line.endswith("the questions committed so far are kept: run the same command to resume")
     ((run_id, _, kept),) = _snapshot(db)
     assert kept > 0
-    # The same command again, at full speed (the pace is outside a run's identity).
-    again = cli("eval", *_slow_run_args(tmp_path, db), "model.fake_seconds_per_question=0", cwd=tmp_path)
+    again = cli("eval", *_slow_run_args(tmp_path, db, pace=0), cwd=tmp_path)  # the same command, run again
     assert again.code == 0, again.err
     assert f"resuming run {run_id}" in again.out
 

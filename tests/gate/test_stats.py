@@ -30,6 +30,9 @@ Z95 = float(stats.norm.ppf(0.975))
 GATE = GateConfig(name="default")
 FAST = GateConfig(name="test", bootstrap_resamples=0)
 
+# Slow: each simulates the whole gate many times (its level is checked exactly in stats/test_paired.py).
+SIMULATED = pytest.mark.slow
+
 
 def _qr(subject: str, i: int, ok: bool) -> QuestionResult:
     return QuestionResult(subject, i, "h", 0, 1, False, None, "A", 0 if ok else 1, 0, None)
@@ -247,7 +250,7 @@ def test_a_comparison_leaves_the_collector_as_it_found_it() -> None:
         gc.unfreeze()
 
 
-@pytest.mark.slow  # simulating the whole gate (its level is checked exactly in stats/test_paired.py)
+@SIMULATED
 def test_aa_false_regression_rate_is_at_most_alpha() -> None:
     rng = np.random.default_rng(2024)
     sims = 1000
@@ -256,7 +259,7 @@ def test_aa_false_regression_rate_is_at_most_alpha() -> None:
     assert failures / sims <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / sims)
 
 
-@pytest.mark.slow  # simulating the whole gate (its level is checked exactly in stats/test_paired.py)
+@SIMULATED
 def test_power_a_three_point_regression_is_detected() -> None:
     rng = np.random.default_rng(7)
     sims = 100  # its power is near 1: 100 runs tell it from 0.8 (sd of the estimate 4 points there)
@@ -271,7 +274,7 @@ def test_power_one_subject_losing_twenty_points_is_flagged() -> None:
     assert flagged / sims >= 0.8
 
 
-@pytest.mark.slow  # simulating the whole gate (its level is checked exactly in stats/test_paired.py)
+@SIMULATED
 def test_the_pass_rule_and_pass_rate_are_the_gates_own_decide() -> None:
     """`decision.passes` is decide()'s PASS on every drawn outcome, and `decision.pass_rate` (the
     power tables, the noise floor, the questions needed) is the rate at which decide() passes pairs

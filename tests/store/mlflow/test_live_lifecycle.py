@@ -36,8 +36,7 @@ def _only_run(client: MlflowClient, experiment: str) -> Any:
 def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run(tmp_path: Path) -> None:
     db, mlflow_uri = f"sqlite:///{tmp_path / 'store.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [
-        "-m", "mmlu_track", "experiment=smoke", "model=fake", "model.fake_seconds_per_question=0.02",
-        "device=cpu", "k=2", f"subjects={SUBJECTS}",
+        "-m", "mmlu_track", "experiment=smoke", "model=fake", "device=cpu", "k=2", f"subjects={SUBJECTS}",
         "limit=100", "batch_size=4", f"tracking.db_url={db}", f"tracking.mlflow_uri={mlflow_uri}",
         "tracking.experiment=live",
     ]  # fmt: skip
@@ -46,7 +45,8 @@ def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run
     # The watcher's store is open before the run starts: its first query (MLflow creating its
     # tables) can take longer than the first subjects of this run.
     assert _only_run(client, "live") is None
-    first = processes.Popen([*cmd, f"hydra.run.dir={tmp_path / 'first'}"], cwd=tmp_path, env=env)
+    paced = [*cmd, "model.fake_seconds_per_question=0.02", f"hydra.run.dir={tmp_path / 'first'}"]
+    first = processes.Popen(paced, cwd=tmp_path, env=env)
     deadline = time.time() + 240
     while True:  # watch it as a user would: a RUNNING run whose accuracy so far grows subject by subject
         assert first.poll() is None, f"finished before it could be watched: {first.communicate()}"
@@ -75,8 +75,7 @@ def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run
     assert store.runs(unsynced=True) == []  # unfinished: nothing to sync yet
 
     # The same command again, at full speed (the pace is outside a run's identity).
-    again = [*cmd, "model.fake_seconds_per_question=0", f"hydra.run.dir={tmp_path / 'second'}"]
-    second = processes.run(again, cwd=tmp_path, env=env)
+    second = processes.run([*cmd, f"hydra.run.dir={tmp_path / 'second'}"], cwd=tmp_path, env=env)
     assert second.returncode == 0, second.stderr
     assert "resuming run" in second.stdout
     done = _only_run(client, "live")  # the same MLflow run, not a second one
