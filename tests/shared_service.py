@@ -1,19 +1,11 @@
-"""What a test run's xdist workers share instead of each paying for it: a server started once (an
-MLflow server, a PostgreSQL cluster, llama-cpp-python's server) and a file built once (a store of
-reference runs). Starting an
-MLflow server costs ~7 s of CPU, a reference run seconds, that the other worker would pay again for
-the same thing.
+"""What a test run's xdist workers share instead of each paying for it (an MLflow server's start
+costs ~7 s of CPU, a reference run seconds): a server started once and a file built once.
 
-    with shared(root, "mlflow", start, stop) as service:   # service: what start returned
+    with shared(root, "mlflow", start, stop) as service:   # service: what start(folder) returned
     path = built_once(root, "refs-1a2b.db", build)          # build(path) wrote it, once
 
-A server: the first worker to need it starts it, each worker using it holds a lease, and the last
-to let go stops it.
-
-`root` is a folder every worker sees (`tmp_path_factory.getbasetemp().parent` under xdist);
-`start(folder)` returns a JSON-able dict naming the service (its URL, its PID, its files);
-`stop(service)` stops it from any worker (by PID: the worker that started it may be gone).
-A worker that needs it after the last lease ended starts a new one.
+`root` is a folder every worker sees (`workers_root`). The first worker to need a server starts it,
+each user holds a lease, the last to let go stops it (`stop(service)`, by PID from any worker).
 """
 
 from __future__ import annotations

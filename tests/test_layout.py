@@ -348,3 +348,26 @@ def test_every_imported_package_is_declared() -> None:
     if in_groups:  # shown with -s or -rP
         print(f"imported, declared in optional groups only: {', '.join(in_groups)}")
     assert not undeclared, f"imported by mmlu_track, not declared in pyproject.toml: {undeclared}"
+
+
+def _harness() -> list[Path]:
+    """The suite's own machinery: every test-folder module but the tests, their data, the legacy records."""
+
+    def machinery(p: Path) -> bool:
+        return not p.name.startswith("test_") and p.name != "legacy.py" and "data" not in p.parts
+
+    return [p for p in sorted(TESTS.rglob("*.py")) if machinery(p.relative_to(TESTS))]
+
+
+def test_the_harness_stays_small_and_leaves_cpythons_internals_alone() -> None:
+    """Tiers and fakes keep the suite fast, not machinery: the harness is under 1,200 lines and no
+    test module touches a private name of `threading`, `atexit` or `multiprocessing`."""
+    assert sum(len(p.read_text().splitlines()) for p in _harness()) < 1200
+    private = sorted(
+        f"{p.relative_to(TESTS)}:{node.lineno} {node.value.id}.{node.attr}"
+        for p in TESTS.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        and node.value.id in ("threading", "atexit", "multiprocessing") and node.attr.startswith("_")
+    )  # fmt: skip
+    assert not private
