@@ -27,7 +27,7 @@ from mmlu_track.store.orm import QuestionRow, Run, RunShard
 from mmlu_track.store.sql import SqlStore
 
 from . import processes
-from .conftest import CliResult
+from .conftest import CliResult, compose_eval
 
 Cli = Callable[..., CliResult]
 SMOKE = ["experiment=smoke", "tracking=sql_only"]
@@ -39,6 +39,16 @@ def _eval(cli: Cli, tmp: Path, folder: str, *args: str) -> tuple[CliResult, str 
     got = cli("eval", f"tracking.db_url=sqlite:///{tmp / 'store.db'}", f"hydra.run.dir={out}", *args, cwd=tmp)
     results = out / "results.json"
     return got, json.loads(results.read_text())["run_id"] if results.is_file() else None
+
+
+def _made(tmp: Path, folder: str, *args: str) -> str:
+    """A finished run in tmp/store.db, made by the pipeline with these overrides: for the cases
+    where what reads a run is the point, not the command that made it."""
+    from mmlu_track.pipeline.evaluate import QUIET, run
+
+    return run(
+        compose_eval([f"tracking.db_url=sqlite:///{tmp / 'store.db'}", *args]), tmp / folder, display=QUIET
+    ).run_id
 
 
 def _compare(cli: Cli, tmp: Path, *args: str) -> CliResult:
@@ -89,8 +99,7 @@ def _as_killed(
 
 
 def test_a_run_is_never_compared_with_itself(cli: Cli, tmp_path: Path) -> None:
-    _, first = _eval(cli, tmp_path, "a", *SMOKE)
-    assert first
+    first = _made(tmp_path, "a", *SMOKE)
     for args in (("baseline=tiny-random-llama", "candidate=tiny-random-llama"),
                  ("baseline=tiny-random-llama", f"candidate={first}"),
                  (f"baseline={first}", f"candidate={first[:8]}")):  # fmt: skip
@@ -102,8 +111,7 @@ def test_a_run_is_never_compared_with_itself(cli: Cli, tmp_path: Path) -> None:
     named = _compare(cli, tmp_path, "baseline=tiny-random-llama", f"candidate={first}")
     assert "has no finished run but the candidate run" in named.errors[0]
     # With a second run of the model, its name resolves to the other run, never the candidate's own.
-    _, second = _eval(cli, tmp_path, "b", *SMOKE, "batch_size=2", "tracking.rerun=true")
-    assert second
+    second = _made(tmp_path, "b", *SMOKE, "batch_size=2", "tracking.rerun=true")
     got = _compare(cli, tmp_path, "baseline=tiny-random-llama", f"candidate={second}")
     assert got.code != 2, got.err
     report = json.loads(next((tmp_path / "cmp").rglob("report.json")).read_text())
@@ -150,10 +158,8 @@ def test_runs_asked_with_other_prompts_are_not_comparable(
 ) -> None:
     _, base_args, cand_args, message = case
     common = [*SMOKE, "subjects=anatomy", "k=5"]
-    _, base = _eval(cli, tmp_path, "base", *common, *base_args(tmp_path))
-    _, cand = _eval(cli, tmp_path, "cand", *common, *cand_args(tmp_path))
-    assert base
-    assert cand
+    base = _made(tmp_path, "base", *common, *base_args(tmp_path))
+    cand = _made(tmp_path, "cand", *common, *cand_args(tmp_path))
     for policy in ("gate=default", "gate=strict"):
         got = _compare(cli, tmp_path, f"baseline={base}", f"candidate={cand}", policy)
         assert got.code == 2, got.out
@@ -162,8 +168,8 @@ def test_runs_asked_with_other_prompts_are_not_comparable(
 
 
 def test_other_samples_name_the_limit(cli: Cli, tmp_path: Path) -> None:
-    _, base = _eval(cli, tmp_path, "base", *SMOKE)
-    _, cand = _eval(cli, tmp_path, "cand", *SMOKE, "limit=5")
+    base = _made(tmp_path, "base", *SMOKE)
+    cand = _made(tmp_path, "cand", *SMOKE, "limit=5")
     (line,) = _compare(cli, tmp_path, f"baseline={base}", f"candidate={cand}").errors
     assert "questions differ: limit=3 vs limit=5" in line
 
@@ -240,6 +246,7 @@ runpy.run_module("mmlu_track", run_name="__main__", alter_sys=True)
 """
 
 
+@pytest.mark.slow  # two interpreters, each PID 1 of its own PID namespace, the first paced to be killed
 def test_a_run_killed_in_a_restarted_container_is_resumed(tmp_path: Path) -> None:
     """The tool is PID 1 in a fresh PID namespace (a container) both times: the PID alone would say
     the killed run is alive forever."""
@@ -267,8 +274,7 @@ def test_a_run_killed_in_a_restarted_container_is_resumed(tmp_path: Path) -> Non
 
 
 def test_another_hosts_shard_is_dead_after_missed_beats_and_says_so(cli: Cli, tmp_path: Path) -> None:
-    _, run_id = _eval(cli, tmp_path, "a", *SMOKE)
-    assert run_id
+    run_id = _made(tmp_path, "a", *SMOKE)
     recent = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=20)
     _as_killed(tmp_path, run_id, keep=3, owner="node-7:4242:99:abcd1234", beat=recent)
     refused, _ = _eval(cli, tmp_path, "b", *SMOKE)
@@ -289,7 +295,7 @@ def test_another_hosts_shard_is_dead_after_missed_beats_and_says_so(cli: Cli, tm
     assert "rerun its command to resume" in shown.out
     got = _compare(cli, tmp_path, f"baseline={run_id}", f"candidate={run_id[:10]}x")
     assert got.code == 2
-    _other, other_id = _eval(cli, tmp_path, "c", *SMOKE, "batch_size=2", "tracking.resume=false")
+    other_id = _made(tmp_path, "c", *SMOKE, "batch_size=2", "tracking.resume=false")
     (line,) = _compare(cli, tmp_path, f"baseline={other_id}", f"candidate={run_id}").errors
     assert f"the candidate run {run_id} is running, not finished: it is dead (process node-7:4242" in line
     assert line.endswith("rerun its command to resume it")
@@ -300,8 +306,7 @@ def test_another_hosts_shard_is_dead_after_missed_beats_and_says_so(cli: Cli, tm
 
 
 def test_a_process_gone_on_this_machine_is_dead_at_once(cli: Cli, tmp_path: Path) -> None:
-    _, run_id = _eval(cli, tmp_path, "a", *SMOKE)
-    assert run_id
+    run_id = _made(tmp_path, "a", *SMOKE)
     _as_killed(tmp_path, run_id, keep=2)  # a beat just now, but the process is gone
     shown = cli("runs", "--db", f"sqlite:///{tmp_path / 'store.db'}", "show", run_id, cwd=tmp_path)
     assert "status dead (process" in shown.out
@@ -383,7 +388,7 @@ SEQ = [
 
 
 def test_a_sequential_run_resumes_only_with_its_own_settings(cli: Cli, tmp_path: Path) -> None:
-    _, base = _eval(cli, tmp_path, "base", *SEQ)
+    base = _made(tmp_path, "base", *SEQ)
     gate = ["gate.sequential=true", f"gate.baseline={base}", "gate.looks=4"]
     done, _cand = _eval(cli, tmp_path, "cand", *SEQ, *gate, "gate.margin=0.01", "batch_size=2")
     assert done.code in (0, 1), done.err
@@ -406,14 +411,9 @@ def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> N
     from mmlu_track.gate.stats import ComparisonError
     from mmlu_track.pipeline.evaluate import QUIET, run
 
-    from .conftest import compose_eval
-
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    base = run(compose_eval([*SEQ, f"tracking.db_url={db}"]), tmp_path / "base", display=QUIET)
-    assert base.run_id
-    cfg = compose_eval(
-        [*SEQ, f"tracking.db_url={db}", "gate.sequential=true", f"gate.baseline={base.run_id}"]
-    )
+    base = _made(tmp_path, "base", *SEQ)
+    cfg = compose_eval([*SEQ, f"tracking.db_url={db}", "gate.sequential=true", f"gate.baseline={base}"])
 
     with sequential_gate(cfg) as gate:
         decide = gate.look
@@ -421,11 +421,11 @@ def test_a_baseline_deleted_during_a_sequential_run_is_said(tmp_path: Path) -> N
         def look(number: int, results: Any) -> Any:
             if number == 2:  # someone deletes the baseline while the candidate is evaluated
                 with Session(_store(tmp_path).engine) as s, s.begin():
-                    s.execute(delete(Run).where(Run.id == base.run_id))
+                    s.execute(delete(Run).where(Run.id == base))
             return decide(number, results)
 
         gate.look = look  # type: ignore[method-assign]
-        deleted = f"the baseline run {base.run_id[:12]} was deleted from the store"
+        deleted = f"the baseline run {base[:12]} was deleted from the store"
         with pytest.raises(ComparisonError, match=deleted):  # at look 3, before any verdict
             run(cfg, tmp_path / "cand", display=QUIET, looks=gate)
     with Session(_store(tmp_path).engine) as s:
@@ -436,8 +436,6 @@ def test_settings_a_run_predates_are_not_compared_and_named() -> None:
     from dataclasses import replace
 
     from mmlu_track.records.protocol import EvalProtocol
-
-    from .conftest import compose_eval
 
     new = EvalProtocol.of(
         compose_eval(SMOKE), questions="q", n_questions=6, dev_fingerprint="d1", template_hash="t"

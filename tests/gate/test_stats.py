@@ -267,6 +267,7 @@ def test_power_a_three_point_regression_is_detected() -> None:
     assert detected / sims >= 0.8
 
 
+@SIMULATED
 def test_power_one_subject_losing_twenty_points_is_flagged() -> None:
     rng = np.random.default_rng(11)
     sims = 100

@@ -186,6 +186,7 @@ def test_a_live_run_is_never_resumed_by_a_second_process(sqlite_url: str) -> Non
     assert store.start_or_resume(START, "same-settings")[0] == first
 
 
+@pytest.mark.slow  # three interpreters
 def test_two_identical_runs_started_together_never_share_a_run(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     SqlStore(url)

@@ -33,8 +33,11 @@ def _only_run(client: MlflowClient, experiment: str) -> Any:
     return runs[0] if runs else None
 
 
-def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run(tmp_path: Path) -> None:
-    db, mlflow_uri = f"sqlite:///{tmp_path / 'store.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+@pytest.mark.slow  # two interpreters, the first paced to be killed mid-run, watched through MLflow: ~17 s
+def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run(
+    tmp_path: Path, mlflow_store: str
+) -> None:
+    db, mlflow_uri = f"sqlite:///{tmp_path / 'store.db'}", mlflow_store  # MLflow's tables made already
     cmd = [
         "-m", "mmlu_track", "experiment=smoke", "model=fake", "device=cpu", "k=2", f"subjects={SUBJECTS}",
         "limit=100", "batch_size=4", f"tracking.db_url={db}", f"tracking.mlflow_uri={mlflow_uri}",
@@ -42,8 +45,6 @@ def test_a_run_is_live_is_killed_by_sigterm_and_resumes_into_the_same_mlflow_run
     ]  # fmt: skip
     env = {**os.environ, "HYDRA_FULL_ERROR": ""}
     client = MlflowClient(tracking_uri=mlflow_uri)
-    # The watcher's store is open before the run starts: its first query (MLflow creating its
-    # tables) can take longer than the first subjects of this run.
     assert _only_run(client, "live") is None
     paced = [*cmd, "model.fake_seconds_per_question=0.02", f"hydra.run.dir={tmp_path / 'first'}"]
     first = processes.Popen(paced, cwd=tmp_path, env=env)
